@@ -1,0 +1,49 @@
+/* helix.h — the public interface of libhelix.
+ *
+ * libhelix is a local LLM engine in plain C: GGUF models (mmap, zero-copy),
+ * every common quant format, tokenizers, decoder LLMs and BERT encoders, on the
+ * CPU and (optionally) CUDA. Every function that can fail returns an hx_status
+ * and fills an hx_error whose message names the file, offset or field at fault.
+ * Nothing in the library calls exit() or abort().
+ */
+#ifndef HELIX_H
+#define HELIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HX_VERSION "0.1.0"
+
+typedef enum hx_status {
+    HX_OK = 0,
+    HX_ERR_IO,          /* open/read/write/mmap failed */
+    HX_ERR_FORMAT,      /* malformed or hostile file contents */
+    HX_ERR_NOMEM,       /* allocation failed or a size overflowed */
+    HX_ERR_ARG,         /* bad argument from the caller */
+    HX_ERR_UNSUPPORTED, /* valid input we do not handle (yet) */
+    HX_ERR_RANGE,       /* context overflow, index out of range */
+    HX_ERR_DEVICE,      /* GPU / driver problem */
+} hx_status;
+
+/* Filled by failing calls. msg is always NUL-terminated. */
+typedef struct hx_error {
+    hx_status status;
+    char msg[512];
+} hx_error;
+
+const char *hx_status_str(hx_status s);
+
+/* Log level: 0 quiet, 1 errors+warnings (default), 2 info, 3 debug.
+ * The only global mutable state in the library. */
+void hx_set_log_level(int level);
+int  hx_log_level(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HELIX_H */

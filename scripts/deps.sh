@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install the Debian packages helix needs to build and test, if any are missing.
+# Used by the README commands and by .ci/run. Safe to run repeatedly.
+set -euo pipefail
+need=()
+for p in build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev clang; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if ((${#need[@]})); then
+  echo "deps: installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi

@@ -1,0 +1,87 @@
+/* model.h — architectures as hyper-parameters + flags, and weights bound to
+ * GGUF tensors (zero-copy). One recipe covers llama / qwen2 / qwen3 / gemma3
+ * decoders; bert is the encoder. Backends read hx_model and run the recipe. */
+#ifndef HX_MODEL_H
+#define HX_MODEL_H
+
+#include "helix.h"
+#include "gguf/gguf.h"
+
+typedef enum hx_arch { HX_ARCH_LLAMA, HX_ARCH_QWEN2, HX_ARCH_QWEN3, HX_ARCH_GEMMA3, HX_ARCH_BERT } hx_arch;
+typedef enum hx_rope_style { HX_ROPE_NORM /* GGUF llama: adjacent pairs */, HX_ROPE_NEOX /* halves */ } hx_rope_style;
+typedef enum hx_act { HX_ACT_SILU, HX_ACT_GELU_TANH, HX_ACT_GELU_ERF } hx_act;
+
+#define HX_MAX_LAYERS 256
+
+typedef struct hx_model_config {
+    hx_arch arch;
+    char arch_name[32];     /* general.architecture */
+    char name[128];         /* general.name if present */
+    int n_layer;
+    int n_embd;             /* hidden size */
+    int n_head;
+    int n_head_kv;
+    int head_dim;           /* key/value length per head (may differ from n_embd/n_head) */
+    int n_ff;
+    int n_vocab;
+    int n_ctx_train;
+    float rope_base;        /* global layers */
+    float rope_base_swa;    /* sliding-window layers (gemma3), else = rope_base */
+    float rope_scale;       /* linear scaling factor, 1 if none */
+    hx_rope_style rope_style;
+    float norm_eps;
+    bool norm_is_layernorm; /* bert */
+    bool qkv_bias;          /* qwen2, bert */
+    bool qk_norm;           /* qwen3, gemma3 */
+    bool post_norms;        /* gemma3: post-attention and post-ffn norms */
+    bool embd_scale;        /* gemma3: multiply embeddings by sqrt(n_embd) */
+    bool norm_add_one;      /* gemma: RMSNorm weight used as (1 + w) — false for GGUF (converter bakes +1) */
+    hx_act act;
+    bool tied_output;       /* no output.weight: use token_embd */
+    int sliding_window;     /* 0 = none */
+    int swa_pattern;        /* gemma3: every swa_pattern-th layer (1-based) is global, 0 = none */
+    float attn_scale;       /* multiplier for QK^T; 1/sqrt(head_dim) unless metadata says otherwise */
+    float final_logit_softcap, attn_logit_softcap; /* 0 = off */
+    int pooling;            /* bert: 0 none, 1 mean, 2 cls */
+    bool layer_is_swa[HX_MAX_LAYERS];
+} hx_model_config;
+
+/* A weight tensor: points into the mapping. */
+typedef struct hx_tensor {
+    const char *name;
+    int type;          /* hx_type */
+    int64_t ne[4];     /* ne[0] = row length */
+    const void *data;
+} hx_tensor;
+
+typedef struct hx_layer_weights {
+    hx_tensor attn_norm, attn_norm_b;        /* (n_embd) */
+    hx_tensor wq, wk, wv, wo;                /* wq: rows n_head*head_dim of n_embd; wo: rows n_embd of n_head*head_dim */
+    hx_tensor bq, bk, bv, bo;                /* biases, data NULL when absent */
+    hx_tensor q_norm, k_norm;                /* (head_dim) */
+    hx_tensor attn_post_norm, attn_post_norm_b;
+    hx_tensor ffn_norm, ffn_norm_b;
+    hx_tensor ffn_gate, ffn_up, ffn_down;    /* gate/up: rows n_ff of n_embd; down: rows n_embd of n_ff */
+    hx_tensor ffn_up_b, ffn_down_b;
+    hx_tensor ffn_post_norm, ffn_post_norm_b;
+} hx_layer_weights;
+
+typedef struct hx_model {
+    hx_model_config cfg;
+    hx_gguf *gguf;                  /* owns the mapping */
+    hx_tensor tok_embd;             /* rows n_vocab of n_embd */
+    hx_tensor pos_embd, type_embd;  /* bert */
+    hx_tensor embd_norm, embd_norm_b; /* bert */
+    hx_tensor output_norm, output_norm_b;
+    hx_tensor output;               /* = tok_embd when tied */
+    hx_layer_weights *layers;       /* n_layer */
+} hx_model;
+
+/* Derive the config from GGUF metadata (no tensors needed). */
+hx_status hx_model_config_from_gguf(const hx_gguf *g, hx_model_config *cfg, hx_error *e);
+/* Open a GGUF and bind every tensor the recipe needs, checking shapes. */
+hx_status hx_model_load(const char *path, const hx_gguf_open_opts *opts, hx_model **out, hx_error *e);
+void hx_model_free(hx_model *m);
+const char *hx_arch_name(hx_arch a);
+
+#endif

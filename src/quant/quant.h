@@ -1,0 +1,67 @@
+/* quant.h — GGUF tensor types: block tables, dequantize, quantize, dot kernels.
+ *
+ * Type numbers are ggml's (stable on disk). Block layouts follow the GGUF
+ * definitions exactly (see quant_formats.h for the structs). Dot products take
+ * a weight row in its stored type and an activation row already quantized to
+ * that type's "dot type" (Q8_0 for Q4_0/Q4_1(*)/Q5_0/Q5_1(*)/Q8_0, Q8_K for the
+ * K-quants, F32 for F32/F16/BF16). (*) Q4_1/Q5_1 use Q8_1 like ggml.
+ */
+#ifndef HX_QUANT_H
+#define HX_QUANT_H
+
+#include "helix.h"
+
+typedef enum hx_type {
+    HX_TYPE_F32 = 0, HX_TYPE_F16 = 1, HX_TYPE_Q4_0 = 2, HX_TYPE_Q4_1 = 3,
+    HX_TYPE_Q5_0 = 6, HX_TYPE_Q5_1 = 7, HX_TYPE_Q8_0 = 8, HX_TYPE_Q8_1 = 9,
+    HX_TYPE_Q2_K = 10, HX_TYPE_Q3_K = 11, HX_TYPE_Q4_K = 12, HX_TYPE_Q5_K = 13,
+    HX_TYPE_Q6_K = 14, HX_TYPE_Q8_K = 15,
+    HX_TYPE_I8 = 24, HX_TYPE_I16 = 25, HX_TYPE_I32 = 26, HX_TYPE_I64 = 27,
+    HX_TYPE_F64 = 28, HX_TYPE_BF16 = 30,
+    HX_TYPE_COUNT = 40
+} hx_type;
+
+typedef struct hx_type_info {
+    const char *name;     /* "Q4_K" */
+    int block_size;       /* elements per block */
+    int type_size;        /* bytes per block */
+    bool supported;       /* we can dequantize it */
+    int dot_type;         /* activation type for hx_vec_dot */
+} hx_type_info;
+
+/* NULL for numbers that are not a known type. */
+const hx_type_info *hx_type_get(int type);
+const char *hx_type_name(int type);          /* "?" for unknown */
+int hx_type_from_name(const char *name);     /* -1 if unknown (case-insensitive) */
+/* Bytes for a row of n elements; 0 if n is not a multiple of the block size or the type is unknown. */
+size_t hx_row_size(int type, int64_t n);
+
+/* Dequantize n elements (n a multiple of the block size). Bit-exact with ggml. */
+void hx_dequantize_row(int type, const void *src, float *dst, int64_t n);
+/* Quantize n elements (n a multiple of the block size) of f32 into type (incl.
+ * Q8_0/Q8_1/Q8_K activation formats). Returns bytes written, 0 if unsupported. */
+size_t hx_quantize_row(int type, const float *src, void *dst, int64_t n);
+
+/* ---- CPU dot kernels ---- */
+typedef enum hx_isa { HX_ISA_SCALAR = 0, HX_ISA_AVX2 = 1, HX_ISA_AVX512 = 2, HX_ISA_AVX512_VNNI = 3 } hx_isa;
+typedef struct hx_cpu_features {
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx_vnni;
+    bool amx_tile_advertised, amx_usable;
+    bool os_avx, os_avx512; /* XCR0 says the OS saves the state */
+} hx_cpu_features;
+hx_cpu_features hx_cpu_detect(void);
+hx_isa hx_isa_best(void);          /* best usable ISA on this CPU+OS */
+const char *hx_isa_name(hx_isa isa);
+/* Force an ISA (tests, benchmarks). Returns false if not usable here. */
+bool hx_isa_set(hx_isa isa);
+hx_isa hx_isa_current(void);
+
+/* out = dot(w[0..n), x[0..n)) where w is of `type` and x of hx_type_get(type)->dot_type. */
+typedef void (*hx_vec_dot_fn)(int64_t n, float *out, const void *w, const void *x);
+/* The kernel for (type, isa); falls back to a lower ISA where no specialized
+ * kernel exists. NULL if the type has no dot kernel. */
+hx_vec_dot_fn hx_get_vec_dot(int type, hx_isa isa);
+/* Convenience: kernel for the current ISA. */
+void hx_vec_dot(int type, int64_t n, float *out, const void *w, const void *x);
+
+#endif

@@ -1,0 +1,84 @@
+/* test_core.c — fp16/bf16 conversion, RNG, thread pool, atomic writes. */
+#include "core/core.h"
+#include "core/pool.h"
+#include "test_util.h"
+
+#include <stdatomic.h>
+#include <unistd.h>
+
+static void test_fp16(void) {
+    /* every half value converts to float and back unchanged (NaNs stay NaN) */
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = hx_fp16_to_fp32((uint16_t)h);
+        uint16_t back = hx_fp32_to_fp16(f);
+        if (isnan(f)) CHECK(isnan(hx_fp16_to_fp32(back)));
+        else CHECKF(back == h, "h=%04x f=%g back=%04x", h, f, back);
+    }
+    CHECK(hx_fp32_to_fp16(1.0f) == 0x3c00);
+    CHECK(hx_fp32_to_fp16(65520.0f) == 0x7c00);     /* rounds to inf */
+    CHECK(hx_fp32_to_fp16(65504.0f) == 0x7bff);
+    CHECK(hx_fp32_to_fp16(1.0f + 1.0f / 2048) == 0x3c00); /* tie -> even */
+    CHECK(hx_fp32_to_fp16(1.0f + 3.0f / 2048) == 0x3c02);
+    CHECK(hx_fp32_to_fp16(5.9604645e-08f) == 0x0001); /* smallest subnormal */
+    CHECK(hx_fp32_to_fp16(2.9802322e-08f) == 0x0000); /* half of it: tie -> even (0) */
+    CHECK(hx_fp32_to_bf16(1.0f) == 0x3f80);
+    CHECK(hx_bf16_to_fp32(0x3f80) == 1.0f);
+}
+
+static void test_rng(void) {
+    hx_rng a, b;
+    hx_rng_seed(&a, 42); hx_rng_seed(&b, 42);
+    for (int i = 0; i < 100; i++) CHECK(hx_rng_u64(&a) == hx_rng_u64(&b));
+    double sum = 0, sum2 = 0;
+    int n = 100000;
+    for (int i = 0; i < n; i++) { double x = hx_rng_normal(&a); sum += x; sum2 += x * x; }
+    CHECK_NEAR(sum / n, 0.0, 0.02);
+    CHECK_NEAR(sum2 / n, 1.0, 0.02);
+}
+
+typedef struct { atomic_int hits[1000]; } pool_ctx;
+static void pool_task(void *ctx, int64_t t, int thread) {
+    (void)thread;
+    atomic_fetch_add(&((pool_ctx *)ctx)->hits[t], 1);
+}
+
+static void test_pool(void) {
+    for (int nt = 1; nt <= 4; nt++) {
+        hx_pool *p = hx_pool_create(nt);
+        CHECK(p != NULL);
+        for (int rep = 0; rep < 50; rep++) {
+            pool_ctx *c = calloc(1, sizeof *c);
+            int n = 1 + (rep * 37) % 1000;
+            hx_pool_run(p, n, pool_task, c);
+            int ok = 1;
+            for (int i = 0; i < 1000; i++) ok &= (atomic_load(&c->hits[i]) == (i < n));
+            CHECKF(ok, "threads=%d rep=%d: every task exactly once", nt, rep);
+            free(c);
+        }
+        hx_pool_free(p);
+    }
+}
+
+static void test_atomic_write(void) {
+    char dir[] = "/tmp/hx_core_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/f.txt", dir);
+    hx_error e = {0};
+    CHECK(hx_write_file_atomic(path, "hello", 5, &e) == HX_OK);
+    char *buf; size_t n;
+    CHECK(hx_read_file(path, &buf, &n, &e) == HX_OK);
+    CHECK(n == 5 && !memcmp(buf, "hello", 5));
+    free(buf);
+    CHECK(hx_read_file("/nonexistent/x", &buf, &n, &e) == HX_ERR_IO);
+    CHECK(strstr(e.msg, "/nonexistent/x") != NULL);
+    unlink(path); rmdir(dir);
+}
+
+int main(void) {
+    test_fp16();
+    test_rng();
+    test_pool();
+    test_atomic_write();
+    return t_done("test_core");
+}

@@ -1,0 +1,24 @@
+/* cli.h — subcommands of helix-bg. Each lives in its own cmd_*.c file. */
+#ifndef HX_CLI_H
+#define HX_CLI_H
+
+#include "helix.h"
+
+/* Each returns the process exit code. argv[0] is the subcommand name. */
+int cmd_load_model(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_cpu_test(int argc, char **argv);
+int cmd_gpu_test(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_one_shot(int argc, char **argv);
+int cmd_daemon(int argc, char **argv);
+int cmd_embed_test(int argc, char **argv);
+int cmd_embed(int argc, char **argv);
+
+/* Shared helper for not-yet-built commands: prints a clear message, returns 2. */
+int cli_not_built(const char *cmd, const char *issue);
+
+#endif
