@@ -1,0 +1,32 @@
+/* forward.h — the CPU backend: runs the decoder recipe of hx_model for a batch
+ * of tokens at consecutive positions, keeping the KV cache between calls. */
+#ifndef HX_CPU_FORWARD_H
+#define HX_CPU_FORWARD_H
+
+#include "helix.h"
+#include "model/model.h"
+#include "core/pool.h"
+
+typedef struct hx_cpu_ctx hx_cpu_ctx;
+
+typedef struct hx_cpu_opts {
+    int n_ctx;          /* KV cache length in tokens; 0 = min(n_ctx_train, 4096) */
+    int kv_type;        /* HX_TYPE_F16 (default when 0) or HX_TYPE_F32 */
+    int n_threads;      /* 0 = all online CPUs */
+    const char *dump_dir;     /* --dump: write per-layer activations here (NULL = off) */
+    const int *dump_positions; int n_dump_positions; /* which positions to dump (NULL = all) */
+} hx_cpu_opts;
+
+hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx **out, hx_error *e);
+void hx_cpu_ctx_free(hx_cpu_ctx *c);
+
+/* Run tokens[0..n) at positions pos..pos+n-1 (pos = number of tokens already in
+ * the cache). logits: n_vocab floats for the last token, or n * n_vocab when
+ * all_logits. A context overflow returns HX_ERR_RANGE with a clear message. */
+hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos,
+                         float *logits, bool all_logits, hx_error *e);
+/* Forget cache contents from position pos on (for chat history reuse / retries). */
+void hx_cpu_truncate(hx_cpu_ctx *c, int pos);
+int hx_cpu_n_ctx(const hx_cpu_ctx *c);
+
+#endif
