@@ -142,7 +142,9 @@ static void quant_q8_1(const float *x, block_q8_1 *y, int64_t nb) {
             y[i].qs[j] = (int8_t)fmaxf(-127.f, fminf(127.f, roundf(x[j] * id)));
             sum += y[i].qs[j];
         }
-        y[i].s = f16_scale((float)sum * d);
+        /* s from the stored (f16) d, so that s == sum of the dequantized values
+         * up to one f16 rounding (ggml uses the unrounded d: one more error) */
+        y[i].s = f16_scale((float)sum * hx_h2f(y[i].d));
     }
 }
 
