@@ -139,7 +139,11 @@ static const hx_vec_dot_fn k_scalar[HX_TYPE_COUNT] = {
     ROW(Q6_K, q6_K_scalar),
 };
 static const hx_vec_dot_fn k_avx2[HX_TYPE_COUNT] = {
-    [HX_TYPE_F32] = NULL,
+    ROW(F32, f32_avx2), ROW(F16, f16_avx2), ROW(BF16, bf16_avx2),
+    ROW(Q4_0, q4_0_avx2), ROW(Q4_1, q4_1_avx2), ROW(Q5_0, q5_0_avx2),
+    ROW(Q5_1, q5_1_avx2), ROW(Q8_0, q8_0_avx2), ROW(Q2_K, q2_K_avx2),
+    ROW(Q3_K, q3_K_avx2), ROW(Q4_K, q4_K_avx2), ROW(Q5_K, q5_K_avx2),
+    ROW(Q6_K, q6_K_avx2),
 };
 static const hx_vec_dot_fn k_avx512[HX_TYPE_COUNT] = {
     [HX_TYPE_F32] = NULL,
