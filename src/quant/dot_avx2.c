@@ -30,8 +30,9 @@ static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const
 
 /* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0-15) then high (16-31) */
 static inline __m256i unpack_nibbles(const uint8_t *q) {
-    const __m128i b = _mm_loadu_si128((const __m128i *)q), m4 = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4));
+    /* both halves get the 16 bytes; the high half is shifted right by 4 */
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
 }
 
 /* 32 bits -> 32 bytes, 0xFF where bit k of the word is set (byte k) */
@@ -115,8 +116,12 @@ void hx_dot_bf16_avx2(int64_t n, float *out, const void *w, const void *x) {
 
 static inline __m256 q4_0_block(const block_q4_0 *a, const block_q8_0 *b, __m256 acc) {
     const __m256 d = _mm256_set1_ps(f16(a->d) * f16(b->d));
-    const __m256i q = _mm256_sub_epi8(unpack_nibbles(a->qs), _mm256_set1_epi8(8));
-    return _mm256_fmadd_ps(d, mul_sum_i8_ps(q, loadu256(b->qs)), acc);
+    /* sum (q-8)*x = sum q*x - sum 8*x, pairwise in int16 (no sign trick needed) */
+    const __m256i x = loadu256(b->qs);
+    const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(unpack_nibbles(a->qs), x),
+                                         _mm256_maddubs_epi16(_mm256_set1_epi8(8), x));
+    const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+    return _mm256_fmadd_ps(d, s, acc);
 }
 
 void hx_dot_q4_0_avx2(int64_t n, float *out, const void *w, const void *x) {
