@@ -60,6 +60,7 @@ hx_cpu_features hx_cpu_detect(void) {
         __cpuid_count(7, 0, a, b, c, d);
         f.avx2 = b & (1u << 5);
         f.avx512f = b & (1u << 16);
+        f.avx512dq = b & (1u << 17);
         f.avx512bw = b & (1u << 30);
         f.avx512vl = b & (1u << 31);
         f.avx512vnni = c & (1u << 11);
@@ -83,7 +84,7 @@ hx_isa hx_isa_best(void) {
     hx_cpu_features f = hx_cpu_detect();
     b = HX_ISA_SCALAR;
     if (f.avx2 && f.fma && f.f16c && f.os_avx) b = HX_ISA_AVX2;
-    if (b == HX_ISA_AVX2 && f.avx512f && f.avx512bw && f.avx512vl && f.os_avx512) b = HX_ISA_AVX512;
+    if (b == HX_ISA_AVX2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.os_avx512) b = HX_ISA_AVX512;
     if (b == HX_ISA_AVX512 && f.avx512vnni) b = HX_ISA_AVX512_VNNI;
     atomic_store(&best, b);
     return (hx_isa)b;
@@ -146,10 +147,12 @@ static const hx_vec_dot_fn k_avx2[HX_TYPE_COUNT] = {
     ROW(Q6_K, q6_K_avx2),
 };
 static const hx_vec_dot_fn k_avx512[HX_TYPE_COUNT] = {
-    [HX_TYPE_F32] = NULL,
+    ROW(F32, f32_avx512), ROW(F16, f16_avx512), ROW(Q4_0, q4_0_avx512),
+    ROW(Q8_0, q8_0_avx512), ROW(Q4_K, q4_K_avx512), ROW(Q6_K, q6_K_avx512),
 };
 static const hx_vec_dot_fn k_avx512_vnni[HX_TYPE_COUNT] = {
-    [HX_TYPE_F32] = NULL,
+    ROW(F32, f32_avx512vnni), ROW(F16, f16_avx512vnni), ROW(Q4_0, q4_0_avx512vnni),
+    ROW(Q8_0, q8_0_avx512vnni), ROW(Q4_K, q4_K_avx512vnni), ROW(Q6_K, q6_K_avx512vnni),
 };
 
 hx_vec_dot_fn hx_get_vec_dot(int type, hx_isa isa) {
