@@ -237,17 +237,26 @@ static inline __m256i bcast16_pair(int i) {
     return _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo));
 }
 
-/* Q4_K/Q5_K packed 6-bit scales -> 8 scale bytes then 8 min bytes */
+/* Q4_K/Q5_K packed 6-bit scales -> 8 scale bytes then 8 min bytes, in SIMD.
+ * As 32-bit words w0..w2 of the 12 bytes:
+ *   scales 0-3 = w0 & 0x3f..   scales 4-7 = (w2 & 0x0f..) | ((w0 >> 2) & 0x30..)
+ *   mins 0-3   = w1 & 0x3f..   mins 4-7   = ((w2 >> 4) & 0x0f..) | ((w1 >> 2) & 0x30..)
+ * Reads 16 bytes: the 4 after the scales are the block's own qh/qs. */
 static inline __m128i k4_scales_mins(const uint8_t *s12) {
-    const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-    uint32_t u[4];
-    memcpy(u, s12, 12);
-    u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
-    const uint32_t mins_lo = u[1] & kmask1;
-    u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
-    u[2] = mins_lo;
-    u[0] &= kmask1;
-    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+    const __m128i v = _mm_loadu_si128((const __m128i *)s12);
+    const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));   /* w0 w2 w1 w2 */
+    const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));   /* w0 w0 w1 w1 */
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_set_epi32(4, 0, 0, 0)),
+                                     _mm_set_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_set_epi32(0x30303030, 0, 0x30303030, 0));
+    return _mm_or_si128(lo, hi);
+}
+
+/* sum_j m_j * (bsum 2j + bsum 2j+1) as 8 int32 lanes: mins duplicated to
+ * 16 int16 lanes, then one madd with the 16 bsums */
+static inline __m256i k4_mins_dot(__m128i scales_mins, const int16_t *bsums) {
+    const __m128i dup = _mm_shuffle_epi8(scales_mins, _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8));
+    return _mm256_madd_epi16(_mm256_cvtepu8_epi16(dup), loadu256(bsums));
 }
 
 void hx_dot_q4_K_avx2(int64_t n, float *out, const void *w, const void *x) {
@@ -256,17 +265,13 @@ void hx_dot_q4_K_avx2(int64_t n, float *out, const void *w, const void *x) {
     const int64_t nb = n / QK_K;
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
+    __m256 acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const float d = b[i].d * f16(a[i].d), dmin = -b[i].d * f16(a[i].dmin);
-        const __m256i mins_scales = _mm256_cvtepu8_epi16(k4_scales_mins(a[i].scales));
-        /* mins: sum_j m_j * (bsum 2j + bsum 2j+1) */
-        const __m256i bs = loadu256(b[i].bsums);
-        const __m128i bs8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const __m128i pm = _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), bs8);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(pm), acc_m);
-        const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
-        const __m256i scales = _mm256_set_m128i(sc128, sc128);
+        const __m128i sm8 = k4_scales_mins(a[i].scales);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(k4_mins_dot(sm8, b[i].bsums)), acc_m);
+        /* the 8 int16 scales in both 128-bit halves */
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm8));
         const uint8_t *q4 = a[i].qs;
         const int8_t *q8 = b[i].qs;
         __m256i sumi = _mm256_setzero_si256();
@@ -281,9 +286,7 @@ void hx_dot_q4_K_avx2(int64_t n, float *out, const void *w, const void *x) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    __m128 m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    *out = hsum_ps(acc) + _mm_cvtss_f32(m);
+    *out = hsum_ps(_mm256_add_ps(acc, acc_m));
 }
 
 void hx_dot_q5_K_avx2(int64_t n, float *out, const void *w, const void *x) {
@@ -292,16 +295,13 @@ void hx_dot_q5_K_avx2(int64_t n, float *out, const void *w, const void *x) {
     const int64_t nb = n / QK_K;
     const __m256i m4 = _mm256_set1_epi8(0xF), m1 = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
+    __m256 acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const float d = b[i].d * f16(a[i].d), dmin = -b[i].d * f16(a[i].dmin);
-        const __m256i mins_scales = _mm256_cvtepu8_epi16(k4_scales_mins(a[i].scales));
-        const __m256i bs = loadu256(b[i].bsums);
-        const __m128i bs8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const __m128i pm = _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), bs8);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(pm), acc_m);
-        const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
-        const __m256i scales = _mm256_set_m128i(sc128, sc128);
+        const __m128i sm8 = k4_scales_mins(a[i].scales);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(k4_mins_dot(sm8, b[i].bsums)), acc_m);
+        /* the 8 int16 scales in both 128-bit halves */
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm8));
         const __m256i hbits = loadu256(a[i].qh);
         const uint8_t *q5 = a[i].qs;
         const int8_t *q8 = b[i].qs;
@@ -320,9 +320,7 @@ void hx_dot_q5_K_avx2(int64_t n, float *out, const void *w, const void *x) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    __m128 m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    *out = hsum_ps(acc) + _mm_cvtss_f32(m);
+    *out = hsum_ps(_mm256_add_ps(acc, acc_m));
 }
 
 /* Q6_K: levels q in [0, 63] used unsigned in maddubs; the -32 offset is
