@@ -42,6 +42,14 @@ void hx_dequantize_row(int type, const void *src, float *dst, int64_t n);
  * Q8_0/Q8_1/Q8_K activation formats). Returns bytes written, 0 if unsupported. */
 size_t hx_quantize_row(int type, const float *src, void *dst, int64_t n);
 
+/* Quantize an activation row for hx_vec_dot: Q8_0 / Q8_1 / Q8_K as llama.cpp's
+ * CPU backend does it (Q8_0/Q8_1: q = round-half-even(x * 127/amax), d = f16(amax/127),
+ * Q8_1 s = f16(d * sum q); Q8_K: ggml's quantize_row_q8_K_ref), vectorized with
+ * AVX2 where usable and bit-identical to the scalar path. Use it for activations
+ * (hx_quantize_row is the weight quantizer, byte-exact with llama-quantize).
+ * Other types fall through to hx_quantize_row. Returns bytes written, 0 if unsupported. */
+size_t hx_quantize_row_act(int type, const float *src, void *dst, int64_t n);
+
 /* ---- CPU dot kernels ---- */
 typedef enum hx_isa { HX_ISA_SCALAR = 0, HX_ISA_AVX2 = 1, HX_ISA_AVX512 = 2, HX_ISA_AVX512_VNNI = 3 } hx_isa;
 typedef struct hx_cpu_features {
