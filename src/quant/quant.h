@@ -5,6 +5,12 @@
  * a weight row in its stored type and an activation row already quantized to
  * that type's "dot type" (Q8_0 for Q4_0/Q4_1(*)/Q5_0/Q5_1(*)/Q8_0, Q8_K for the
  * K-quants, F32 for F32/F16/BF16). (*) Q4_1/Q5_1 use Q8_1 like ggml.
+ *
+ * Typical matvec use (y = W x, W of type t with rows of n elements):
+ *   const hx_type_info *ti = hx_type_get(t);
+ *   hx_quantize_row_act(ti->dot_type, x, xq, n);          // once per x
+ *   hx_vec_dot_fn dot = hx_get_vec_dot(t, hx_isa_current()); // once
+ *   for (r = 0; r < rows; r++) dot(n, &y[r], (char *)W + r * hx_row_size(t, n), xq);
  */
 #ifndef HX_QUANT_H
 #define HX_QUANT_H
@@ -65,10 +71,15 @@ const char *hx_isa_name(hx_isa isa);
 bool hx_isa_set(hx_isa isa);
 hx_isa hx_isa_current(void);
 
-/* out = dot(w[0..n), x[0..n)) where w is of `type` and x of hx_type_get(type)->dot_type. */
+/* out = dot(w[0..n), x[0..n)) where w is of `type` and x of hx_type_get(type)->dot_type.
+ * n: a multiple of the block size (any n for F32/F16/BF16). Quantized
+ * activations must have levels in [-127, 127], as both quantizers produce
+ * (the AVX2 kernels use the |w| * (x * sign w) trick). Thread-safe, no state. */
 typedef void (*hx_vec_dot_fn)(int64_t n, float *out, const void *w, const void *x);
 /* The kernel for (type, isa); falls back to a lower ISA where no specialized
- * kernel exists. NULL if the type has no dot kernel. */
+ * kernel exists, and never above hx_isa_best(). NULL if the type has no dot
+ * kernel. Kernels: scalar and AVX2 for all 13 weight types; AVX-512 (plain and
+ * VNNI) for F32, F16, Q4_0, Q8_0, Q4_K, Q6_K. */
 hx_vec_dot_fn hx_get_vec_dot(int type, hx_isa isa);
 /* Convenience: kernel for the current ISA. */
 void hx_vec_dot(int type, int64_t n, float *out, const void *w, const void *x);
