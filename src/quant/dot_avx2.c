@@ -26,6 +26,13 @@ static inline float hsum_ps(__m256 v) {
 
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
+/* broadcast f16(*pa) * f16(*pb): each scale is read with a 4-byte load (the
+ * f16 and the 2 bytes after it, which every block has) straight into vcvtph2ps */
+static inline __m256 scale2(const void *pa, const void *pb) {
+    const __m128 fa = _mm_cvtph_ps(_mm_loadu_si32(pa)), fb = _mm_cvtph_ps(_mm_loadu_si32(pb));
+    return _mm256_broadcastss_ps(_mm_mul_ss(fa, fb));
+}
+
 static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0-15) then high (16-31) */
@@ -115,7 +122,7 @@ void hx_dot_bf16_avx2(int64_t n, float *out, const void *w, const void *x) {
 /* ----------------------------------------------------------- legacy quants */
 
 static inline __m256 q4_0_block(const block_q4_0 *a, const block_q8_0 *b, __m256 acc) {
-    const __m256 d = _mm256_set1_ps(f16(a->d) * f16(b->d));
+    const __m256 d = scale2(&a->d, &b->d);
     /* sum (q-8)*x = sum q*x - sum 8*x, pairwise in int16 (no sign trick needed) */
     const __m256i x = loadu256(b->qs);
     const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(unpack_nibbles(a->qs), x),
@@ -162,7 +169,7 @@ void hx_dot_q4_1_avx2(int64_t n, float *out, const void *w, const void *x) {
 
 /* Q5_0: nibble | 0xF0 where the high bit is clear == (nibble + 16h) - 16 as int8 */
 static inline __m256 q5_0_block(const block_q5_0 *a, const block_q8_0 *b, __m256 acc) {
-    const __m256 d = _mm256_set1_ps(f16(a->d) * f16(b->d));
+    const __m256 d = scale2(&a->d, &b->d);
     const __m256i hi = _mm256_andnot_si256(bytes_from_bits(a->qh), _mm256_set1_epi8((char)0xF0));
     const __m256i q = _mm256_or_si256(unpack_nibbles(a->qs), hi);
     return _mm256_fmadd_ps(d, mul_sum_i8_ps(q, loadu256(b->qs)), acc);
@@ -206,7 +213,7 @@ void hx_dot_q5_1_avx2(int64_t n, float *out, const void *w, const void *x) {
 }
 
 static inline __m256 q8_0_block(const block_q8_0 *a, const block_q8_0 *b, __m256 acc) {
-    const __m256 d = _mm256_set1_ps(f16(a->d) * f16(b->d));
+    const __m256 d = scale2(&a->d, &b->d);
     return _mm256_fmadd_ps(d, mul_sum_i8_ps(loadu256(a->qs), loadu256(b->qs)), acc);
 }
 
