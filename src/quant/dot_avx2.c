@@ -26,6 +26,13 @@ static inline float hsum_ps(__m256 v) {
 
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
+/* broadcast f16(*pa) * f16(*pb): each scale is read with a 4-byte load (the
+ * f16 and the 2 bytes after it, which every block has) straight into vcvtph2ps */
+static inline __m256 scale2(const void *pa, const void *pb) {
+    const __m128 fa = _mm_cvtph_ps(_mm_loadu_si32(pa)), fb = _mm_cvtph_ps(_mm_loadu_si32(pb));
+    return _mm256_broadcastss_ps(_mm_mul_ss(fa, fb));
+}
+
 static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0-15) then high (16-31) */
@@ -115,7 +122,7 @@ void hx_dot_bf16_avx2(int64_t n, float *out, const void *w, const void *x) {
 /* ----------------------------------------------------------- legacy quants */
 
 static inline __m256 q4_0_block(const block_q4_0 *a, const block_q8_0 *b, __m256 acc) {
-    const __m256 d = _mm256_set1_ps(f16(a->d) * f16(b->d));
+    const __m256 d = scale2(&a->d, &b->d);
     /* sum (q-8)*x = sum q*x - sum 8*x, pairwise in int16 (no sign trick needed) */
     const __m256i x = loadu256(b->qs);
     const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(unpack_nibbles(a->qs), x),
@@ -162,7 +169,7 @@ void hx_dot_q4_1_avx2(int64_t n, float *out, const void *w, const void *x) {
 
 /* Q5_0: nibble | 0xF0 where the high bit is clear == (nibble + 16h) - 16 as int8 */
 static inline __m256 q5_0_block(const block_q5_0 *a, const block_q8_0 *b, __m256 acc) {
-    const __m256 d = _mm256_set1_ps(f16(a->d) * f16(b->d));
+    const __m256 d = scale2(&a->d, &b->d);
     const __m256i hi = _mm256_andnot_si256(bytes_from_bits(a->qh), _mm256_set1_epi8((char)0xF0));
     const __m256i q = _mm256_or_si256(unpack_nibbles(a->qs), hi);
     return _mm256_fmadd_ps(d, mul_sum_i8_ps(q, loadu256(b->qs)), acc);
@@ -206,7 +213,7 @@ void hx_dot_q5_1_avx2(int64_t n, float *out, const void *w, const void *x) {
 }
 
 static inline __m256 q8_0_block(const block_q8_0 *a, const block_q8_0 *b, __m256 acc) {
-    const __m256 d = _mm256_set1_ps(f16(a->d) * f16(b->d));
+    const __m256 d = scale2(&a->d, &b->d);
     return _mm256_fmadd_ps(d, mul_sum_i8_ps(loadu256(a->qs), loadu256(b->qs)), acc);
 }
 
@@ -404,47 +411,51 @@ void hx_dot_q2_K_avx2(int64_t n, float *out, const void *w, const void *x) {
 }
 
 /* Q3_K: levels l in [0,3] from qs, minus 4 where the hmask bit is clear;
- * the "minus 4" is a second maddubs with 4s, subtracted. */
+ * the "minus 4" is a second maddubs with 4s, subtracted. One 32-element
+ * quarter k of a 128-element half: low bits at shift 2k of the 32 qs bytes,
+ * high bit k of the (pre-shifted) hmask bytes, scales 2k / 2k+1. */
+static inline __m256i q3_quarter(__m256i bits, __m256i hbits, const int8_t *q8, __m256i scales, int k) {
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), _mm256_set1_epi8(3));
+    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hbits, k), _mm256_set1_epi8(1));
+    const __m256i h4 = _mm256_andnot_si256(_mm256_slli_epi16(hb, 2), _mm256_set1_epi8(4));
+    const __m256i xv = loadu256(q8 + 32 * k);
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(lo, xv), _mm256_maddubs_epi16(h4, xv));
+    return _mm256_madd_epi16(_mm256_shuffle_epi8(scales, bcast16_pair(k)), p);
+}
+
+/* Q3_K's 16 6-bit scales (offset 32) from the 12 packed bytes, as int8:
+ *   words 0-1 (sub-blocks 0-7):  low nibbles of bytes 0-7, top bits = bit pairs 0/1 of bytes 8-11
+ *   words 2-3 (sub-blocks 8-15): high nibbles of bytes 0-7, top bits = bit pairs 2/3 */
+static inline __m128i q3k_scales(const uint8_t *s12) {
+    uint32_t w[4] = {0, 0, 0, 0};
+    memcpy(w, s12, 12); /* a 16-byte load could run past the last block */
+    const __m128i v = _mm_loadu_si128((const __m128i *)w);
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0)), _mm_set_epi32(4, 4, 0, 0)),
+                                     _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2)), _mm_set_epi32(6, 4, 2, 0)),
+                                     _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+}
+
 void hx_dot_q3_K_avx2(int64_t n, float *out, const void *w, const void *x) {
     const block_q3_K *a = w;
     const block_q8_K *b = x;
     const int64_t nb = n / QK_K;
-    const __m256i m3 = _mm256_set1_epi8(3), m4v = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const float d = b[i].d * f16(a[i].d);
-        const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f;
-        uint32_t u[4];
-        memcpy(u, a[i].scales, 12);
-        const uint32_t t = u[2];
-        u[2] = ((u[0] >> 4) & k2) | (((t >> 4) & k1) << 4);
-        u[3] = ((u[1] >> 4) & k2) | (((t >> 6) & k1) << 4);
-        u[0] = (u[0] & k2) | (((t >> 0) & k1) << 4);
-        u[1] = (u[1] & k2) | (((t >> 2) & k1) << 4);
-        const __m128i sc8 = _mm_sub_epi8(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), _mm_set1_epi8(32));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-        const __m256i hbits = loadu256(a[i].hmask);
-        const uint8_t *q3 = a[i].qs;
+        const __m256i sc16 = _mm256_cvtepi8_epi16(q3k_scales(a[i].scales));
+        const __m256i s0 = _mm256_permute2x128_si256(sc16, sc16, 0x00), s1 = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+        const __m256i hbits = loadu256(a[i].hmask), hbits4 = _mm256_srli_epi16(hbits, 4);
+        const __m256i bits0 = loadu256(a[i].qs), bits1 = loadu256(a[i].qs + 32);
         const int8_t *q8 = b[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 2; j++, q3 += 32, q8 += 128) {
-            const __m128i sh = j ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16);
-            const __m256i scales = _mm256_set_m128i(sh, sh);
-            const __m256i bits = loadu256(q3);
-            __m256i p[4];
-            for (int k = 0; k < 4; k++) {
-                const int bit = 4 * j + k;
-                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
-                /* 4 where the high bit is clear, else 0 */
-                const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hbits, bit), _mm256_set1_epi8(1));
-                const __m256i h4 = _mm256_andnot_si256(_mm256_slli_epi16(hb, 2), m4v);
-                const __m256i xv = loadu256(q8 + 32 * k);
-                p[k] = _mm256_sub_epi16(_mm256_maddubs_epi16(lo, xv), _mm256_maddubs_epi16(h4, xv));
-                p[k] = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, bcast16_pair(k)), p[k]);
-            }
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        __m256i sum0 = _mm256_add_epi32(q3_quarter(bits0, hbits, q8, s0, 0), q3_quarter(bits0, hbits, q8, s0, 1));
+        __m256i sum1 = _mm256_add_epi32(q3_quarter(bits0, hbits, q8, s0, 2), q3_quarter(bits0, hbits, q8, s0, 3));
+        sum0 = _mm256_add_epi32(sum0, _mm256_add_epi32(q3_quarter(bits1, hbits4, q8 + 128, s1, 0),
+                                                       q3_quarter(bits1, hbits4, q8 + 128, s1, 1)));
+        sum1 = _mm256_add_epi32(sum1, _mm256_add_epi32(q3_quarter(bits1, hbits4, q8 + 128, s1, 2),
+                                                       q3_quarter(bits1, hbits4, q8 + 128, s1, 3)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), acc);
     }
     *out = hsum_ps(acc);
 }
