@@ -557,7 +557,9 @@ static void test_handmade(void) {
     { const uint64_t odd[1] = {33};
       b_hdr(b, 3, 1, 0); b_tensor(b, "t", 1, odd, HX_TYPE_Q8_0, 0); b_pad(b, 32, 256); EXPECT_FAIL(b, "row length 33 is not a multiple of Q8_0 block size 32"); }
     { const uint64_t z[2] = {0, 5}; /* zero-size tensors are legal in ggml */
-      b_hdr(b, 3, 1, 0); b_tensor(b, "t", 2, z, HX_TYPE_Q4_K, 0); b_pad(b, 32, 0); expect_ok(b, __LINE__); }
+      b_hdr(b, 3, 1, 0); b_tensor(b, "t", 2, z, HX_TYPE_Q4_K, 0); b_pad(b, 32, 0); expect_ok(b, __LINE__);
+      /* ... but not when the data section itself lies past the end (fuzzer find) */
+      b_hdr(b, 3, 1, 0); b_tensor(b, "t", 2, z, HX_TYPE_Q4_K, 0); EXPECT_FAIL(b, "starts past end of file"); }
     b_hdr(b, 3, 1, 0); b_tensor(b, "blk.0.attn_q.weight", 2, ne2, HX_TYPE_F32, 0); b_pad(b, 32, 255);
     EXPECT_FAIL(b, "tensor 0 'blk.0.attn_q.weight': data [96, 352) extends past end of file (size 351)");
     b_hdr(b, 3, 1, 0); b_tensor(b, "t", 2, ne2, HX_TYPE_F32, 1ull << 40); b_pad(b, 32, 256); EXPECT_FAIL(b, "extends past end of file");

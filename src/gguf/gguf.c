@@ -395,6 +395,10 @@ static hx_status check_tensor_data(rd *r, hx_gguf *g, const uint64_t *info_off) 
         hx_gguf_tensor *t = &g->tensors[i];
         snprintf(r->field, sizeof r->field, "tensor %" PRIu64 " '%s'", i,
                  safe_str(nb, sizeof nb, t->name.ptr, t->name.len));
+        /* even a 0-byte tensor must point inside [map, map + file_size] */
+        if (g->data_offset > g->file_size)
+            return rd_fail(r, HX_ERR_FORMAT, info_off[i], "data section (offset %" PRIu64 ") starts past end of file (size %" PRIu64 ")",
+                           g->data_offset, g->file_size);
         if (t->offset % g->alignment)
             return rd_fail(r, HX_ERR_FORMAT, info_off[i], "data offset %" PRIu64 " is not a multiple of alignment %" PRIu64,
                            t->offset, g->alignment);
