@@ -520,6 +520,19 @@ static void b_nested(bb *b, const char *key, int depth) {
     b_u32(b, HX_GGUF_U8); b_u64(b, 0);
 }
 
+static void test_open_errors(void) {
+    hx_gguf *g = (hx_gguf *)1;
+    hx_error e = {0};
+    CHECK(hx_gguf_open("/nonexistent/m.gguf", NULL, &g, &e) == HX_ERR_IO && !g && strstr(e.msg, "/nonexistent/m.gguf"));
+    CHECK(hx_gguf_open("/tmp", NULL, &g, &e) == HX_ERR_IO && strstr(e.msg, "not a regular file"));
+    char p[320];
+    snprintf(p, sizeof p, "%s/short.gguf", g_tmpdir);
+    CHECK(!hx_write_file_atomic(p, "GGUF\3\0\0\0", 8, &e));
+    CHECK(hx_gguf_open(p, NULL, &g, &e) == HX_ERR_FORMAT && strstr(e.msg, "short.gguf: offset 0") && strstr(e.msg, "8 bytes"));
+    unlink(p);
+    CHECK(hx_gguf_open_memory(NULL, 0, "empty", &g, &e) == HX_ERR_FORMAT && strstr(e.msg, "empty: offset 0"));
+}
+
 static void test_handmade(void) {
     bb *b = calloc(1, sizeof *b);
     const uint64_t ne2[2] = {32, 2}, ne1[1] = {32};
@@ -549,8 +562,12 @@ static void test_handmade(void) {
     b_hdr(b, 3, 0, 1); b_str(b, "k"); b_u32(b, HX_GGUF_ARRAY); b_u32(b, HX_GGUF_BOOL); b_u64(b, 2); b_u32(b, 0x0301);
     EXPECT_FAIL(b, "bool array element 1 is 3");
     b_hdr(b, 3, 0, 1); b_str(b, "k"); b_u32(b, HX_GGUF_ARRAY); b_u32(b, 99); b_u64(b, 0); EXPECT_FAIL(b, "unknown array element type 99");
+    /* the message locates the element inside nested arrays: [[ "ab", <len 99> ]] */
+    b_hdr(b, 3, 0, 1); b_str(b, "k"); b_u32(b, HX_GGUF_ARRAY); b_u32(b, HX_GGUF_ARRAY); b_u64(b, 1);
+    b_u32(b, HX_GGUF_STRING); b_u64(b, 2); b_str(b, "ab"); b_u64(b, 99); b_u32(b, 0);
+    EXPECT_FAIL(b, "kv 0 'k'[0][1]: array string element length 99 exceeds");
     b_hdr(b, 3, 0, 1); b_nested(b, "deep", 8); expect_ok(b, __LINE__);
-    b_hdr(b, 3, 0, 1); b_nested(b, "deep", 9); EXPECT_FAIL(b, "kv 0 'deep': arrays nested deeper than 8 levels");
+    b_hdr(b, 3, 0, 1); b_nested(b, "deep", 9); EXPECT_FAIL(b, "kv 0 'deep'[0][0][0][0][0][0][0][0]: arrays nested deeper than 8 levels");
     b_hdr(b, 3, 0, 1); b_nested(b, "deep", 200); EXPECT_FAIL(b, "nested deeper");
     /* alignment */
     b_hdr(b, 3, 0, 1); b_kv_u32(b, "general.alignment", 48); EXPECT_FAIL(b, "alignment 48 is not a power of two");
@@ -794,6 +811,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(g_tmpdir)) { perror("mkdtemp"); return 1; }
     double t0 = hx_now_s();
     test_roundtrip();
+    test_open_errors();
     test_handmade();
     test_hostile_written();
     test_regressions();
