@@ -332,6 +332,27 @@ static void test_roundtrip(void) {
         unlink(p2);
     }
 
+    /* a 0-byte tensor (a 0 dim, legal in ggml) with NULL data, between two others */
+    {
+        char p0[320];
+        snprintf(p0, sizeof p0, "%s/zero.gguf", g_tmpdir);
+        hx_gguf_writer *w = hx_gguf_writer_new(0);
+        const int64_t ne0[2] = {0, 4};
+        CHECK(!hx_gguf_writer_add_tensor(w, "a", HX_TYPE_F16, 1, k_ne_f16, d.f16));
+        CHECK(!hx_gguf_writer_add_tensor(w, "z", HX_TYPE_F32, 2, ne0, NULL));
+        CHECK(!hx_gguf_writer_add_tensor(w, "b", HX_TYPE_F32, 2, k_ne_f32, d.f32));
+        hx_error e = {0};
+        CHECKF(!hx_gguf_writer_write(w, p0, &e), "%s", e.msg);
+        hx_gguf_writer_free(w);
+        hx_gguf *g = NULL;
+        CHECKF(!hx_gguf_open(p0, NULL, &g, &e), "%s", e.msg);
+        const hx_gguf_tensor *t;
+        CHECK(g && (t = hx_gguf_find_tensor(g, "z")) && t->n_bytes == 0 && t->ne[0] == 0 && t->ne[1] == 4);
+        CHECK(g && (t = hx_gguf_find_tensor(g, "b")) && !memcmp(t->data, d.f32, sizeof d.f32));
+        hx_gguf_close(g);
+        unlink(p0);
+    }
+
     /* writer argument errors are remembered and reported by _write */
     hx_gguf_writer *w = hx_gguf_writer_new(0);
     const int64_t ne_bad[1] = {33};
