@@ -28,7 +28,8 @@ typedef enum hx_gguf_vtype {
 /* A string inside the mapping: NOT NUL-terminated. */
 typedef struct hx_gguf_str { const char *ptr; uint64_t len; } hx_gguf_str;
 
-/* A metadata value. Scalars are decoded; strings point into the mapping;
+/* A metadata value. Scalars are decoded and widened: u8/u16/u32/u64 into .u64,
+ * i8/i16/i32/i64 into .i64, f32/f64 into .f64, bool into .b; strings point into the mapping;
  * arrays keep a pointer to their raw little-endian payload plus, for arrays of
  * strings or arrays, a parsed element table. */
 typedef struct hx_gguf_value hx_gguf_value;
@@ -99,12 +100,16 @@ bool hx_gguf_get_i64(const hx_gguf *g, const char *key, int64_t *out);
 bool hx_gguf_get_f64(const hx_gguf *g, const char *key, double *out); /* also from integer/float types */
 bool hx_gguf_get_bool(const hx_gguf *g, const char *key, bool *out);
 bool hx_gguf_get_str(const hx_gguf *g, const char *key, hx_gguf_str *out);
-/* Array access; returns the array value or NULL. */
+/* Array access; returns the array value or NULL. elem_type HX_GGUF_VTYPE_COUNT
+ * matches any element type. Scalar elements are raw little-endian and possibly
+ * unaligned in arr.data: read them with hx_gguf_arr_f64 / hx_gguf_arr_i64. */
 const hx_gguf_value *hx_gguf_get_arr(const hx_gguf *g, const char *key, hx_gguf_vtype elem_type);
 /* Element i of a numeric array as double / int64 (array already validated). */
 double  hx_gguf_arr_f64(const hx_gguf_value *arr, uint64_t i);
 int64_t hx_gguf_arr_i64(const hx_gguf_value *arr, uint64_t i);
 const char *hx_gguf_vtype_name(hx_gguf_vtype t);
+/* Bytes of one element of a fixed-size scalar type; 0 for string, array, unknown. */
+size_t hx_gguf_vtype_size(hx_gguf_vtype t);
 /* Compare a gguf string with a C string. */
 bool hx_gguf_str_eq(hx_gguf_str s, const char *c);
 
@@ -127,11 +132,20 @@ hx_status hx_gguf_writer_set_arr(hx_gguf_writer *w, const char *key, hx_gguf_vty
 /* Array of strings (copied). lens may be NULL for NUL-terminated strings. */
 hx_status hx_gguf_writer_set_arr_str(hx_gguf_writer *w, const char *key, const char *const *strs,
                                      const uint64_t *lens, uint64_t count);
+/* Any value: every scalar type (taken from the widened field, range-checked),
+ * strings, arrays of scalars (from arr.data, raw little-endian), arrays of
+ * strings or arrays (from arr.elems), nested up to 8 levels. Copied. */
+hx_status hx_gguf_writer_set_value(hx_gguf_writer *w, const char *key, const hx_gguf_value *v);
 /* Copy one kv (any type, including nested arrays) from an open file. */
 hx_status hx_gguf_writer_copy_kv(hx_gguf_writer *w, const hx_gguf_kv *kv);
 /* ne[0] fastest. data must hold hx_row_size(type, ne[0]) * ne[1]*ne[2]*ne[3] bytes. */
 hx_status hx_gguf_writer_add_tensor(hx_gguf_writer *w, const char *name, int type, int n_dims,
                                     const int64_t *ne, const void *data);
+/* Setting a key that exists replaces its value in place (order kept). The first
+ * failing set_* / add_tensor call is remembered and reported by _write. A
+ * general.alignment kv (u32, power of two) overrides the alignment given to _new.
+ * Output: GGUF v3, tensors in add order, each padded to the alignment, written to
+ * path.tmp.<pid>, fsync'd, renamed over path. */
 hx_status hx_gguf_writer_write(hx_gguf_writer *w, const char *path, hx_error *e);
 
 #endif

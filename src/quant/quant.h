@@ -48,6 +48,7 @@ typedef struct hx_cpu_features {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx_vnni;
     bool amx_tile_advertised, amx_usable;
     bool os_avx, os_avx512; /* XCR0 says the OS saves the state */
+    bool avx512dq;          /* the AVX-512 kernels are built with F/BW/VL/DQ */
 } hx_cpu_features;
 hx_cpu_features hx_cpu_detect(void);
 hx_isa hx_isa_best(void);          /* best usable ISA on this CPU+OS */

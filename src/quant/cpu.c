@@ -1,0 +1,177 @@
+/* cpu.c — which SIMD the CPU has and the OS lets us use, and the choice of
+ * dot kernel per (type, ISA).
+ *
+ * A feature is usable only if CPUID advertises it AND the OS saves its
+ * register state (XCR0 via xgetbv): YMM needs XCR0 bits 1-2, ZMM and the
+ * opmask registers bits 5-7. AMX additionally needs Linux's per-process
+ * permission (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA); we only report
+ * AMX, we never execute AMX instructions.
+ *
+ * State: the current ISA is the one piece of process-wide mutable state here
+ * (set once from the CPU and env HX_ISA, changed only by hx_isa_set for tests
+ * and benchmarks). */
+#include "quant/dot.h"
+#include "core/core.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define HX_X86 1
+#endif
+
+#if HX_X86
+static uint64_t read_xcr0(void) {
+    uint32_t eax, edx;
+    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+    return ((uint64_t)edx << 32) | eax;
+}
+
+/* Linux: ask for permission to use AMX tile data (XFEATURE_XTILEDATA = 18).
+ * Fails on kernels < 5.16 or where the hypervisor hides the state. */
+static bool amx_permission(void) {
+#ifdef SYS_arch_prctl
+    const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return false;
+#endif
+}
+#endif
+
+hx_cpu_features hx_cpu_detect(void) {
+    hx_cpu_features f;
+    memset(&f, 0, sizeof f);
+#if HX_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+    bool osxsave = c & (1u << 27), avx = c & (1u << 28);
+    f.fma = c & (1u << 12);
+    f.f16c = c & (1u << 29);
+    uint64_t xcr0 = osxsave ? read_xcr0() : 0;
+    f.os_avx = avx && (xcr0 & 0x6) == 0x6;
+    f.os_avx512 = f.os_avx && (xcr0 & 0xe0) == 0xe0;
+    unsigned max_leaf = __get_cpuid_max(0, NULL);
+    if (max_leaf >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        f.avx2 = b & (1u << 5);
+        f.avx512f = b & (1u << 16);
+        f.avx512dq = b & (1u << 17);
+        f.avx512bw = b & (1u << 30);
+        f.avx512vl = b & (1u << 31);
+        f.avx512vnni = c & (1u << 11);
+        f.amx_tile_advertised = d & (1u << 24);
+        unsigned max_sub = a;
+        if (max_sub >= 1) {
+            __cpuid_count(7, 1, a, b, c, d);
+            f.avx_vnni = a & (1u << 4);
+        }
+    }
+    /* XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA) plus the Linux permission */
+    f.amx_usable = f.amx_tile_advertised && (xcr0 & (3ull << 17)) == (3ull << 17) && amx_permission();
+#endif
+    return f;
+}
+
+hx_isa hx_isa_best(void) {
+    static _Atomic int best = -1; /* a cache of a pure function of the machine */
+    int b = atomic_load(&best);
+    if (b >= 0) return (hx_isa)b;
+    hx_cpu_features f = hx_cpu_detect();
+    b = HX_ISA_SCALAR;
+    if (f.avx2 && f.fma && f.f16c && f.os_avx) b = HX_ISA_AVX2;
+    if (b == HX_ISA_AVX2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.os_avx512) b = HX_ISA_AVX512;
+    if (b == HX_ISA_AVX512 && f.avx512vnni) b = HX_ISA_AVX512_VNNI;
+    atomic_store(&best, b);
+    return (hx_isa)b;
+}
+
+const char *hx_isa_name(hx_isa isa) {
+    switch (isa) {
+    case HX_ISA_SCALAR: return "scalar";
+    case HX_ISA_AVX2: return "avx2";
+    case HX_ISA_AVX512: return "avx512";
+    case HX_ISA_AVX512_VNNI: return "avx512vnni";
+    }
+    return "?";
+}
+
+static _Atomic int g_isa = -1;
+
+hx_isa hx_isa_current(void) {
+    int cur = atomic_load(&g_isa);
+    if (cur >= 0) return (hx_isa)cur;
+    hx_isa best = hx_isa_best(), want = best;
+    const char *env = getenv("HX_ISA");
+    if (env && *env) {
+        if (!strcasecmp(env, "scalar")) want = HX_ISA_SCALAR;
+        else if (!strcasecmp(env, "avx2")) want = HX_ISA_AVX2;
+        else if (!strcasecmp(env, "avx512")) want = HX_ISA_AVX512;
+        else if (!strcasecmp(env, "avx512vnni")) want = HX_ISA_AVX512_VNNI;
+        else HX_WARN("HX_ISA=%s: unknown (scalar|avx2|avx512|avx512vnni), using %s", env, hx_isa_name(best));
+        if (want > best) {
+            HX_WARN("HX_ISA=%s: not usable on this CPU/OS, using %s", env, hx_isa_name(best));
+            want = best;
+        }
+    }
+    int expect = -1;
+    atomic_compare_exchange_strong(&g_isa, &expect, (int)want);
+    return (hx_isa)atomic_load(&g_isa);
+}
+
+bool hx_isa_set(hx_isa isa) {
+    if ((int)isa < 0 || isa > hx_isa_best()) return false;
+    atomic_store(&g_isa, (int)isa);
+    return true;
+}
+
+/* ---- kernel tables: [type] per ISA; NULL = no specialized kernel at that ISA ---- */
+#define ROW(t, sfx) [HX_TYPE_##t] = hx_dot_##sfx
+
+static const hx_vec_dot_fn k_scalar[HX_TYPE_COUNT] = {
+    ROW(F32, f32_scalar), ROW(F16, f16_scalar), ROW(BF16, bf16_scalar),
+    ROW(Q4_0, q4_0_scalar), ROW(Q4_1, q4_1_scalar), ROW(Q5_0, q5_0_scalar),
+    ROW(Q5_1, q5_1_scalar), ROW(Q8_0, q8_0_scalar), ROW(Q2_K, q2_K_scalar),
+    ROW(Q3_K, q3_K_scalar), ROW(Q4_K, q4_K_scalar), ROW(Q5_K, q5_K_scalar),
+    ROW(Q6_K, q6_K_scalar),
+};
+static const hx_vec_dot_fn k_avx2[HX_TYPE_COUNT] = {
+    ROW(F32, f32_avx2), ROW(F16, f16_avx2), ROW(BF16, bf16_avx2),
+    ROW(Q4_0, q4_0_avx2), ROW(Q4_1, q4_1_avx2), ROW(Q5_0, q5_0_avx2),
+    ROW(Q5_1, q5_1_avx2), ROW(Q8_0, q8_0_avx2), ROW(Q2_K, q2_K_avx2),
+    ROW(Q3_K, q3_K_avx2), ROW(Q4_K, q4_K_avx2), ROW(Q5_K, q5_K_avx2),
+    ROW(Q6_K, q6_K_avx2),
+};
+static const hx_vec_dot_fn k_avx512[HX_TYPE_COUNT] = {
+    ROW(F32, f32_avx512), ROW(F16, f16_avx512), ROW(Q4_0, q4_0_avx512),
+    ROW(Q8_0, q8_0_avx512), ROW(Q4_K, q4_K_avx512), ROW(Q6_K, q6_K_avx512),
+};
+static const hx_vec_dot_fn k_avx512_vnni[HX_TYPE_COUNT] = {
+    ROW(F32, f32_avx512vnni), ROW(F16, f16_avx512vnni), ROW(Q4_0, q4_0_avx512vnni),
+    ROW(Q8_0, q8_0_avx512vnni), ROW(Q4_K, q4_K_avx512vnni), ROW(Q6_K, q6_K_avx512vnni),
+};
+
+hx_vec_dot_fn hx_get_vec_dot(int type, hx_isa isa) {
+    if (type < 0 || type >= HX_TYPE_COUNT) return NULL;
+    /* never hand out a kernel the CPU cannot run */
+    hx_isa best = hx_isa_best();
+    if (isa > best) isa = best;
+    hx_vec_dot_fn fn = NULL;
+    switch (isa) {
+    case HX_ISA_AVX512_VNNI: if ((fn = k_avx512_vnni[type])) return fn; /* fall through */
+    case HX_ISA_AVX512: if ((fn = k_avx512[type])) return fn; /* fall through */
+    case HX_ISA_AVX2: if ((fn = k_avx2[type])) return fn; /* fall through */
+    case HX_ISA_SCALAR: return k_scalar[type];
+    }
+    return NULL;
+}
+
+void hx_vec_dot(int type, int64_t n, float *out, const void *w, const void *x) {
+    hx_vec_dot_fn fn = hx_get_vec_dot(type, hx_isa_current());
+    if (fn) fn(n, out, w, x);
+    else *out = 0.f;
+}

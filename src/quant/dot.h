@@ -1,0 +1,28 @@
+/* dot.h — the per-ISA dot kernels (private to src/quant; cpu.c picks one).
+ *
+ * Every kernel: out = dot(w[0..n), x[0..n)), w in its stored type, x in the
+ * type's dot type (Q8_0 / Q8_1 / Q8_K blocks, or f32 for F32/F16/BF16).
+ * n is a multiple of the block size; pointers need no alignment.
+ */
+#ifndef HX_QUANT_DOT_H
+#define HX_QUANT_DOT_H
+
+#include "quant/quant.h"
+
+#define HX_DOT_KERNELS(X) \
+    X(f32) X(f16) X(bf16) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) \
+    X(q2_K) X(q3_K) X(q4_K) X(q5_K) X(q6_K)
+
+#define HX_DECL_SCALAR(t) void hx_dot_##t##_scalar(int64_t n, float *out, const void *w, const void *x);
+#define HX_DECL_AVX2(t) void hx_dot_##t##_avx2(int64_t n, float *out, const void *w, const void *x);
+HX_DOT_KERNELS(HX_DECL_SCALAR)
+HX_DOT_KERNELS(HX_DECL_AVX2)
+
+/* AVX-512: plain (AVX512F/BW/VL) and VNNI (vpdpbusd) variants of the hot ones */
+#define HX_DOT_KERNELS_AVX512(X) X(f32) X(f16) X(q4_0) X(q8_0) X(q4_K) X(q6_K)
+#define HX_DECL_AVX512(t) \
+    void hx_dot_##t##_avx512(int64_t n, float *out, const void *w, const void *x); \
+    void hx_dot_##t##_avx512vnni(int64_t n, float *out, const void *w, const void *x);
+HX_DOT_KERNELS_AVX512(HX_DECL_AVX512)
+
+#endif

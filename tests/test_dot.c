@@ -1,0 +1,206 @@
+/* test_dot.c — dot kernels: the scalar kernel against a float64 dot of the
+ * dequantized operands, and every SIMD kernel (AVX2, AVX-512, AVX-512 VNNI)
+ * against the scalar one, on odd block counts, quantized real-looking data
+ * and random block bytes. Also CPU feature detection and ISA selection. */
+#include "core/core.h"
+#include "quant/quant.h"
+#include "quant/quant_formats.h"
+#include "test_util.h"
+
+#include <stdlib.h>
+
+static const int k_types[] = {HX_TYPE_F32, HX_TYPE_F16, HX_TYPE_BF16, HX_TYPE_Q4_0, HX_TYPE_Q4_1,
+                              HX_TYPE_Q5_0, HX_TYPE_Q5_1, HX_TYPE_Q8_0, HX_TYPE_Q2_K, HX_TYPE_Q3_K,
+                              HX_TYPE_Q4_K, HX_TYPE_Q5_K, HX_TYPE_Q6_K};
+#define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
+static const int k_blocks[] = {1, 2, 3, 7, 13, 16, 33};
+#define N_BLOCKS (int)(sizeof k_blocks / sizeof k_blocks[0])
+
+typedef struct {
+    int type, dot_type;
+    int64_t n;
+    void *w, *x;    /* quantized operands */
+    double ref;     /* float64 dot of dequantized w and x */
+    double mag;     /* sum |w_i x_i| of the dequantized values */
+    double slack;   /* Q4_1/Q5_1: rounding of the Q8_1 block sums s = f16(d*sum q) */
+} dot_case;
+
+static float rand_val(hx_rng *r, int style) {
+    switch (style) {
+    case 0: return hx_rng_normal(r);
+    case 1: return hx_rng_normal(r) * expf(hx_rng_normal(r));     /* heavy tails */
+    default: return 0.5f + 0.1f * hx_rng_normal(r);              /* offset: exercises mins */
+    }
+}
+
+/* Fill every byte at random, then make the f16 scale fields sane (finite,
+ * moderate); everything else (levels, sub-block scales, high bits) keeps
+ * its random bit pattern, so the kernels see every code. */
+static void randomize_blocks(int type, void *w, int64_t nb, hx_rng *r) {
+    size_t bs = (size_t)hx_type_get(type)->type_size;
+    uint8_t *p = w;
+    for (size_t i = 0; i < bs * (size_t)nb; i++) p[i] = (uint8_t)hx_rng_u64(r);
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t *b = p + (size_t)i * bs;
+        uint16_t h1 = hx_fp32_to_fp16(0.01f + 0.02f * hx_rng_uniform(r));
+        uint16_t h2 = hx_fp32_to_fp16(-0.05f + 0.1f * hx_rng_uniform(r));
+        switch (type) {
+        case HX_TYPE_Q4_0: case HX_TYPE_Q5_0: case HX_TYPE_Q8_0: memcpy(b, &h1, 2); break;
+        case HX_TYPE_Q4_1: case HX_TYPE_Q5_1: memcpy(b, &h1, 2); memcpy(b + 2, &h2, 2); break;
+        case HX_TYPE_Q2_K: memcpy(b + 80, &h1, 2); memcpy(b + 82, &h1, 2); break;
+        case HX_TYPE_Q3_K: memcpy(b + 108, &h1, 2); break;
+        case HX_TYPE_Q4_K: case HX_TYPE_Q5_K: memcpy(b, &h1, 2); memcpy(b + 2, &h1, 2); break;
+        case HX_TYPE_Q6_K: memcpy(b + 208, &h1, 2); break;
+        case HX_TYPE_F16: case HX_TYPE_BF16: {
+            uint16_t *h = (uint16_t *)b;
+            *h = type == HX_TYPE_F16 ? hx_fp32_to_fp16(rand_val(r, 1)) : hx_fp32_to_bf16(rand_val(r, 1));
+            break;
+        }
+        case HX_TYPE_F32: { float v = rand_val(r, 1); memcpy(b, &v, 4); break; }
+        }
+    }
+}
+
+static void make_case(dot_case *c, int type, int64_t nblk, int style, bool random_bytes, hx_rng *r) {
+    const hx_type_info *ti = hx_type_get(type);
+    c->type = type;
+    c->dot_type = ti->dot_type;
+    c->n = nblk * (ti->block_size == 1 ? 256 : ti->block_size);
+    int64_t n = c->n;
+    float *wf = malloc((size_t)n * 4), *xf = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) { wf[i] = rand_val(r, style); xf[i] = rand_val(r, (style + 1) % 3); }
+    c->w = malloc(hx_row_size(type, n));
+    c->x = malloc(hx_row_size(c->dot_type, n));
+    if (random_bytes) randomize_blocks(type, c->w, n / hx_type_get(type)->block_size, r);
+    else hx_quantize_row(type, wf, c->w, n);
+    hx_quantize_row(c->dot_type, xf, c->x, n);
+    /* the reference sees exactly what the kernel sees */
+    hx_dequantize_row(type, c->w, wf, n);
+    hx_dequantize_row(c->dot_type, c->x, xf, n);
+    c->ref = c->mag = 0;
+    for (int64_t i = 0; i < n; i++) {
+        c->ref += (double)wf[i] * xf[i];
+        c->mag += fabs((double)wf[i] * xf[i]);
+    }
+    /* m * s: s is the f16 rounding of d*sum(q), off by up to 2^-11 relative */
+    c->slack = 0;
+    if (c->dot_type == HX_TYPE_Q8_1) {
+        const block_q8_1 *xb = c->x;
+        const uint8_t *wb = c->w;
+        for (int64_t i = 0; i < n / 32; i++) {
+            uint16_t m;
+            memcpy(&m, wb + (size_t)i * (size_t)hx_type_get(type)->type_size + 2, 2);
+            c->slack += fabs((double)hx_fp16_to_fp32(m) * hx_fp16_to_fp32(xb[i].s)) / 2048.0;
+        }
+    }
+    free(wf); free(xf);
+}
+
+static void free_case(dot_case *c) { free(c->w); free(c->x); }
+
+/* The scalar kernel against float64. Q4_1/Q5_1 carry sum(x) as the f16
+ * value s = d*sum(q) (as ggml does), so they get an f16-sized tolerance. */
+static void test_scalar_vs_f64(void) {
+    hx_rng r;
+    hx_rng_seed(&r, 7);
+    for (int k = 0; k < N_TYPES; k++) {
+        int t = k_types[k];
+        hx_vec_dot_fn fn = hx_get_vec_dot(t, HX_ISA_SCALAR);
+        CHECKF(fn != NULL, "%s: no scalar kernel", hx_type_name(t));
+        if (!fn) continue;
+        const double rel = 2e-6;
+        for (int b = 0; b < N_BLOCKS; b++)
+            for (int style = 0; style < 3; style++)
+                for (int rb = 0; rb < 2; rb++) {
+                    dot_case c;
+                    make_case(&c, t, k_blocks[b], style, rb, &r);
+                    float got = -1;
+                    fn(c.n, &got, c.w, c.x);
+                    CHECKF(fabs(got - c.ref) <= rel * c.mag + 1.01 * c.slack + 1e-30, "%s scalar n=%lld style %d rb %d: %.9g vs f64 %.9g (mag %g)",
+                           hx_type_name(t), (long long)c.n, style, rb, got, c.ref, c.mag);
+                    free_case(&c);
+                }
+    }
+}
+
+static void test_simd_vs_scalar(void) {
+    const hx_isa isas[] = {HX_ISA_AVX2, HX_ISA_AVX512, HX_ISA_AVX512_VNNI};
+    hx_cpu_features f = hx_cpu_detect();
+    for (int ii = 0; ii < 3; ii++) {
+        hx_isa isa = isas[ii];
+        if (isa > hx_isa_best()) {
+            printf("SKIP %s kernels: this CPU/OS lacks them (avx2=%d fma=%d f16c=%d os_avx=%d avx512f=%d bw=%d vl=%d "
+                   "os_avx512=%d vnni=%d)\n", hx_isa_name(isa), f.avx2, f.fma, f.f16c, f.os_avx, f.avx512f, f.avx512bw,
+                   f.avx512vl, f.os_avx512, f.avx512vnni);
+            continue;
+        }
+        int tested = 0;
+        hx_rng r;
+        hx_rng_seed(&r, 100 + ii);
+        for (int k = 0; k < N_TYPES; k++) {
+            int t = k_types[k];
+            hx_vec_dot_fn fs = hx_get_vec_dot(t, HX_ISA_SCALAR), fv = hx_get_vec_dot(t, isa);
+            CHECK(fv != NULL);
+            if (!fv || fv == fs) continue;
+            /* a kernel that only falls back to a lower ISA was tested there */
+            if (isa > HX_ISA_AVX2 && fv == hx_get_vec_dot(t, isa - 1)) continue;
+            tested++;
+            for (int b = 0; b < N_BLOCKS; b++)
+                for (int style = 0; style < 3; style++)
+                    for (int rb = 0; rb < 2; rb++) {
+                        dot_case c;
+                        make_case(&c, t, k_blocks[b], style, rb, &r);
+                        float gs = -1, gv = -2;
+                        fs(c.n, &gs, c.w, c.x);
+                        fv(c.n, &gv, c.w, c.x);
+                        CHECKF(fabs((double)gv - gs) <= 2e-5 * c.mag + 1e-30,
+                               "%s %s n=%lld style %d rb %d: %.9g vs scalar %.9g (mag %g)", hx_type_name(t),
+                               hx_isa_name(isa), (long long)c.n, style, rb, gv, gs, c.mag);
+                        free_case(&c);
+                    }
+        }
+        printf("%s: %d SIMD kernels checked against scalar\n", hx_isa_name(isa), tested);
+    }
+}
+
+static void test_selection(void) {
+    hx_cpu_features f = hx_cpu_detect();
+    hx_isa best = hx_isa_best();
+    printf("cpu: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d vnni=%d avx_vnni=%d os_avx=%d os_avx512=%d "
+           "amx advertised=%d usable=%d -> best %s, current %s\n",
+           f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw, f.avx512vl, f.avx512vnni, f.avx_vnni, f.os_avx, f.os_avx512,
+           f.amx_tile_advertised, f.amx_usable, hx_isa_name(best), hx_isa_name(hx_isa_current()));
+    CHECK(!f.amx_usable || f.amx_tile_advertised);
+    if (best >= HX_ISA_AVX2) CHECK(f.avx2 && f.fma && f.os_avx);
+    if (best >= HX_ISA_AVX512) CHECK(f.avx512f && f.avx512bw && f.os_avx512);
+    CHECK(hx_isa_current() <= best);
+    /* forcing a higher ISA than the CPU has fails; lower ones work */
+    if (best < HX_ISA_AVX512_VNNI) CHECK(!hx_isa_set(HX_ISA_AVX512_VNNI));
+    CHECK(hx_isa_set(HX_ISA_SCALAR) && hx_isa_current() == HX_ISA_SCALAR);
+    CHECK(hx_isa_set(best) && hx_isa_current() == best);
+    /* asking for more than the CPU has gives the best usable kernel, never NULL */
+    for (int k = 0; k < N_TYPES; k++) {
+        CHECK(hx_get_vec_dot(k_types[k], HX_ISA_AVX512_VNNI) == hx_get_vec_dot(k_types[k], best));
+        CHECK(hx_get_vec_dot(k_types[k], HX_ISA_SCALAR) != NULL);
+    }
+    CHECK(hx_get_vec_dot(HX_TYPE_I8, best) == NULL);
+    CHECK(hx_get_vec_dot(-1, best) == NULL);
+    CHECK(hx_get_vec_dot(HX_TYPE_COUNT, best) == NULL);
+    /* the convenience entry point agrees with the kernel it dispatches to */
+    hx_rng r;
+    hx_rng_seed(&r, 5);
+    dot_case c;
+    make_case(&c, HX_TYPE_Q4_K, 4, 0, false, &r);
+    float a = 0, b = 1;
+    hx_vec_dot(HX_TYPE_Q4_K, c.n, &a, c.w, c.x);
+    hx_get_vec_dot(HX_TYPE_Q4_K, hx_isa_current())(c.n, &b, c.w, c.x);
+    CHECK(a == b);
+    free_case(&c);
+}
+
+int main(void) {
+    test_selection();
+    test_scalar_vs_f64();
+    test_simd_vs_scalar();
+    return t_done("test_dot");
+}

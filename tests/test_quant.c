@@ -1,0 +1,230 @@
+/* test_quant.c — quant formats: golden dequantization against llama.cpp's
+ * output, quantization quality (round-trip error bounds, reference quality on
+ * the golden source tensor), edge inputs. */
+#include "core/core.h"
+#include "quant/quant.h"
+#include "test_util.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+
+static float *read_floats(const char *dir, const char *name, size_t want) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/golden/quant/%s", dir, name);
+    char *buf; size_t n; hx_error e;
+    if (hx_read_file(path, &buf, &n, &e) != HX_OK) { fprintf(stderr, "%s\n", e.msg); return NULL; }
+    if (n != want * 4) { fprintf(stderr, "%s: %zu bytes, want %zu\n", path, n, want * 4); free(buf); return NULL; }
+    return (float *)buf;
+}
+
+/* ---- 1. dequantize every golden tensor and memcmp against llama.cpp's floats ---- */
+static void test_golden_dequant(const char *dir) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/golden/quant/index.json", dir);
+    char *js; hx_error e;
+    if (hx_read_file(path, &js, NULL, &e) != HX_OK) { CHECKF(0, "%s", e.msg); return; }
+    cJSON *root = cJSON_Parse(js);
+    free(js);
+    CHECK(cJSON_IsArray(root));
+    int n_types = 0;
+    cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        const char *tname = cJSON_GetStringValue(cJSON_GetObjectItem(it, "type"));
+        int id = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(it, "ggml_type_id"));
+        size_t nv = (size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(it, "n_values"));
+        size_t rb = (size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(it, "raw_bytes"));
+        if (!tname) { CHECK(tname); continue; }
+        CHECKF(hx_type_from_name(tname) == id, "%s id %d", tname, id);
+        CHECKF(hx_row_size(id, (int64_t)nv) == rb, "%s row size", tname);
+        char rn[64], fn[64];
+        snprintf(rn, sizeof rn, "%s.raw", tname);
+        snprintf(fn, sizeof fn, "%s.f32", tname);
+        float *want = read_floats(dir, fn, nv);
+        snprintf(path, sizeof path, "%s/golden/quant/%s", dir, rn);
+        char *raw; size_t rn_bytes;
+        if (!want || hx_read_file(path, &raw, &rn_bytes, &e) != HX_OK) { CHECKF(0, "%s: missing", tname); free(want); continue; }
+        CHECK(rn_bytes == rb);
+        float *got = malloc(nv * 4);
+        /* dequantize in rows of 256 (the GGUF row length) like a reader would */
+        for (size_t r = 0; r < nv / 256; r++)
+            hx_dequantize_row(id, raw + r * hx_row_size(id, 256), got + r * 256, 256);
+        size_t bad = 0, first = (size_t)-1;
+        for (size_t i = 0; i < nv; i++)
+            if (memcmp(&got[i], &want[i], 4)) { if (!bad) first = i; bad++; }
+        CHECKF(bad == 0, "%s: %zu of %zu floats differ, first at %zu: got %.9g want %.9g",
+               tname, bad, nv, first, bad ? got[first] : 0, bad ? want[first] : 0);
+        n_types++;
+        free(got); free(raw); free(want);
+    }
+    CHECK(n_types >= 12);
+    cJSON_Delete(root);
+}
+
+
+/* ---- 2. quantization quality ---- */
+static const int k_wtypes[] = {HX_TYPE_F16, HX_TYPE_BF16, HX_TYPE_Q4_0, HX_TYPE_Q4_1, HX_TYPE_Q5_0,
+                               HX_TYPE_Q5_1, HX_TYPE_Q8_0, HX_TYPE_Q8_1, HX_TYPE_Q2_K, HX_TYPE_Q3_K,
+                               HX_TYPE_Q4_K, HX_TYPE_Q5_K, HX_TYPE_Q6_K, HX_TYPE_Q8_K};
+#define N_WTYPES (int)(sizeof k_wtypes / sizeof k_wtypes[0])
+
+/* quantize then dequantize n values; returns the rms error (NaN on failure) */
+static double roundtrip_rmse(int type, const float *x, float *y, int64_t n) {
+    void *q = malloc(hx_row_size(type, n));
+    size_t w = hx_quantize_row(type, x, q, n);
+    if (w != hx_row_size(type, n)) { free(q); return NAN; }
+    hx_dequantize_row(type, q, y, n);
+    free(q);
+    double e = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(y[i])) return NAN;
+        e += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+    }
+    return sqrt(e / (double)n);
+}
+
+static double rms(const float *x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return sqrt(s / (double)n);
+}
+
+/* Relative rms error bounds per type on N(0,1) data and on heavy-tailed data
+ * (normal * exp(normal/2), a few large outliers per block). ~1.3-1.5x the
+ * reference algorithm's measured error, so a broken search shows up. */
+static double bound_for(int type, int heavy) {
+    switch (type) {
+    case HX_TYPE_F16: return 0.0005;
+    case HX_TYPE_BF16: return 0.004;
+    case HX_TYPE_Q8_0: case HX_TYPE_Q8_1: return heavy ? 0.0095 : 0.007;
+    case HX_TYPE_Q8_K: return heavy ? 0.016 : 0.009;
+    case HX_TYPE_Q6_K: return heavy ? 0.035 : 0.025;
+    case HX_TYPE_Q5_0: return heavy ? 0.075 : 0.06;
+    case HX_TYPE_Q5_1: return heavy ? 0.07 : 0.055;
+    case HX_TYPE_Q5_K: return heavy ? 0.06 : 0.045;
+    case HX_TYPE_Q4_0: return heavy ? 0.15 : 0.12;
+    case HX_TYPE_Q4_1: return heavy ? 0.14 : 0.11;
+    case HX_TYPE_Q4_K: return heavy ? 0.12 : 0.09;
+    case HX_TYPE_Q3_K: return heavy ? 0.25 : 0.2;
+    case HX_TYPE_Q2_K: return heavy ? 0.45 : 0.4;
+    }
+    return 0;
+}
+
+static void test_roundtrip_random(void) {
+    const int64_t n = 256 * 64;
+    float *x = malloc(n * 4), *y = malloc(n * 4);
+    hx_rng r;
+    for (int heavy = 0; heavy < 2; heavy++) {
+        hx_rng_seed(&r, 1234 + heavy);
+        for (int64_t i = 0; i < n; i++)
+            x[i] = heavy ? hx_rng_normal(&r) * expf(0.5f * hx_rng_normal(&r)) : hx_rng_normal(&r);
+        double xr = rms(x, n);
+        for (int k = 0; k < N_WTYPES; k++) {
+            int t = k_wtypes[k];
+            double rel = roundtrip_rmse(t, x, y, n) / xr;
+            if (getenv("HX_VERBOSE")) printf("  %-5s %s rel rmse %.5f (bound %.4f)\n", hx_type_name(t), heavy ? "heavy" : "gauss", rel, bound_for(t, heavy));
+            CHECKF(rel < bound_for(t, heavy), "%s %s: rel rmse %.5f >= %.4f", hx_type_name(t),
+                   heavy ? "heavy" : "gauss", rel, bound_for(t, heavy));
+        }
+    }
+    free(x); free(y);
+}
+
+/* Our quantizer on llama.cpp's source tensor must be as good as llama.cpp's
+ * own quantization of it (its dequantized output is <TYPE>.f32). */
+static void test_reference_quality(const char *dir) {
+    const char *types[] = {"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+                           "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
+    const size_t nv = 256 * 512;
+    float *src = read_floats(dir, "source.f32", nv);
+    if (!src) { CHECK(src); return; }
+    float *y = malloc(nv * 4);
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        int t = hx_type_from_name(types[k]);
+        char fn[64];
+        snprintf(fn, sizeof fn, "%s.f32", types[k]);
+        float *ref = read_floats(dir, fn, nv);
+        if (!ref) { CHECK(ref); continue; }
+        double eref = 0;
+        for (size_t i = 0; i < nv; i++) eref += ((double)ref[i] - src[i]) * ((double)ref[i] - src[i]);
+        eref = sqrt(eref / (double)nv);
+        double eour = roundtrip_rmse(t, src, y, (int64_t)nv);
+        /* how many values came out identical to llama.cpp's (informational) */
+        size_t same = 0;
+        for (size_t i = 0; i < nv; i++) same += !memcmp(&y[i], &ref[i], 4);
+        if (getenv("HX_VERBOSE"))
+            printf("  %-5s rmse ours %.6g ref %.6g ratio %.4f, identical values %.2f%%\n", types[k], eour, eref,
+                   eour / eref, 100.0 * (double)same / (double)nv);
+        CHECKF(eour <= 1.02 * eref + 1e-12, "%s: rmse %.6g > 1.02 x reference %.6g", types[k], eour, eref);
+        /* stronger: we implement the same reference algorithms, so the bytes match */
+        char path[1024]; char *raw; size_t rn; hx_error e;
+        snprintf(path, sizeof path, "%s/golden/quant/%s.raw", dir, types[k]);
+        if (hx_read_file(path, &raw, &rn, &e) == HX_OK) {
+            size_t rs = hx_row_size(t, 256);
+            char *q = malloc(rs);
+            size_t bad_rows = 0;
+            for (size_t r = 0; r < nv / 256 && rn == rs * (nv / 256); r++) {
+                hx_quantize_row(t, src + r * 256, q, 256);
+                bad_rows += memcmp(q, raw + r * rs, rs) != 0;
+            }
+            CHECKF(rn == rs * (nv / 256) && bad_rows == 0, "%s: %zu of %zu rows differ from llama.cpp's bytes",
+                   types[k], bad_rows, nv / 256);
+            free(q); free(raw);
+        } else CHECKF(0, "%s", e.msg);
+        free(ref);
+    }
+    free(y); free(src);
+}
+
+/* Zeros, constants, huge and tiny magnitudes: no NaN/inf, exact zeros stay zero. */
+static void test_edges(void) {
+    const int64_t n = 512;
+    float *x = malloc(n * 4), *y = malloc(n * 4);
+    for (int k = 0; k < N_WTYPES; k++) {
+        int t = k_wtypes[k];
+        const char *nm = hx_type_name(t);
+        memset(x, 0, n * 4);
+        double e = roundtrip_rmse(t, x, y, n);
+        CHECKF(e == 0, "%s zeros: rmse %g", nm, e);
+        for (int64_t i = 0; i < n; i++) x[i] = 0.75f;
+        e = roundtrip_rmse(t, x, y, n);
+        CHECKF(isfinite(e) && e < 0.75 * bound_for(t, 1), "%s constant: rmse %g", nm, e);
+        for (int64_t i = 0; i < n; i++) x[i] = -3.0f;
+        e = roundtrip_rmse(t, x, y, n);
+        CHECKF(isfinite(e) && e < 3.0 * bound_for(t, 1), "%s negative constant: rmse %g", nm, e);
+        hx_rng r;
+        hx_rng_seed(&r, 99);
+        for (int64_t i = 0; i < n; i++) x[i] = 3000.f * hx_rng_normal(&r);
+        e = roundtrip_rmse(t, x, y, n);
+        CHECKF(isfinite(e) && e / rms(x, n) < bound_for(t, 1), "%s large: rel rmse %g", nm, e / rms(x, n));
+        for (int64_t i = 0; i < n; i++) x[i] = 1e-6f * hx_rng_normal(&r);
+        e = roundtrip_rmse(t, x, y, n);
+        CHECKF(isfinite(e), "%s tiny: rmse %g", nm, e);
+        /* beyond f16 range: scales saturate, output stays finite */
+        for (int64_t i = 0; i < n; i++) x[i] = 1e9f * hx_rng_normal(&r);
+        if (t != HX_TYPE_F16) {
+            e = roundtrip_rmse(t, x, y, n);
+            CHECKF(isfinite(e), "%s huge: not finite", nm);
+        }
+        /* one outlier in a block of zeros */
+        memset(x, 0, n * 4);
+        x[37] = 5.0f;
+        e = roundtrip_rmse(t, x, y, n);
+        CHECKF(isfinite(e) && fabsf(y[37] - 5.0f) < 0.5f && y[36] == 0 , "%s outlier: y=%g", nm, y[37]);
+    }
+    /* rows that are not a multiple of the block size are refused */
+    char buf[1024];
+    CHECK(hx_quantize_row(HX_TYPE_Q4_K, x, buf, 100) == 0);
+    CHECK(hx_quantize_row(HX_TYPE_Q4_0, x, buf, 33) == 0);
+    CHECK(hx_quantize_row(HX_TYPE_I8, x, buf, 32) == 0);
+    free(x); free(y);
+}
+
+int main(void) {
+    const char *dir = t_shared_dir();
+    test_roundtrip_random();
+    test_edges();
+    if (dir) { test_golden_dequant(dir); test_reference_quality(dir); }
+    else printf("SKIP golden: ../shared not found\n");
+    return t_done("test_quant");
+}
