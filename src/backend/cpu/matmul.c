@@ -1,0 +1,107 @@
+/* matmul.c — matvec / matmul: quantize activations once, split weight rows
+ * across the pool, call the dot kernel per row.
+ *
+ * Matvec is memory-bound: every weight byte is read once, so the only goals
+ * are to keep both cores streaming and to make tasks big enough that the
+ * pool's hand-out cost vanishes (a task = a chunk of rows, ~64 KiB of weights).
+ * Matmul is compute-bound for large n: a task owns a block of weight rows that
+ * stays in L1/L2 while every token of a token block uses it. */
+#include "backend/cpu/matmul.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "quant/quant.h"
+
+typedef struct mm_job {
+    hx_vec_dot_fn dot;
+    const uint8_t *w;       /* weight rows */
+    size_t w_row_bytes;     /* bytes per weight row */
+    const uint8_t *x;       /* activations in dot type, n rows */
+    size_t x_row_bytes;
+    int64_t cols, rows, n;  /* shape */
+    int64_t rows_per_task;
+    int64_t tok_block;
+    float *y;               /* (n, rows) */
+} mm_job;
+
+/* One task: rows [r0, r1) for all n tokens, token blocks outermost inside the
+ * task so a row block (a few KiB) is reused from L1 across the token block. */
+static void mm_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const mm_job *j = ctx;
+    int64_t r0 = task * j->rows_per_task;
+    int64_t r1 = r0 + j->rows_per_task;
+    if (r1 > j->rows) r1 = j->rows;
+    if (j->n == 1) {
+        for (int64_t r = r0; r < r1; r++)
+            j->dot(j->cols, &j->y[r], j->w + (size_t)r * j->w_row_bytes, j->x);
+        return;
+    }
+    for (int64_t t0 = 0; t0 < j->n; t0 += j->tok_block) {
+        int64_t t1 = t0 + j->tok_block < j->n ? t0 + j->tok_block : j->n;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *wr = j->w + (size_t)r * j->w_row_bytes;
+            for (int64_t t = t0; t < t1; t++)
+                j->dot(j->cols, &j->y[(size_t)t * j->rows + r], wr, j->x + (size_t)t * j->x_row_bytes);
+        }
+    }
+}
+
+typedef struct q_job { int type; const float *X; uint8_t *dst; int64_t cols; size_t row_bytes; } q_job;
+static void q_task(void *ctx, int64_t t, int thread) {
+    (void)thread;
+    const q_job *q = ctx;
+    hx_quantize_row(q->type, q->X + (size_t)t * q->cols, q->dst + (size_t)t * q->row_bytes, q->cols);
+}
+
+hx_status hx_matmul(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n, float *Y, hx_error *e) {
+    const hx_type_info *ti = hx_type_get(W->type);
+    int64_t cols = W->ne[0], rows = W->ne[1];
+    if (!ti || !ti->supported)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "matmul: tensor '%s': type %s has no dot kernel",
+                      W->name ? W->name : "?", hx_type_name(W->type));
+    hx_vec_dot_fn dot = hx_get_vec_dot(W->type, hx_isa_current());
+    if (!dot)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "matmul: tensor '%s': type %s has no dot kernel",
+                      W->name ? W->name : "?", hx_type_name(W->type));
+    size_t w_row = hx_row_size(W->type, cols);
+    size_t x_row = hx_row_size(ti->dot_type, cols);
+    if (!w_row || !x_row || n <= 0 || rows <= 0)
+        return hx_err(e, HX_ERR_ARG, "matmul: tensor '%s': bad shape %lld x %lld (n %lld)",
+                      W->name ? W->name : "?", (long long)rows, (long long)cols, (long long)n);
+
+    uint8_t *xq = NULL;
+    const uint8_t *xp;
+    if (ti->dot_type == HX_TYPE_F32) {
+        xp = (const uint8_t *)X;
+    } else {
+        xq = malloc(x_row * (size_t)n);
+        if (!xq) return hx_err(e, HX_ERR_NOMEM, "matmul: out of memory for %lld activation rows", (long long)n);
+        q_job q = { ti->dot_type, X, xq, cols, x_row };
+        hx_pool_run(n >= 8 ? pool : NULL, n, q_task, &q);
+        xp = xq;
+    }
+
+    int nth = pool ? hx_pool_threads(pool) : 1;
+    mm_job j = { dot, W->data, w_row, xp, x_row, cols, rows, n, 0, 0, Y };
+    /* rows per task: ~64 KiB of weights for matvec, but at least 8 tasks per
+     * thread so the threads finish together; for batches a 16 KiB row block. */
+    size_t target = n == 1 ? 65536 : 16384;
+    int64_t rpt = (int64_t)(target / w_row);
+    if (rpt < 1) rpt = 1;
+    int64_t max_rpt = (rows + 8 * nth - 1) / (8 * nth);
+    if (rpt > max_rpt) rpt = max_rpt > 0 ? max_rpt : 1;
+    j.rows_per_task = rpt;
+    /* token block: keep the quantized activations of a block in L2 (~256 KiB) */
+    int64_t tb = (int64_t)(262144 / x_row);
+    j.tok_block = tb < 1 ? 1 : tb;
+    hx_pool_run(pool, (rows + rpt - 1) / rpt, mm_task, &j);
+    free(xq);
+    return HX_OK;
+}
+
+hx_status hx_matvec(hx_pool *pool, const hx_tensor *W, const float *x, float *y, hx_error *e) {
+    return hx_matmul(pool, W, x, 1, y, e);
+}
