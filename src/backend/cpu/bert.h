@@ -1,0 +1,26 @@
+/* bert.h — the BERT encoder on the CPU (all-MiniLM-L6-v2 and friends).
+ *
+ * Recipe (post-norm, llama.cpp's `bert` GGUF layout):
+ *   x = LN(tok_embd[id] + pos_embd[pos] + type_embd[0])
+ *   per layer: a = Wo·softmax(QK^T/sqrt(d))V + bo      (bidirectional, per sequence)
+ *              x = LN(x + a);  x = LN(x + W_down·gelu(W_up·x + b_up) + b_down)
+ *   pooling: mean over the sequence's tokens (default), CLS, or none; then L2.
+ * A batch of sequences is run as one set of matrix products over all their
+ * tokens concatenated, with attention kept inside each sequence, so there is
+ * no padding to waste work on. */
+#ifndef HX_CPU_BERT_H
+#define HX_CPU_BERT_H
+
+#include "helix.h"
+#include "core/pool.h"
+#include "model/model.h"
+
+typedef enum hx_pooling { HX_POOL_NONE = 0, HX_POOL_MEAN = 1, HX_POOL_CLS = 2 } hx_pooling;
+
+/* Encode n_seq sequences. ids: all token ids concatenated; lens[i] = length of
+ * sequence i (each 1..n_ctx_train). out: n_seq * n_embd floats for MEAN/CLS
+ * (L2-normalized when normalize), or sum(lens) * n_embd for NONE. */
+hx_status hx_bert_encode(const hx_model *m, hx_pool *pool, const int32_t *ids, const int *lens, int n_seq,
+                         hx_pooling pooling, bool normalize, float *out, hx_error *e);
+
+#endif
