@@ -75,6 +75,11 @@ typedef struct hx_model {
     hx_tensor output_norm, output_norm_b;
     hx_tensor output;               /* = tok_embd when tied */
     hx_layer_weights *layers;       /* n_layer */
+    /* models loaded from a Hugging Face folder (safetensors) own this mapping
+     * instead of gguf; gguf is NULL then */
+    void *st_map;
+    size_t st_size;
+    char *st_names;                 /* NUL-terminated tensor names, referenced by hx_tensor.name */
 } hx_model;
 
 /* Derive the config from GGUF metadata (no tensors needed). */
@@ -82,6 +87,11 @@ hx_status hx_model_config_from_gguf(const hx_gguf *g, hx_model_config *cfg, hx_e
 /* Open a GGUF and bind every tensor the recipe needs, checking shapes. */
 hx_status hx_model_load(const char *path, const hx_gguf_open_opts *opts, hx_model **out, hx_error *e);
 void hx_model_free(hx_model *m);
+/* Load a Hugging Face model folder: config.json + model.safetensors (BERT
+ * encoders for now: BertModel / all-MiniLM-L6-v2 and the like). */
+hx_status hx_model_load_hf(const char *dir, hx_model **out, hx_error *e);
+/* hx_model_load for a .gguf file, hx_model_load_hf for a directory. */
+hx_status hx_model_load_any(const char *path, hx_model **out, hx_error *e);
 const char *hx_arch_name(hx_arch a);
 
 #endif
