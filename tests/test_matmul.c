@@ -29,8 +29,23 @@ static void check_one(hx_pool *pool, int type, int64_t rows, int64_t cols, int64
         hx_dequantize_row(type, wq + r * wrow, wd + r * cols, cols);
     }
     for (int64_t t = 0; t < n; t++) {
-        hx_quantize_row(ti->dot_type, x + t * cols, xq, cols);
-        hx_dequantize_row(ti->dot_type, xq, xd + t * cols, cols);
+        float *xt = x + t * cols, *dt = xd + t * cols;
+        if (type == HX_TYPE_F16) {
+            for (int64_t k = 0; k < cols; k++) dt[k] = hx_fp16_to_fp32(hx_fp32_to_fp16(xt[k]));
+        } else if (type == HX_TYPE_BF16) {
+            for (int64_t k = 0; k < cols; k++) dt[k] = hx_bf16_to_fp32(hx_fp32_to_bf16(xt[k]));
+        } else if (ti->dot_type == HX_TYPE_Q8_0 || ti->dot_type == HX_TYPE_Q8_1) {
+            /* ggml's x86 activation rule: q = round-half-even(x * 127/amax), d = fp16(amax/127) */
+            for (int64_t b = 0; b < cols; b += 32) {
+                float amax = 0;
+                for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(xt[b + k]));
+                float d = hx_fp16_to_fp32(hx_fp32_to_fp16(amax / 127.f));
+                for (int k = 0; k < 32; k++) dt[b + k] = d * nearbyintf(amax ? xt[b + k] * (127.f / amax) : 0);
+            }
+        } else {
+            hx_quantize_row(ti->dot_type, xt, xq, cols);
+            hx_dequantize_row(ti->dot_type, xq, dt, cols);
+        }
     }
     hx_tensor W = { "w", type, { cols, rows, 1, 1 }, wq };
     hx_error e = {0};

@@ -1,6 +1,11 @@
 /* matmul.c — matvec / matmul: quantize activations once, split weight rows
  * across the pool, call the dot kernel per row.
  *
+ * Activations are quantized with hx_quantize_row (ggml's _ref rules: d =
+ * amax/127, roundf), which is what reproduces the llama.cpp references in
+ * ../shared on Q4_0/Q8_0 weights (ggml's SIMD rule, 127/amax with
+ * round-half-even, matched fewer of them).
+ *
  * Matvec is memory-bound: every weight byte is read once, so the only goals
  * are to keep both cores streaming and to make tasks big enough that the
  * pool's hand-out cost vanishes (a task = a chunk of rows, ~64 KiB of weights).
@@ -8,11 +13,23 @@
  * stays in L1/L2 while every token of a token block uses it. */
 #include "backend/cpu/matmul.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
 #include "quant/quant.h"
+
+/* F16 / BF16 weights: ggml converts the activations to the weight's type
+ * before the dot (vec_dot_type F16 / BF16); we keep f32 storage but round the
+ * values the same way, so products and greedy choices match. */
+static void act_round(int wtype, const float *x, float *dst, int64_t n) {
+    if (wtype == HX_TYPE_F16)
+        for (int64_t i = 0; i < n; i++) dst[i] = hx_fp16_to_fp32(hx_fp32_to_fp16(x[i]));
+    else
+        for (int64_t i = 0; i < n; i++) dst[i] = hx_bf16_to_fp32(hx_fp32_to_bf16(x[i]));
+}
+
 
 typedef struct mm_job {
     hx_vec_dot_fn dot;
@@ -49,14 +66,19 @@ static void mm_task(void *ctx, int64_t task, int thread) {
     }
 }
 
-typedef struct q_job { int type; const float *X; uint8_t *dst; int64_t cols; size_t row_bytes; } q_job;
+typedef struct q_job { int type, wtype; const float *X; uint8_t *dst; int64_t cols; size_t row_bytes; } q_job;
 static void q_task(void *ctx, int64_t t, int thread) {
     (void)thread;
     const q_job *q = ctx;
+    if (q->type == HX_TYPE_F32) {
+        act_round(q->wtype, q->X + (size_t)t * q->cols, (float *)(q->dst + (size_t)t * q->row_bytes), q->cols);
+        return;
+    }
     hx_quantize_row(q->type, q->X + (size_t)t * q->cols, q->dst + (size_t)t * q->row_bytes, q->cols);
 }
 
-hx_status hx_matmul(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n, float *Y, hx_error *e) {
+hx_status hx_matmul_ex(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n, float *Y, unsigned flags,
+                       hx_error *e) {
     const hx_type_info *ti = hx_type_get(W->type);
     int64_t cols = W->ne[0], rows = W->ne[1];
     if (!ti || !ti->supported)
@@ -74,12 +96,12 @@ hx_status hx_matmul(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n
 
     uint8_t *xq = NULL;
     const uint8_t *xp;
-    if (ti->dot_type == HX_TYPE_F32) {
+    if (ti->dot_type == HX_TYPE_F32 && (W->type == HX_TYPE_F32 || !(flags & HX_MM_ROUND_F16_ACT))) {
         xp = (const uint8_t *)X;
     } else {
         xq = malloc(x_row * (size_t)n);
         if (!xq) return hx_err(e, HX_ERR_NOMEM, "matmul: out of memory for %lld activation rows", (long long)n);
-        q_job q = { ti->dot_type, X, xq, cols, x_row };
+        q_job q = { ti->dot_type, W->type, X, xq, cols, x_row };
         hx_pool_run(n >= 8 ? pool : NULL, n, q_task, &q);
         xp = xq;
     }
@@ -102,6 +124,10 @@ hx_status hx_matmul(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n
     return HX_OK;
 }
 
+hx_status hx_matmul(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n, float *Y, hx_error *e) {
+    return hx_matmul_ex(pool, W, X, n, Y, 0, e);
+}
+
 hx_status hx_matvec(hx_pool *pool, const hx_tensor *W, const float *x, float *y, hx_error *e) {
-    return hx_matmul(pool, W, x, 1, y, e);
+    return hx_matmul_ex(pool, W, x, 1, y, 0, e);
 }

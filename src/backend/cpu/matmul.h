@@ -18,4 +18,11 @@ hx_status hx_matvec(hx_pool *pool, const hx_tensor *W, const float *x, float *y,
 /* Y[t] = W X[t] for t in [0, n). */
 hx_status hx_matmul(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n, float *Y, hx_error *e);
 
+/* Flags for hx_matmul_ex. HX_MM_ROUND_F16_ACT: for F16/BF16 weights round the
+ * activations to f16/bf16 first, as ggml does (its vec_dot_type), for
+ * token-exact parity with llama.cpp; off = exact f32 activations. */
+enum { HX_MM_ROUND_F16_ACT = 1u };
+hx_status hx_matmul_ex(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n, float *Y, unsigned flags,
+                       hx_error *e);
+
 #endif
