@@ -12,3 +12,8 @@ if ((${#need[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# llama.cpp's gguf-py, used by tests to cross-check our GGUF reader and writer
+# (optional: those tests skip without it)
+if command -v python3 >/dev/null && ! python3 -c "import gguf" 2>/dev/null; then
+  python3 -m pip install -q gguf >/dev/null 2>&1 || echo "deps: could not pip install gguf (cross-check tests will skip)"
+fi

@@ -95,7 +95,8 @@ files=("$tmp/sample.gguf")
 # default only files up to 1 MB are compared; HX_GGUF_PY_FULL=1 compares all.
 size_arg=(-size -1000001c)
 [ "${HX_GGUF_PY_FULL:-0}" = 1 ] && size_arg=()
-for d in ../shared/models ../shared/tokenizers/vocab-gguf; do
+SHARED="${HX_SHARED:-../shared}"
+for d in "$SHARED/models" "$SHARED/tokenizers/vocab-gguf"; do
   [ -d "$d" ] && while IFS= read -r f; do files+=("$f"); done < <(find "$d" -name '*.gguf' "${size_arg[@]}" | sort)
 done
 mkdir -p "$tmp/py"

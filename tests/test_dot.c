@@ -198,9 +198,62 @@ static void test_selection(void) {
     free_case(&c);
 }
 
+/* Real blocks: llama.cpp's quantized golden tensors ([512 rows of 256]) dotted
+ * with a random activation row by every usable kernel, against float64 of
+ * the dequantized values. */
+static void test_golden_rows(const char *dir) {
+    const char *names[] = {"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+                           "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
+    hx_rng r;
+    hx_rng_seed(&r, 31);
+    float xf[256], xd[256], wd[256];
+    for (int i = 0; i < 256; i++) xf[i] = hx_rng_normal(&r);
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        int t = hx_type_from_name(names[k]);
+        char path[1024], *raw;
+        size_t rn;
+        hx_error e;
+        snprintf(path, sizeof path, "%s/golden/quant/%s.raw", dir, names[k]);
+        if (hx_read_file(path, &raw, &rn, &e) != HX_OK) { CHECKF(0, "%s", e.msg); continue; }
+        const size_t rs = hx_row_size(t, 256);
+        const int dt = hx_type_get(t)->dot_type;
+        static char xq[4096];
+        hx_quantize_row_act(dt, xf, xq, 256);
+        hx_dequantize_row(dt, xq, xd, 256);
+        int bad = 0;
+        for (size_t row = 0; row < rn / rs && row < 512; row++) {
+            const char *w = raw + row * rs;
+            hx_dequantize_row(t, w, wd, 256);
+            double ref = 0, mag = 0, slack = 0;
+            for (int i = 0; i < 256; i++) { ref += (double)wd[i] * xd[i]; mag += fabs((double)wd[i] * xd[i]); }
+            if (dt == HX_TYPE_Q8_1) {
+                /* ggml-style s = f16(d_f32 * sum q): two f16 roundings per block */
+                for (int b = 0; b < 8; b++) {
+                    uint16_t m, sh;
+                    memcpy(&m, w + b * hx_type_get(t)->type_size + 2, 2);
+                    memcpy(&sh, xq + b * 36 + 2, 2);
+                    slack += fabs((double)hx_fp16_to_fp32(m) * hx_fp16_to_fp32(sh)) / 1024.0;
+                }
+            }
+            for (int isa = HX_ISA_SCALAR; isa <= (int)hx_isa_best(); isa++) {
+                float got = 0;
+                hx_get_vec_dot(t, (hx_isa)isa)(256, &got, w, xq);
+                if (!(fabs(got - ref) <= 2e-5 * mag + slack + 1e-30)) {
+                    if (!bad++) fprintf(stderr, "%s row %zu %s: %.9g vs f64 %.9g\n", names[k], row, hx_isa_name((hx_isa)isa), got, ref);
+                }
+            }
+        }
+        CHECKF(bad == 0, "%s: %d golden-row dots off", names[k], bad);
+        free(raw);
+    }
+}
+
 int main(void) {
     test_selection();
     test_scalar_vs_f64();
     test_simd_vs_scalar();
+    const char *dir = t_shared_dir();
+    if (dir) test_golden_rows(dir);
+    else printf("SKIP golden rows: ../shared not found\n");
     return t_done("test_dot");
 }

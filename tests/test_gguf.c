@@ -332,6 +332,27 @@ static void test_roundtrip(void) {
         unlink(p2);
     }
 
+    /* a 0-byte tensor (a 0 dim, legal in ggml) with NULL data, between two others */
+    {
+        char p0[320];
+        snprintf(p0, sizeof p0, "%s/zero.gguf", g_tmpdir);
+        hx_gguf_writer *w = hx_gguf_writer_new(0);
+        const int64_t ne0[2] = {0, 4};
+        CHECK(!hx_gguf_writer_add_tensor(w, "a", HX_TYPE_F16, 1, k_ne_f16, d.f16));
+        CHECK(!hx_gguf_writer_add_tensor(w, "z", HX_TYPE_F32, 2, ne0, NULL));
+        CHECK(!hx_gguf_writer_add_tensor(w, "b", HX_TYPE_F32, 2, k_ne_f32, d.f32));
+        hx_error e = {0};
+        CHECKF(!hx_gguf_writer_write(w, p0, &e), "%s", e.msg);
+        hx_gguf_writer_free(w);
+        hx_gguf *g = NULL;
+        CHECKF(!hx_gguf_open(p0, NULL, &g, &e), "%s", e.msg);
+        const hx_gguf_tensor *t;
+        CHECK(g && (t = hx_gguf_find_tensor(g, "z")) && t->n_bytes == 0 && t->ne[0] == 0 && t->ne[1] == 4);
+        CHECK(g && (t = hx_gguf_find_tensor(g, "b")) && !memcmp(t->data, d.f32, sizeof d.f32));
+        hx_gguf_close(g);
+        unlink(p0);
+    }
+
     /* writer argument errors are remembered and reported by _write */
     hx_gguf_writer *w = hx_gguf_writer_new(0);
     const int64_t ne_bad[1] = {33};
@@ -441,6 +462,31 @@ static void test_stories(const char *shared) {
     hx_gguf_close(g);
 }
 
+/* Copying every kv and tensor of a file llama.cpp wrote must give back the
+ * same bytes: our writer lays files out exactly as ggml's gguf writer does. */
+static void test_copy_real(const char *shared, const char *rel) {
+    char p[512], out[320];
+    snprintf(p, sizeof p, "%s/%s", shared, rel);
+    snprintf(out, sizeof out, "%s/copy.gguf", g_tmpdir);
+    hx_gguf *g = NULL;
+    hx_error e = {0};
+    CHECKF(!hx_gguf_open(p, NULL, &g, &e), "%s", e.msg);
+    if (!g) return;
+    hx_gguf_writer *w = hx_gguf_writer_new((uint32_t)g->alignment);
+    for (uint64_t i = 0; i < g->n_kv; i++) CHECK(!hx_gguf_writer_copy_kv(w, &g->kv[i]));
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const hx_gguf_tensor *t = &g->tensors[i];
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        CHECK(!hx_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data));
+    }
+    CHECKF(!hx_gguf_writer_write(w, out, &e), "%s", e.msg);
+    hx_gguf_writer_free(w);
+    CHECKF(files_equal(p, out), "copy of %s is not byte-identical", p);
+    unlink(out);
+    hx_gguf_close(g);
+}
+
 /* ------------------------------------------------------------------------ */
 /* 3. Hostile input: hand-made files                                        */
 
@@ -495,6 +541,19 @@ static void b_nested(bb *b, const char *key, int depth) {
     b_u32(b, HX_GGUF_U8); b_u64(b, 0);
 }
 
+static void test_open_errors(void) {
+    hx_gguf *g = (hx_gguf *)1;
+    hx_error e = {0};
+    CHECK(hx_gguf_open("/nonexistent/m.gguf", NULL, &g, &e) == HX_ERR_IO && !g && strstr(e.msg, "/nonexistent/m.gguf"));
+    CHECK(hx_gguf_open("/tmp", NULL, &g, &e) == HX_ERR_IO && strstr(e.msg, "not a regular file"));
+    char p[320];
+    snprintf(p, sizeof p, "%s/short.gguf", g_tmpdir);
+    CHECK(!hx_write_file_atomic(p, "GGUF\3\0\0\0", 8, &e));
+    CHECK(hx_gguf_open(p, NULL, &g, &e) == HX_ERR_FORMAT && strstr(e.msg, "short.gguf: offset 0") && strstr(e.msg, "8 bytes"));
+    unlink(p);
+    CHECK(hx_gguf_open_memory(NULL, 0, "empty", &g, &e) == HX_ERR_FORMAT && strstr(e.msg, "empty: offset 0"));
+}
+
 static void test_handmade(void) {
     bb *b = calloc(1, sizeof *b);
     const uint64_t ne2[2] = {32, 2}, ne1[1] = {32};
@@ -524,8 +583,12 @@ static void test_handmade(void) {
     b_hdr(b, 3, 0, 1); b_str(b, "k"); b_u32(b, HX_GGUF_ARRAY); b_u32(b, HX_GGUF_BOOL); b_u64(b, 2); b_u32(b, 0x0301);
     EXPECT_FAIL(b, "bool array element 1 is 3");
     b_hdr(b, 3, 0, 1); b_str(b, "k"); b_u32(b, HX_GGUF_ARRAY); b_u32(b, 99); b_u64(b, 0); EXPECT_FAIL(b, "unknown array element type 99");
+    /* the message locates the element inside nested arrays: [[ "ab", <len 99> ]] */
+    b_hdr(b, 3, 0, 1); b_str(b, "k"); b_u32(b, HX_GGUF_ARRAY); b_u32(b, HX_GGUF_ARRAY); b_u64(b, 1);
+    b_u32(b, HX_GGUF_STRING); b_u64(b, 2); b_str(b, "ab"); b_u64(b, 99); b_u32(b, 0);
+    EXPECT_FAIL(b, "kv 0 'k'[0][1]: array string element length 99 exceeds");
     b_hdr(b, 3, 0, 1); b_nested(b, "deep", 8); expect_ok(b, __LINE__);
-    b_hdr(b, 3, 0, 1); b_nested(b, "deep", 9); EXPECT_FAIL(b, "kv 0 'deep': arrays nested deeper than 8 levels");
+    b_hdr(b, 3, 0, 1); b_nested(b, "deep", 9); EXPECT_FAIL(b, "kv 0 'deep'[0][0][0][0][0][0][0][0]: arrays nested deeper than 8 levels");
     b_hdr(b, 3, 0, 1); b_nested(b, "deep", 200); EXPECT_FAIL(b, "nested deeper");
     /* alignment */
     b_hdr(b, 3, 0, 1); b_kv_u32(b, "general.alignment", 48); EXPECT_FAIL(b, "alignment 48 is not a power of two");
@@ -557,7 +620,9 @@ static void test_handmade(void) {
     { const uint64_t odd[1] = {33};
       b_hdr(b, 3, 1, 0); b_tensor(b, "t", 1, odd, HX_TYPE_Q8_0, 0); b_pad(b, 32, 256); EXPECT_FAIL(b, "row length 33 is not a multiple of Q8_0 block size 32"); }
     { const uint64_t z[2] = {0, 5}; /* zero-size tensors are legal in ggml */
-      b_hdr(b, 3, 1, 0); b_tensor(b, "t", 2, z, HX_TYPE_Q4_K, 0); b_pad(b, 32, 0); expect_ok(b, __LINE__); }
+      b_hdr(b, 3, 1, 0); b_tensor(b, "t", 2, z, HX_TYPE_Q4_K, 0); b_pad(b, 32, 0); expect_ok(b, __LINE__);
+      /* ... but not when the data section itself lies past the end (fuzzer find) */
+      b_hdr(b, 3, 1, 0); b_tensor(b, "t", 2, z, HX_TYPE_Q4_K, 0); EXPECT_FAIL(b, "starts past end of file"); }
     b_hdr(b, 3, 1, 0); b_tensor(b, "blk.0.attn_q.weight", 2, ne2, HX_TYPE_F32, 0); b_pad(b, 32, 255);
     EXPECT_FAIL(b, "tensor 0 'blk.0.attn_q.weight': data [96, 352) extends past end of file (size 351)");
     b_hdr(b, 3, 1, 0); b_tensor(b, "t", 2, ne2, HX_TYPE_F32, 1ull << 40); b_pad(b, 32, 256); EXPECT_FAIL(b, "extends past end of file");
@@ -767,13 +832,14 @@ int main(int argc, char **argv) {
     if (!mkdtemp(g_tmpdir)) { perror("mkdtemp"); return 1; }
     double t0 = hx_now_s();
     test_roundtrip();
+    test_open_errors();
     test_handmade();
     test_hostile_written();
     test_regressions();
     printf("  no-shared parts: %.2f s\n", hx_now_s() - t0);
-    rmdir(g_tmpdir);
     const char *shared = t_shared_dir();
     if (!shared) {
+        rmdir(g_tmpdir);
         printf("SKIP (partial): ../shared not found; real-file tests not run\n");
         return t_done("test_gguf");
     }
@@ -785,7 +851,12 @@ int main(int argc, char **argv) {
     printf("  %d real GGUF files opened\n", g_n_files);
     CHECK(g_n_files >= 20);
     test_stories(shared);
+    test_copy_real(shared, "models/stories260K.gguf");
+    test_copy_real(shared, "models/stories260K-Q8_0.gguf");
+    test_copy_real(shared, "models/quant-tiny/tiny-Q4_K_S.gguf");
+    test_copy_real(shared, "models/ref-tiny/tiny-gemma3-shared.gguf");
     test_hostile_real(shared);
     printf("  total %.2f s\n", hx_now_s() - t0);
+    rmdir(g_tmpdir);
     return t_done("test_gguf");
 }

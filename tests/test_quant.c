@@ -220,10 +220,88 @@ static void test_edges(void) {
     free(x); free(y);
 }
 
+/* ---- 3. activation quantizers: AVX2 == scalar bytes, and close to the weight quantizer ---- */
+static void test_act_quant(void) {
+    const int types[] = {HX_TYPE_Q8_0, HX_TYPE_Q8_1, HX_TYPE_Q8_K};
+    const int64_t n = 256 * 24;
+    float *x = malloc(n * 4), *ya = malloc(n * 4), *yw = malloc(n * 4);
+    hx_rng r;
+    hx_rng_seed(&r, 77);
+    for (int64_t i = 0; i < n; i++) {
+        int blk = (int)(i / 256);
+        float v = hx_rng_normal(&r);
+        if (blk % 4 == 1) v *= expf(hx_rng_normal(&r));           /* heavy tails */
+        if (blk % 4 == 2) v = (i % 7 == 0) ? 0.f : 0.5f;          /* constant with zeros */
+        if (blk % 4 == 3 && (i % 256) < 32) v = 0.f;              /* an all-zero sub-block */
+        x[i] = v;
+    }
+    x[4 * 256 + 3] = -9.f; x[4 * 256 + 200] = 9.f;                /* +-max tie: first one wins */
+    const hx_isa saved = hx_isa_current(), best = hx_isa_best();
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        int t = types[k];
+        size_t rs = hx_row_size(t, n);
+        char *qs = malloc(rs), *qv = malloc(rs), *qw = malloc(rs);
+        hx_isa_set(HX_ISA_SCALAR);
+        CHECK(hx_quantize_row_act(t, x, qs, n) == rs);
+        if (best >= HX_ISA_AVX2) {
+            hx_isa_set(HX_ISA_AVX2);
+            CHECK(hx_quantize_row_act(t, x, qv, n) == rs);
+            CHECKF(!memcmp(qs, qv, rs), "%s: AVX2 activation quantizer differs from scalar", hx_type_name(t));
+        } else {
+            printf("SKIP %s AVX2 activation quantizer: CPU lacks AVX2\n", hx_type_name(t));
+        }
+        /* both quantizers round to the nearest level of (almost) the same grid */
+        hx_quantize_row(t, x, qw, n);
+        hx_dequantize_row(t, qs, ya, n);
+        hx_dequantize_row(t, qw, yw, n);
+        double worst = 0;
+        for (int64_t i = 0; i < n; i += 32) {
+            float amax = 0;
+            int64_t bl = t == HX_TYPE_Q8_K ? 256 : 32, b0 = i / bl * bl;
+            for (int64_t j = b0; j < b0 + bl; j++) amax = fmaxf(amax, fabsf(x[j]));
+            for (int64_t j = i; j < i + 32; j++) {
+                double step = amax / 127.0;
+                double e = fabs((double)ya[j] - x[j]) / (step > 0 ? step : 1);
+                if (e > worst) worst = e;
+            }
+        }
+        /* f16 rounding of d moves level 127 by up to 127/2048 */
+        CHECKF(worst <= (t == HX_TYPE_Q8_K ? 0.501 : 0.5 + 127.0 / 2048 + 1e-3), "%s act: max error %.4f levels", hx_type_name(t), worst);
+        if (t == HX_TYPE_Q8_1) {
+            /* s = d * sum(q) within f16 rounding */
+            const uint8_t *b = (const uint8_t *)qs;
+            for (int64_t i = 0; i < n / 32; i++) {
+                const uint8_t *blk = b + i * 36;
+                uint16_t dh, sh;
+                memcpy(&dh, blk, 2); memcpy(&sh, blk + 2, 2);
+                int sum = 0;
+                for (int j = 0; j < 32; j++) sum += (int8_t)blk[4 + j];
+                double want = hx_fp16_to_fp32(dh) * sum;
+                CHECK(fabs(hx_fp16_to_fp32(sh) - want) <= fabs(want) / 1000 + 1e-6);
+            }
+        }
+        free(qs); free(qv); free(qw);
+    }
+    /* the tie: the first element of largest magnitude (-9, not the later +9) sets
+     * the sign: iscale = -127/-9 > 0, so d > 0 and that element maps to -127 */
+    {
+        float d;
+        char *q = malloc(hx_row_size(HX_TYPE_Q8_K, 256));
+        hx_quantize_row_act(HX_TYPE_Q8_K, x + 4 * 256, q, 256);
+        memcpy(&d, q, 4);
+        CHECKF(d > 0 && (int8_t)q[4 + 3] == -127, "Q8_K tie: d=%g q=%d", d, (int8_t)q[4 + 3]);
+        free(q);
+    }
+    hx_isa_set(saved);
+    CHECK(hx_quantize_row_act(HX_TYPE_Q4_K, x, ya, 100) == 0);
+    free(x); free(ya); free(yw);
+}
+
 int main(void) {
     const char *dir = t_shared_dir();
     test_roundtrip_random();
     test_edges();
+    test_act_quant();
     if (dir) { test_golden_dequant(dir); test_reference_quality(dir); }
     else printf("SKIP golden: ../shared not found\n");
     return t_done("test_quant");

@@ -105,6 +105,8 @@ typedef struct rd {
     const char *name;     /* file name for messages */
     hx_error *e;
     char field[160];      /* what is being read, for messages */
+    int n_idx;            /* element path inside nested arrays, for messages */
+    uint64_t idx[GGUF_MAX_ARRAY_DEPTH];
 } rd;
 
 /* Copy a gguf string into buf for a message: printable ASCII only, truncated. */
@@ -122,12 +124,15 @@ static const char *safe_str(char *buf, size_t cap, const char *p, uint64_t n) {
 static hx_status rd_fail(rd *r, hx_status s, uint64_t off, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static hx_status rd_fail(rd *r, hx_status s, uint64_t off, const char *fmt, ...) {
-    char msg[320];
+    char msg[320], path[GGUF_MAX_ARRAY_DEPTH * 22 + 1] = "";
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return hx_err(r->e, s, "%s: offset %" PRIu64 ": %s: %s", r->name, off, r->field, msg);
+    size_t k = 0;
+    for (int i = 0; i < r->n_idx; i++)
+        k += (size_t)snprintf(path + k, sizeof path - k, "[%" PRIu64 "]", r->idx[i]);
+    return hx_err(r->e, s, "%s: offset %" PRIu64 ": %s%s: %s", r->name, off, r->field, path, msg);
 }
 
 static uint64_t rd_left(const rd *r) { return r->n - r->off; }
@@ -255,8 +260,13 @@ static hx_status parse_value(rd *r, hx_gguf_vtype t, hx_gguf_value *v, int depth
             return rd_fail(r, HX_ERR_NOMEM, at, "out of memory for %" PRIu64 " array elements", count);
     }
     v->arr.count = count; /* zeroed elements are u8 scalars: value_free skips them */
-    for (uint64_t i = 0; i < count; i++)
+    r->n_idx = depth + 1;
+    for (uint64_t i = 0; i < count; i++) {
+        r->idx[depth] = i;
         if ((s = parse_value(r, (hx_gguf_vtype)et, &v->arr.elems[i], depth + 1))) return s;
+        r->n_idx = depth + 1;
+    }
+    r->n_idx = depth;
     return HX_OK;
 }
 
@@ -289,6 +299,7 @@ static hx_status parse_kvs(rd *r, hx_gguf *g) {
     for (uint64_t i = 0; i < g->n_kv; i++) {
         hx_gguf_kv *kv = &g->kv[i];
         kv->file_offset = r->off;
+        r->n_idx = 0;
         snprintf(r->field, sizeof r->field, "kv %" PRIu64, i);
         if ((s = rd_str(r, &kv->key, "key"))) return s;
         if (kv->key.len == 0) return rd_fail(r, HX_ERR_FORMAT, kv->file_offset, "empty key");
@@ -395,6 +406,10 @@ static hx_status check_tensor_data(rd *r, hx_gguf *g, const uint64_t *info_off) 
         hx_gguf_tensor *t = &g->tensors[i];
         snprintf(r->field, sizeof r->field, "tensor %" PRIu64 " '%s'", i,
                  safe_str(nb, sizeof nb, t->name.ptr, t->name.len));
+        /* even a 0-byte tensor must point inside [map, map + file_size] */
+        if (g->data_offset > g->file_size)
+            return rd_fail(r, HX_ERR_FORMAT, info_off[i], "data section (offset %" PRIu64 ") starts past end of file (size %" PRIu64 ")",
+                           g->data_offset, g->file_size);
         if (t->offset % g->alignment)
             return rd_fail(r, HX_ERR_FORMAT, info_off[i], "data offset %" PRIu64 " is not a multiple of alignment %" PRIu64,
                            t->offset, g->alignment);
@@ -454,6 +469,7 @@ static hx_status parse(hx_gguf *g, hx_error *e) {
                       g->path, g->n_kv, g->n_tensors);
     }
     s = parse_kvs(&r, g);
+    r.n_idx = 0;
     if (!s) s = read_alignment(&r, g);
     if (!s) s = parse_tensor_infos(&r, g, info_off);
     if (!s) {

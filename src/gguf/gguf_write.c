@@ -339,6 +339,7 @@ static void ws_raw(wstream *s, const void *p, size_t n) {
 static void ws_flush(wstream *s) { ws_raw(s, s->buf, s->n); s->n = 0; }
 
 static void ws_put(wstream *s, const void *p, size_t n) {
+    if (n == 0) return; /* p may be NULL for 0-byte tensors */
     s->pos += n;
     if (s->n + n > sizeof s->buf) ws_flush(s);
     if (n >= sizeof s->buf) { ws_raw(s, p, n); return; }

@@ -25,4 +25,9 @@ HX_DOT_KERNELS(HX_DECL_AVX2)
     void hx_dot_##t##_avx512vnni(int64_t n, float *out, const void *w, const void *x);
 HX_DOT_KERNELS_AVX512(HX_DECL_AVX512)
 
+/* activation quantizers (act_avx2.c); nb = number of blocks */
+void hx_quant_act_q8_0_avx2(const float *x, void *y, int64_t nb);
+void hx_quant_act_q8_1_avx2(const float *x, void *y, int64_t nb);
+void hx_quant_act_q8_K_avx2(const float *x, void *y, int64_t nb);
+
 #endif

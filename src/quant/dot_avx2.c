@@ -26,6 +26,13 @@ static inline float hsum_ps(__m256 v) {
 
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
+/* broadcast f16(*pa) * f16(*pb): each scale is read with a 4-byte load (the
+ * f16 and the 2 bytes after it, which every block has) straight into vcvtph2ps */
+static inline __m256 scale2(const void *pa, const void *pb) {
+    const __m128 fa = _mm_cvtph_ps(_mm_loadu_si32(pa)), fb = _mm_cvtph_ps(_mm_loadu_si32(pb));
+    return _mm256_broadcastss_ps(_mm_mul_ss(fa, fb));
+}
+
 static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0-15) then high (16-31) */
@@ -115,7 +122,7 @@ void hx_dot_bf16_avx2(int64_t n, float *out, const void *w, const void *x) {
 /* ----------------------------------------------------------- legacy quants */
 
 static inline __m256 q4_0_block(const block_q4_0 *a, const block_q8_0 *b, __m256 acc) {
-    const __m256 d = _mm256_set1_ps(f16(a->d) * f16(b->d));
+    const __m256 d = scale2(&a->d, &b->d);
     /* sum (q-8)*x = sum q*x - sum 8*x, pairwise in int16 (no sign trick needed) */
     const __m256i x = loadu256(b->qs);
     const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(unpack_nibbles(a->qs), x),
@@ -162,7 +169,7 @@ void hx_dot_q4_1_avx2(int64_t n, float *out, const void *w, const void *x) {
 
 /* Q5_0: nibble | 0xF0 where the high bit is clear == (nibble + 16h) - 16 as int8 */
 static inline __m256 q5_0_block(const block_q5_0 *a, const block_q8_0 *b, __m256 acc) {
-    const __m256 d = _mm256_set1_ps(f16(a->d) * f16(b->d));
+    const __m256 d = scale2(&a->d, &b->d);
     const __m256i hi = _mm256_andnot_si256(bytes_from_bits(a->qh), _mm256_set1_epi8((char)0xF0));
     const __m256i q = _mm256_or_si256(unpack_nibbles(a->qs), hi);
     return _mm256_fmadd_ps(d, mul_sum_i8_ps(q, loadu256(b->qs)), acc);
@@ -206,7 +213,7 @@ void hx_dot_q5_1_avx2(int64_t n, float *out, const void *w, const void *x) {
 }
 
 static inline __m256 q8_0_block(const block_q8_0 *a, const block_q8_0 *b, __m256 acc) {
-    const __m256 d = _mm256_set1_ps(f16(a->d) * f16(b->d));
+    const __m256 d = scale2(&a->d, &b->d);
     return _mm256_fmadd_ps(d, mul_sum_i8_ps(loadu256(a->qs), loadu256(b->qs)), acc);
 }
 
@@ -237,17 +244,26 @@ static inline __m256i bcast16_pair(int i) {
     return _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo));
 }
 
-/* Q4_K/Q5_K packed 6-bit scales -> 8 scale bytes then 8 min bytes */
+/* Q4_K/Q5_K packed 6-bit scales -> 8 scale bytes then 8 min bytes, in SIMD.
+ * As 32-bit words w0..w2 of the 12 bytes:
+ *   scales 0-3 = w0 & 0x3f..   scales 4-7 = (w2 & 0x0f..) | ((w0 >> 2) & 0x30..)
+ *   mins 0-3   = w1 & 0x3f..   mins 4-7   = ((w2 >> 4) & 0x0f..) | ((w1 >> 2) & 0x30..)
+ * Reads 16 bytes: the 4 after the scales are the block's own qh/qs. */
 static inline __m128i k4_scales_mins(const uint8_t *s12) {
-    const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-    uint32_t u[4];
-    memcpy(u, s12, 12);
-    u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
-    const uint32_t mins_lo = u[1] & kmask1;
-    u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
-    u[2] = mins_lo;
-    u[0] &= kmask1;
-    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+    const __m128i v = _mm_loadu_si128((const __m128i *)s12);
+    const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));   /* w0 w2 w1 w2 */
+    const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));   /* w0 w0 w1 w1 */
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_set_epi32(4, 0, 0, 0)),
+                                     _mm_set_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_set_epi32(0x30303030, 0, 0x30303030, 0));
+    return _mm_or_si128(lo, hi);
+}
+
+/* sum_j m_j * (bsum 2j + bsum 2j+1) as 8 int32 lanes: mins duplicated to
+ * 16 int16 lanes, then one madd with the 16 bsums */
+static inline __m256i k4_mins_dot(__m128i scales_mins, const int16_t *bsums) {
+    const __m128i dup = _mm_shuffle_epi8(scales_mins, _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8));
+    return _mm256_madd_epi16(_mm256_cvtepu8_epi16(dup), loadu256(bsums));
 }
 
 void hx_dot_q4_K_avx2(int64_t n, float *out, const void *w, const void *x) {
@@ -256,17 +272,13 @@ void hx_dot_q4_K_avx2(int64_t n, float *out, const void *w, const void *x) {
     const int64_t nb = n / QK_K;
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
+    __m256 acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const float d = b[i].d * f16(a[i].d), dmin = -b[i].d * f16(a[i].dmin);
-        const __m256i mins_scales = _mm256_cvtepu8_epi16(k4_scales_mins(a[i].scales));
-        /* mins: sum_j m_j * (bsum 2j + bsum 2j+1) */
-        const __m256i bs = loadu256(b[i].bsums);
-        const __m128i bs8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const __m128i pm = _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), bs8);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(pm), acc_m);
-        const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
-        const __m256i scales = _mm256_set_m128i(sc128, sc128);
+        const __m128i sm8 = k4_scales_mins(a[i].scales);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(k4_mins_dot(sm8, b[i].bsums)), acc_m);
+        /* the 8 int16 scales in both 128-bit halves */
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm8));
         const uint8_t *q4 = a[i].qs;
         const int8_t *q8 = b[i].qs;
         __m256i sumi = _mm256_setzero_si256();
@@ -281,9 +293,7 @@ void hx_dot_q4_K_avx2(int64_t n, float *out, const void *w, const void *x) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    __m128 m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    *out = hsum_ps(acc) + _mm_cvtss_f32(m);
+    *out = hsum_ps(_mm256_add_ps(acc, acc_m));
 }
 
 void hx_dot_q5_K_avx2(int64_t n, float *out, const void *w, const void *x) {
@@ -292,16 +302,13 @@ void hx_dot_q5_K_avx2(int64_t n, float *out, const void *w, const void *x) {
     const int64_t nb = n / QK_K;
     const __m256i m4 = _mm256_set1_epi8(0xF), m1 = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
+    __m256 acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const float d = b[i].d * f16(a[i].d), dmin = -b[i].d * f16(a[i].dmin);
-        const __m256i mins_scales = _mm256_cvtepu8_epi16(k4_scales_mins(a[i].scales));
-        const __m256i bs = loadu256(b[i].bsums);
-        const __m128i bs8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const __m128i pm = _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), bs8);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(pm), acc_m);
-        const __m128i sc128 = _mm256_castsi256_si128(mins_scales);
-        const __m256i scales = _mm256_set_m128i(sc128, sc128);
+        const __m128i sm8 = k4_scales_mins(a[i].scales);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(k4_mins_dot(sm8, b[i].bsums)), acc_m);
+        /* the 8 int16 scales in both 128-bit halves */
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm8));
         const __m256i hbits = loadu256(a[i].qh);
         const uint8_t *q5 = a[i].qs;
         const int8_t *q8 = b[i].qs;
@@ -320,9 +327,7 @@ void hx_dot_q5_K_avx2(int64_t n, float *out, const void *w, const void *x) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    __m128 m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    *out = hsum_ps(acc) + _mm_cvtss_f32(m);
+    *out = hsum_ps(_mm256_add_ps(acc, acc_m));
 }
 
 /* Q6_K: levels q in [0, 63] used unsigned in maddubs; the -32 offset is
@@ -406,47 +411,51 @@ void hx_dot_q2_K_avx2(int64_t n, float *out, const void *w, const void *x) {
 }
 
 /* Q3_K: levels l in [0,3] from qs, minus 4 where the hmask bit is clear;
- * the "minus 4" is a second maddubs with 4s, subtracted. */
+ * the "minus 4" is a second maddubs with 4s, subtracted. One 32-element
+ * quarter k of a 128-element half: low bits at shift 2k of the 32 qs bytes,
+ * high bit k of the (pre-shifted) hmask bytes, scales 2k / 2k+1. */
+static inline __m256i q3_quarter(__m256i bits, __m256i hbits, const int8_t *q8, __m256i scales, int k) {
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), _mm256_set1_epi8(3));
+    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hbits, k), _mm256_set1_epi8(1));
+    const __m256i h4 = _mm256_andnot_si256(_mm256_slli_epi16(hb, 2), _mm256_set1_epi8(4));
+    const __m256i xv = loadu256(q8 + 32 * k);
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(lo, xv), _mm256_maddubs_epi16(h4, xv));
+    return _mm256_madd_epi16(_mm256_shuffle_epi8(scales, bcast16_pair(k)), p);
+}
+
+/* Q3_K's 16 6-bit scales (offset 32) from the 12 packed bytes, as int8:
+ *   words 0-1 (sub-blocks 0-7):  low nibbles of bytes 0-7, top bits = bit pairs 0/1 of bytes 8-11
+ *   words 2-3 (sub-blocks 8-15): high nibbles of bytes 0-7, top bits = bit pairs 2/3 */
+static inline __m128i q3k_scales(const uint8_t *s12) {
+    uint32_t w[4] = {0, 0, 0, 0};
+    memcpy(w, s12, 12); /* a 16-byte load could run past the last block */
+    const __m128i v = _mm_loadu_si128((const __m128i *)w);
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0)), _mm_set_epi32(4, 4, 0, 0)),
+                                     _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2)), _mm_set_epi32(6, 4, 2, 0)),
+                                     _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+}
+
 void hx_dot_q3_K_avx2(int64_t n, float *out, const void *w, const void *x) {
     const block_q3_K *a = w;
     const block_q8_K *b = x;
     const int64_t nb = n / QK_K;
-    const __m256i m3 = _mm256_set1_epi8(3), m4v = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const float d = b[i].d * f16(a[i].d);
-        const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f;
-        uint32_t u[4];
-        memcpy(u, a[i].scales, 12);
-        const uint32_t t = u[2];
-        u[2] = ((u[0] >> 4) & k2) | (((t >> 4) & k1) << 4);
-        u[3] = ((u[1] >> 4) & k2) | (((t >> 6) & k1) << 4);
-        u[0] = (u[0] & k2) | (((t >> 0) & k1) << 4);
-        u[1] = (u[1] & k2) | (((t >> 2) & k1) << 4);
-        const __m128i sc8 = _mm_sub_epi8(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), _mm_set1_epi8(32));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-        const __m256i hbits = loadu256(a[i].hmask);
-        const uint8_t *q3 = a[i].qs;
+        const __m256i sc16 = _mm256_cvtepi8_epi16(q3k_scales(a[i].scales));
+        const __m256i s0 = _mm256_permute2x128_si256(sc16, sc16, 0x00), s1 = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+        const __m256i hbits = loadu256(a[i].hmask), hbits4 = _mm256_srli_epi16(hbits, 4);
+        const __m256i bits0 = loadu256(a[i].qs), bits1 = loadu256(a[i].qs + 32);
         const int8_t *q8 = b[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 2; j++, q3 += 32, q8 += 128) {
-            const __m128i sh = j ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16);
-            const __m256i scales = _mm256_set_m128i(sh, sh);
-            const __m256i bits = loadu256(q3);
-            __m256i p[4];
-            for (int k = 0; k < 4; k++) {
-                const int bit = 4 * j + k;
-                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
-                /* 4 where the high bit is clear, else 0 */
-                const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hbits, bit), _mm256_set1_epi8(1));
-                const __m256i h4 = _mm256_andnot_si256(_mm256_slli_epi16(hb, 2), m4v);
-                const __m256i xv = loadu256(q8 + 32 * k);
-                p[k] = _mm256_sub_epi16(_mm256_maddubs_epi16(lo, xv), _mm256_maddubs_epi16(h4, xv));
-                p[k] = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, bcast16_pair(k)), p[k]);
-            }
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        __m256i sum0 = _mm256_add_epi32(q3_quarter(bits0, hbits, q8, s0, 0), q3_quarter(bits0, hbits, q8, s0, 1));
+        __m256i sum1 = _mm256_add_epi32(q3_quarter(bits0, hbits, q8, s0, 2), q3_quarter(bits0, hbits, q8, s0, 3));
+        sum0 = _mm256_add_epi32(sum0, _mm256_add_epi32(q3_quarter(bits1, hbits4, q8 + 128, s1, 0),
+                                                       q3_quarter(bits1, hbits4, q8 + 128, s1, 1)));
+        sum1 = _mm256_add_epi32(sum1, _mm256_add_epi32(q3_quarter(bits1, hbits4, q8 + 128, s1, 2),
+                                                       q3_quarter(bits1, hbits4, q8 + 128, s1, 3)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), acc);
     }
     *out = hsum_ps(acc);
 }

@@ -5,6 +5,12 @@
  * a weight row in its stored type and an activation row already quantized to
  * that type's "dot type" (Q8_0 for Q4_0/Q4_1(*)/Q5_0/Q5_1(*)/Q8_0, Q8_K for the
  * K-quants, F32 for F32/F16/BF16). (*) Q4_1/Q5_1 use Q8_1 like ggml.
+ *
+ * Typical matvec use (y = W x, W of type t with rows of n elements):
+ *   const hx_type_info *ti = hx_type_get(t);
+ *   hx_quantize_row_act(ti->dot_type, x, xq, n);          // once per x
+ *   hx_vec_dot_fn dot = hx_get_vec_dot(t, hx_isa_current()); // once
+ *   for (r = 0; r < rows; r++) dot(n, &y[r], (char *)W + r * hx_row_size(t, n), xq);
  */
 #ifndef HX_QUANT_H
 #define HX_QUANT_H
@@ -42,6 +48,14 @@ void hx_dequantize_row(int type, const void *src, float *dst, int64_t n);
  * Q8_0/Q8_1/Q8_K activation formats). Returns bytes written, 0 if unsupported. */
 size_t hx_quantize_row(int type, const float *src, void *dst, int64_t n);
 
+/* Quantize an activation row for hx_vec_dot: Q8_0 / Q8_1 / Q8_K as llama.cpp's
+ * CPU backend does it (Q8_0/Q8_1: q = round-half-even(x * 127/amax), d = f16(amax/127),
+ * Q8_1 s = f16(d * sum q); Q8_K: ggml's quantize_row_q8_K_ref), vectorized with
+ * AVX2 where usable and bit-identical to the scalar path. Use it for activations
+ * (hx_quantize_row is the weight quantizer, byte-exact with llama-quantize).
+ * Other types fall through to hx_quantize_row. Returns bytes written, 0 if unsupported. */
+size_t hx_quantize_row_act(int type, const float *src, void *dst, int64_t n);
+
 /* ---- CPU dot kernels ---- */
 typedef enum hx_isa { HX_ISA_SCALAR = 0, HX_ISA_AVX2 = 1, HX_ISA_AVX512 = 2, HX_ISA_AVX512_VNNI = 3 } hx_isa;
 typedef struct hx_cpu_features {
@@ -57,10 +71,15 @@ const char *hx_isa_name(hx_isa isa);
 bool hx_isa_set(hx_isa isa);
 hx_isa hx_isa_current(void);
 
-/* out = dot(w[0..n), x[0..n)) where w is of `type` and x of hx_type_get(type)->dot_type. */
+/* out = dot(w[0..n), x[0..n)) where w is of `type` and x of hx_type_get(type)->dot_type.
+ * n: a multiple of the block size (any n for F32/F16/BF16). Quantized
+ * activations must have levels in [-127, 127], as both quantizers produce
+ * (the AVX2 kernels use the |w| * (x * sign w) trick). Thread-safe, no state. */
 typedef void (*hx_vec_dot_fn)(int64_t n, float *out, const void *w, const void *x);
 /* The kernel for (type, isa); falls back to a lower ISA where no specialized
- * kernel exists. NULL if the type has no dot kernel. */
+ * kernel exists, and never above hx_isa_best(). NULL if the type has no dot
+ * kernel. Kernels: scalar and AVX2 for all 13 weight types; AVX-512 (plain and
+ * VNNI) for F32, F16, Q4_0, Q8_0, Q4_K, Q6_K. */
 hx_vec_dot_fn hx_get_vec_dot(int type, hx_isa isa);
 /* Convenience: kernel for the current ISA. */
 void hx_vec_dot(int type, int64_t n, float *out, const void *w, const void *x);

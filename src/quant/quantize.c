@@ -9,6 +9,7 @@
  * becoming inf, and rounding never reads out of range, so huge inputs give
  * finite (clipped) blocks instead of NaNs.
  */
+#include "quant/dot.h"
 #include "quant/quant_formats.h"
 
 #include <float.h>
@@ -500,17 +501,20 @@ static void quant_q6_K(const float *x, block_q6_K *y, int64_t nb) {
     }
 }
 
-/* Q8_K (activations): symmetric absmax/127 with an f32 scale; bsums let the
- * K-quant dots apply their per-sub-block mins without touching qs again. */
+/* Q8_K (activations), as ggml's quantize_row_q8_K_ref: iscale = -127/max where
+ * max is the first value of largest magnitude (so levels lie in [-127, 127]);
+ * bsums let the K-quant dots apply their per-sub-block mins without touching
+ * qs again. */
 static void quant_q8_K(const float *x, block_q8_K *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
-        float amax = 0;
-        for (int j = 0; j < QK_K; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float max = 0, amax = 0;
+        for (int j = 0; j < QK_K; j++)
+            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
         if (!(amax > 0) || !isfinite(amax)) {
             memset(&y[i], 0, sizeof y[i]);
             continue;
         }
-        const float iscale = 127.f / amax;
+        const float iscale = -127.f / max;
         for (int j = 0; j < QK_K; j++) y[i].qs[j] = (int8_t)MAXI(-127, MINI(127, nearest_int(iscale * x[j])));
         for (int j = 0; j < 16; j++) {
             int s = 0;
@@ -519,6 +523,57 @@ static void quant_q8_K(const float *x, block_q8_K *y, int64_t nb) {
         }
         y[i].d = 1 / iscale;
     }
+}
+
+/* Q8_0 / Q8_1 activations the way llama.cpp's x86 CPU backend makes them:
+ * multiply by 127/amax (not by 1/d) and round half to even. */
+static void quant_act_q8_0(const float *x, block_q8_0 *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        y[i].d = f16_scale(amax / 127.f);
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        for (int j = 0; j < 32; j++) y[i].qs[j] = (int8_t)MAXI(-127, MINI(127, nearest_int(x[j] * id)));
+    }
+}
+
+static void quant_act_q8_1(const float *x, block_q8_1 *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.f;
+        y[i].d = f16_scale(d);
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            y[i].qs[j] = (int8_t)MAXI(-127, MINI(127, nearest_int(x[j] * id)));
+            sum += y[i].qs[j];
+        }
+        y[i].s = f16_scale(d * (float)sum);
+    }
+}
+
+size_t hx_quantize_row_act(int type, const float *src, void *dst, int64_t n) {
+    const hx_type_info *t = hx_type_get(type);
+    if (!t || !t->supported || n <= 0 || n % t->block_size) return 0;
+    const int64_t nb = n / t->block_size;
+    const bool avx2 = hx_isa_current() >= HX_ISA_AVX2;
+    switch (type) {
+    case HX_TYPE_Q8_0:
+        if (avx2) hx_quant_act_q8_0_avx2(src, dst, nb);
+        else quant_act_q8_0(src, dst, nb);
+        break;
+    case HX_TYPE_Q8_1:
+        if (avx2) hx_quant_act_q8_1_avx2(src, dst, nb);
+        else quant_act_q8_1(src, dst, nb);
+        break;
+    case HX_TYPE_Q8_K:
+        if (avx2) hx_quant_act_q8_K_avx2(src, dst, nb);
+        else quant_q8_K(src, dst, nb);
+        break;
+    default: return hx_quantize_row(type, src, dst, n);
+    }
+    return (size_t)nb * (size_t)t->type_size;
 }
 
 size_t hx_quantize_row(int type, const float *src, void *dst, int64_t n) {
