@@ -2,7 +2,7 @@
  * against a float64 reference computed from the dequantized weights.
  *
  * Two references per output: (1) with the activations quantized+dequantized
- * the same way the kernels see them — must agree to ~1e-5 relative (only float
+ * (or, with HX_MM_ROUND_F16_ACT, rounded to f16/bf16) the way the kernels see them — must agree to ~1e-5 relative (only float
  * summation order differs); (2) with the original f32 activations — must agree
  * within the activation quantization error (1% of sum |w x|). */
 #include "test_util.h"
@@ -15,7 +15,7 @@ static const int types[] = { HX_TYPE_F32, HX_TYPE_F16, HX_TYPE_BF16, HX_TYPE_Q4_
                              HX_TYPE_Q5_0, HX_TYPE_Q5_1, HX_TYPE_Q8_0, HX_TYPE_Q2_K, HX_TYPE_Q3_K,
                              HX_TYPE_Q4_K, HX_TYPE_Q5_K, HX_TYPE_Q6_K };
 
-static void check_one(hx_pool *pool, int type, int64_t rows, int64_t cols, int64_t n, hx_rng *rng) {
+static void check_one(hx_pool *pool, int type, int64_t rows, int64_t cols, int64_t n, unsigned flags, hx_rng *rng) {
     const hx_type_info *ti = hx_type_get(type);
     size_t wrow = hx_row_size(type, cols), xrow = hx_row_size(ti->dot_type, cols);
     float *wf = malloc(sizeof(float) * rows * cols), *wd = malloc(sizeof(float) * rows * cols);
@@ -28,20 +28,13 @@ static void check_one(hx_pool *pool, int type, int64_t rows, int64_t cols, int64
         CHECK(hx_quantize_row(type, wf + r * cols, wq + r * wrow, cols) == wrow);
         hx_dequantize_row(type, wq + r * wrow, wd + r * cols, cols);
     }
+    bool round16 = (flags & HX_MM_ROUND_F16_ACT) != 0;
     for (int64_t t = 0; t < n; t++) {
         float *xt = x + t * cols, *dt = xd + t * cols;
-        if (type == HX_TYPE_F16) {
+        if (type == HX_TYPE_F16 && round16) {
             for (int64_t k = 0; k < cols; k++) dt[k] = hx_fp16_to_fp32(hx_fp32_to_fp16(xt[k]));
-        } else if (type == HX_TYPE_BF16) {
+        } else if (type == HX_TYPE_BF16 && round16) {
             for (int64_t k = 0; k < cols; k++) dt[k] = hx_bf16_to_fp32(hx_fp32_to_bf16(xt[k]));
-        } else if (ti->dot_type == HX_TYPE_Q8_0 || ti->dot_type == HX_TYPE_Q8_1) {
-            /* ggml's x86 activation rule: q = round-half-even(x * 127/amax), d = fp16(amax/127) */
-            for (int64_t b = 0; b < cols; b += 32) {
-                float amax = 0;
-                for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(xt[b + k]));
-                float d = hx_fp16_to_fp32(hx_fp32_to_fp16(amax / 127.f));
-                for (int k = 0; k < 32; k++) dt[b + k] = d * nearbyintf(amax ? xt[b + k] * (127.f / amax) : 0);
-            }
         } else {
             hx_quantize_row(ti->dot_type, xt, xq, cols);
             hx_dequantize_row(ti->dot_type, xq, dt, cols);
@@ -49,7 +42,8 @@ static void check_one(hx_pool *pool, int type, int64_t rows, int64_t cols, int64
     }
     hx_tensor W = { "w", type, { cols, rows, 1, 1 }, wq };
     hx_error e = {0};
-    hx_status st = n == 1 ? hx_matvec(pool, &W, x, y, &e) : hx_matmul(pool, &W, x, n, y, &e);
+    hx_status st = flags ? hx_matmul_ex(pool, &W, x, n, y, flags, &e)
+                 : n == 1 ? hx_matvec(pool, &W, x, y, &e) : hx_matmul(pool, &W, x, n, y, &e);
     CHECKF(st == HX_OK, "%s: %s", hx_type_name(type), e.msg);
     double worst1 = 0, worst2 = 0;
     for (int64_t t = 0; t < n; t++)
@@ -87,7 +81,8 @@ int main(void) {
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 4; b++)
                 for (int c = 0; c < 3; c++)
-                    check_one(b == 2 ? NULL : pool, types[i], rows_list[b], cols_list[a], n_list[c], &rng);
+                    check_one(b == 2 ? NULL : pool, types[i], rows_list[b], cols_list[a], n_list[c],
+                              (a + b + c) % 2 ? HX_MM_ROUND_F16_ACT : 0, &rng);
     }
     /* a type without a dot kernel is an error, not a crash */
     hx_tensor W = { "w", HX_TYPE_I32, { 32, 2, 1, 1 }, NULL };
