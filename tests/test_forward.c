@@ -290,9 +290,43 @@ static void test_stories(const char *shared) {
     free(buf);
 }
 
+/* --dump: files exist, with the documented header and n_embd floats */
+static void test_dump(const char *path) {
+    hx_model *m = load(path);
+    if (!m) return;
+    char dir[] = "/tmp/hx_dump_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    int pos[] = { 1 };
+    hx_cpu_opts o = { .n_ctx = 8, .n_threads = 2, .dump_dir = dir, .dump_positions = pos, .n_dump_positions = 1 };
+    hx_cpu_ctx *c = NULL;
+    hx_error e = {0};
+    CHECKF(hx_cpu_ctx_new(m, &o, &c, &e) == HX_OK, "%s", e.msg);
+    int32_t toks[2] = { 1, 2 };
+    float *lo = malloc(sizeof(float) * m->cfg.n_vocab);
+    CHECK(c && hx_cpu_forward(c, toks, 2, 0, lo, false, &e) == HX_OK);
+    char f[1200];
+    char *buf = NULL;
+    size_t n = 0;
+    snprintf(f, sizeof f, "%s/pos00001-L000-ffn.f32", dir);
+    CHECKF(hx_read_file(f, &buf, &n, &e) == HX_OK, "%s", e.msg);
+    CHECK(n == 20 + 4 * (size_t)m->cfg.n_embd && buf && !memcmp(buf, "HXDUMP1", 8));
+    free(buf);
+    snprintf(f, sizeof f, "%s/pos00000-L000-ffn.f32", dir);
+    struct stat st;
+    CHECK(stat(f, &st) != 0); /* position 0 not asked for */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    free(lo);
+    hx_cpu_ctx_free(c);
+    hx_model_free(m);
+}
+
 int main(void) {
     const char *shared = t_require_shared();
     char p[1024];
+    snprintf(p, sizeof p, "%s/models/stories260K.gguf", shared);
+    test_dump(p);
     const char *tiny[] = { "tiny-qwen3-shared", "tiny-llama3-shared", "tiny-gemma3-shared" };
     for (int i = 0; i < 3; i++) {
         snprintf(p, sizeof p, "%s/models/ref-tiny/%s.gguf", shared, tiny[i]);

@@ -28,8 +28,10 @@
  */
 #include "backend/cpu/forward.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,7 +146,14 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
     c->scores = malloc(sizeof(float) * nth * c->n_ctx);
     c->vacc = malloc(sizeof(float) * nth * cfg->head_dim);
     const char *dd = o.dump_dir ? o.dump_dir : getenv("HX_DUMP");
-    if (dd && *dd) c->dump_dir = strdup(dd);
+    if (dd && *dd) {
+        struct stat sb;
+        if (stat(dd, &sb) != 0 && mkdir(dd, 0755) != 0) {
+            hx_cpu_ctx_free(c);
+            return hx_err(e, HX_ERR_IO, "dump: cannot create directory %s: %s", dd, strerror(errno));
+        }
+        c->dump_dir = strdup(dd);
+    }
     if (o.dump_positions && o.n_dump_positions > 0) {
         c->dump_pos = malloc(sizeof(int) * o.n_dump_positions);
         if (c->dump_pos) memcpy(c->dump_pos, o.dump_positions, sizeof(int) * o.n_dump_positions);
