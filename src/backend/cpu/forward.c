@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/attn.h"
 #include "backend/cpu/matmul.h"
 #include "core/core.h"
 #include "quant/quant.h"
@@ -45,6 +46,7 @@ struct hx_cpu_ctx {
     int n_ctx;
     int kv_type;          /* HX_TYPE_F16 or HX_TYPE_F32 */
     bool ggml_compat;     /* see hx_cpu_opts */
+    bool f16c;            /* AVX2+F16C+FMA usable: SIMD f16 accumulator */
     size_t kv_elem;       /* bytes per cache element */
     int n_past;           /* tokens currently valid in the cache */
     void **k_cache, **v_cache; /* per layer: (n_ctx, n_head_kv*head_dim) */
@@ -129,6 +131,8 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
     }
     c->kv_elem = c->kv_type == HX_TYPE_F16 ? 2 : 4;
     c->ggml_compat = o.ggml_compat;
+    hx_cpu_features cf = hx_cpu_detect();
+    c->f16c = hx_isa_current() >= HX_ISA_AVX2 && cf.f16c && cf.fma;
     c->pool = hx_pool_create(o.n_threads);
     c->k_cache = calloc(cfg->n_layer, sizeof(void *));
     c->v_cache = calloc(cfg->n_layer, sizeof(void *));
@@ -259,12 +263,14 @@ static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int fir
         if (s > M) {
             M = s;
             ms = expf(Mold - M);
-            for (int d = 0; d < hd; d++) vacc[d] = hx_fp32_to_fp16(hx_fp16_to_fp32(vacc[d]) * ms);
+            if (c->f16c) hx_f16_scale_avx2(hd, vacc, ms);
+            else for (int d = 0; d < hd; d++) vacc[d] = hx_fp32_to_fp16(hx_fp16_to_fp32(vacc[d]) * ms);
         } else {
             vs = expf(s - M);
         }
         const uint16_t *vr = vc + (size_t)t * row;
-        for (int d = 0; d < hd; d++)
+        if (c->f16c) hx_f16_mad_avx2(hd, vacc, vr, vs);
+        else for (int d = 0; d < hd; d++)
             vacc[d] = hx_fp32_to_fp16(fmaf(hx_fp16_to_fp32(vr[d]), vs, hx_fp16_to_fp32(vacc[d])));
         S = S * ms + vs;
     }
@@ -417,7 +423,9 @@ hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, f
             store_kv(c, l, pos + i, c->v + (size_t)i * nkv, c->v_cache);
         }
         attn_job aj = { c, l, n, pos, swa ? cfg->sliding_window : 0, scale, cfg->attn_logit_softcap, kdot };
-        hx_pool_run(c->pool, (int64_t)n * nh, attn_task, &aj);
+        /* threads only pay off when there is enough attention work */
+        bool big = (double)n * nh * hd * (pos + n) >= 65536.0;
+        hx_pool_run(big ? c->pool : NULL, (int64_t)n * nh, attn_task, &aj);
         TRY(linear(c, &L->wo, c->att, n, c->o, &L->bo, e));
         if (cfg->post_norms) TRY(norm_rows(c->o, c->o, n, D, &L->attn_post_norm, cfg->norm_eps, e));
         if (c->dump_dir) TRY(dump_rows(c, pos, n, l, "attn", c->o, e));

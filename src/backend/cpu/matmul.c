@@ -102,10 +102,12 @@ hx_status hx_matmul_ex(hx_pool *pool, const hx_tensor *W, const float *X, int64_
         xq = malloc(x_row * (size_t)n);
         if (!xq) return hx_err(e, HX_ERR_NOMEM, "matmul: out of memory for %lld activation rows", (long long)n);
         q_job q = { ti->dot_type, W->type, X, xq, cols, x_row };
-        hx_pool_run(n >= 8 ? pool : NULL, n, q_task, &q);
+        hx_pool_run(n >= 8 && (double)x_row * n >= 65536.0 ? pool : NULL, n, q_task, &q);
         xp = xq;
     }
 
+    /* small products: a pool hand-off (~10-15 us) costs more than the work */
+    if ((double)w_row * rows * n < 128.0 * 1024) pool = NULL;
     int nth = pool ? hx_pool_threads(pool) : 1;
     mm_job j = { dot, W->data, w_row, xp, x_row, cols, rows, n, 0, 0, Y };
     /* rows per task: ~64 KiB of weights for matvec, but at least 8 tasks per
