@@ -84,6 +84,36 @@ int main(void) {
                     check_one(b == 2 ? NULL : pool, types[i], rows_list[b], cols_list[a], n_list[c],
                               (a + b + c) % 2 ? HX_MM_ROUND_F16_ACT : 0, &rng);
     }
+    /* hx_matmul_multi == separate products, bit for bit; mixed dot types refused */
+    {
+        int64_t cols = 256, rows[3] = { 40, 17, 9 }, n = 5;
+        size_t rb = hx_row_size(HX_TYPE_Q4_K, cols), rb6 = hx_row_size(HX_TYPE_Q6_K, cols);
+        uint8_t *w = malloc(rb * 57 + rb6 * 9);
+        float *tmp = malloc(sizeof(float) * cols), *X = malloc(sizeof(float) * cols * n);
+        for (int r = 0; r < 66; r++) {
+            for (int k = 0; k < cols; k++) tmp[k] = hx_rng_normal(&rng);
+            if (r < 57) hx_quantize_row(HX_TYPE_Q4_K, tmp, w + r * rb, cols);
+            else hx_quantize_row(HX_TYPE_Q6_K, tmp, w + 57 * rb + (r - 57) * rb6, cols);
+        }
+        for (int k = 0; k < cols * n; k++) X[k] = hx_rng_normal(&rng);
+        hx_tensor W3[3] = { { "a", HX_TYPE_Q4_K, { cols, rows[0], 1, 1 }, w },
+                            { "b", HX_TYPE_Q4_K, { cols, rows[1], 1, 1 }, w + rb * 40 },
+                            { "c", HX_TYPE_Q6_K, { cols, rows[2], 1, 1 }, w + rb * 57 } };
+        const hx_tensor *Wp[3] = { &W3[0], &W3[1], &W3[2] };
+        float *Ya[3], *Yb[3];
+        for (int m = 0; m < 3; m++) { Ya[m] = malloc(sizeof(float) * rows[m] * n); Yb[m] = malloc(sizeof(float) * rows[m] * n); }
+        hx_error e = {0};
+        CHECK(hx_matmul_multi(pool, 3, Wp, X, n, Ya, 0, &e) == HX_OK); /* Q4_K and Q6_K share Q8_K */
+        for (int m = 0; m < 3; m++) {
+            CHECK(hx_matmul(pool, Wp[m], X, n, Yb[m], &e) == HX_OK);
+            CHECK(!memcmp(Ya[m], Yb[m], sizeof(float) * rows[m] * n));
+        }
+        hx_tensor Wf = { "f", HX_TYPE_F32, { cols, 2, 1, 1 }, X };
+        const hx_tensor *mixed[2] = { &W3[0], &Wf };
+        CHECK(hx_matmul_multi(pool, 2, mixed, X, 1, Ya, 0, &e) == HX_ERR_ARG);
+        for (int m = 0; m < 3; m++) { free(Ya[m]); free(Yb[m]); }
+        free(w); free(tmp); free(X);
+    }
     /* a type without a dot kernel is an error, not a crash */
     hx_tensor W = { "w", HX_TYPE_I32, { 32, 2, 1, 1 }, NULL };
     float x[32] = {0}, y[2];

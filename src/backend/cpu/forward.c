@@ -328,6 +328,8 @@ static void attn_task(void *ctx, int64_t task, int thread) {
 
 /* ---- forward ---- */
 
+#define TRY(x) do { hx_status _s = (x); if (_s) return _s; } while (0)
+
 /* y = W x for n rows: matvec for one token, matmul for a batch. */
 static hx_status linear(hx_cpu_ctx *c, const hx_tensor *W, const float *x, int n, float *y, const hx_tensor *bias,
                         hx_error *e) {
@@ -341,6 +343,29 @@ static hx_status linear(hx_cpu_ctx *c, const hx_tensor *W, const float *x, int n
         for (int i = 0; i < n; i++)
             for (int64_t r = 0; r < rows; r++) y[(size_t)i * rows + r] += b[r];
         free(b);
+    }
+    return HX_OK;
+}
+
+/* Several projections of the same input (q/k/v, gate/up) in one pool run when
+ * their types allow it, else one by one; biases added after. */
+static hx_status linear_group(hx_cpu_ctx *c, int count, const hx_tensor *const *Ws, const float *x, int n,
+                              float *const *ys, const hx_tensor *const *biases, hx_error *e) {
+    unsigned flags = c->ggml_compat ? HX_MM_ROUND_F16_ACT : 0;
+    hx_error e2 = {0};
+    if (hx_matmul_multi(c->pool, count, Ws, x, n, ys, flags, &e2) != HX_OK) {
+        for (int m = 0; m < count; m++) TRY(hx_matmul_ex(c->pool, Ws[m], x, n, ys[m], flags, e));
+    }
+    for (int m = 0; m < count; m++) {
+        const hx_tensor *b = biases[m];
+        if (!b || !b->data) continue;
+        int64_t rows = Ws[m]->ne[1];
+        float *bf = malloc(sizeof(float) * rows);
+        if (!bf) return hx_err(e, HX_ERR_NOMEM, "forward: out of memory");
+        hx_dequantize_row(b->type, b->data, bf, rows);
+        for (int i = 0; i < n; i++)
+            for (int64_t r = 0; r < rows; r++) ys[m][(size_t)i * rows + r] += bf[r];
+        free(bf);
     }
     return HX_OK;
 }
@@ -365,8 +390,6 @@ static void store_kv(hx_cpu_ctx *c, int layer, int pos, const float *src, void *
     else
         memcpy(dst, src, nkv * sizeof(float));
 }
-
-#define TRY(x) do { hx_status _s = (x); if (_s) return _s; } while (0)
 
 hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
                          hx_error *e) {
@@ -405,9 +428,11 @@ hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, f
         const hx_layer_weights *L = &m->layers[l];
         if (c->dump_dir) TRY(dump_rows(c, pos, n, l, "input", c->x, e));
         TRY(norm_rows(c->h, c->x, n, D, &L->attn_norm, cfg->norm_eps, e));
-        TRY(linear(c, &L->wq, c->h, n, c->q, &L->bq, e));
-        TRY(linear(c, &L->wk, c->h, n, c->k, &L->bk, e));
-        TRY(linear(c, &L->wv, c->h, n, c->v, &L->bv, e));
+        {
+            const hx_tensor *W[3] = { &L->wq, &L->wk, &L->wv }, *B[3] = { &L->bq, &L->bk, &L->bv };
+            float *Y[3] = { c->q, c->k, c->v };
+            TRY(linear_group(c, 3, W, c->h, n, Y, B, e));
+        }
         if (cfg->qk_norm) {
             TRY(norm_rows(c->q, c->q, n * nh, hd, &L->q_norm, cfg->norm_eps, e));
             TRY(norm_rows(c->k, c->k, n * nkvh, hd, &L->k_norm, cfg->norm_eps, e));
@@ -432,8 +457,11 @@ hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, f
         for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] += c->o[i];
 
         TRY(norm_rows(c->h, c->x, n, D, &L->ffn_norm, cfg->norm_eps, e));
-        TRY(linear(c, &L->ffn_gate, c->h, n, c->gate, NULL, e));
-        TRY(linear(c, &L->ffn_up, c->h, n, c->up, &L->ffn_up_b, e));
+        {
+            const hx_tensor *W[2] = { &L->ffn_gate, &L->ffn_up }, *B[2] = { NULL, &L->ffn_up_b };
+            float *Y[2] = { c->gate, c->up };
+            TRY(linear_group(c, 2, W, c->h, n, Y, B, e));
+        }
         for (size_t i = 0; i < (size_t)n * ff; i++) {
             float g = c->gate[i];
             c->gate[i] = (cfg->act == HX_ACT_SILU ? silu(g) : gelu_tanh(g)) * c->up[i];
