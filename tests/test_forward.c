@@ -18,6 +18,7 @@
 #include "test_util.h"
 
 #include <cjson/cJSON.h>
+#include <sys/wait.h>
 
 #include "backend/cpu/forward.h"
 #include "core/core.h"
@@ -322,8 +323,41 @@ static void test_dump(const char *path) {
     hx_model_free(m);
 }
 
+/* helix-bg generate --json end to end (HX_BIN set by ctest): the first
+ * stories260K prompt reproduces llama.cpp's text, and a context overflow is a
+ * clean error exit. */
+static void test_generate_cli(const char *shared) {
+    const char *bin = getenv("HX_BIN");
+    if (!bin || !*bin) { printf("generate CLI: HX_BIN not set, skipped\n"); return; }
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s generate -m %s/models/stories260K.gguf --prompt-ids 1,403,407,261,378 -n 64 --json "
+             "-t 2 2>/dev/null", bin, shared);
+    FILE *f = popen(cmd, "r");
+    CHECK(f != NULL);
+    if (!f) return;
+    static char out[65536];
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    CHECK(pclose(f) == 0);
+    cJSON *j = cJSON_Parse(out);
+    CHECKF(j != NULL, "generate --json output is not JSON: %.200s", out);
+    const char *want = ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
+                       "a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said";
+    cJSON *text = j ? cJSON_GetObjectItem(j, "text") : NULL;
+    CHECKF(text && cJSON_IsString(text) && !strcmp(text->valuestring, want), "text: %s",
+           text && cJSON_IsString(text) ? text->valuestring : "(none)");
+    CHECK(j && cJSON_GetArraySize(cJSON_GetObjectItem(j, "generated_ids")) == 64);
+    CHECK(j && cJSON_GetObjectItem(cJSON_GetObjectItem(j, "timings"), "decode_tok_per_s") != NULL);
+    cJSON_Delete(j);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s/models/stories260K.gguf --prompt-ids 1,403,407 -c 2 -n 4 "
+             ">/dev/null 2>&1", bin, shared);
+    int rc = system(cmd);
+    CHECK(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
+}
+
 int main(void) {
     const char *shared = t_require_shared();
+    test_generate_cli(shared);
     char p[1024];
     snprintf(p, sizeof p, "%s/models/stories260K.gguf", shared);
     test_dump(p);
