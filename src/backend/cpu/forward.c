@@ -57,6 +57,7 @@ struct hx_cpu_ctx {
     float *x, *h, *q, *k, *v, *att, *o, *gate, *up; /* (cap, dim) each */
     float *scores;        /* (n_threads, n_ctx) */
     float *vacc;          /* (n_threads, head_dim) */
+    float *rope_cs, *rope_sn; /* (head_dim/2) */
 };
 
 /* ---- math helpers ---- */
@@ -75,18 +76,25 @@ static float gelu_tanh(float x) {
 }
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-/* Rotate one head vector of length hd at position pos. NORM pairs (2i, 2i+1),
- * NEOX pairs (i, i + hd/2); theta_i = pos * base^(-2i/hd). */
-static void rope(float *v, int hd, double pos, double base, hx_rope_style style) {
+/* RoPE angles for one position: cs/sn[i] = cos/sin(pos * base^(-2i/hd)),
+ * computed once per (token, layer) and shared by every head. */
+static void rope_table(float *cs, float *sn, int hd, double pos, double base) {
+    for (int i = 0; i < hd / 2; i++) {
+        double theta = pos * pow(base, -2.0 * i / hd);
+        cs[i] = (float)cos(theta);
+        sn[i] = (float)sin(theta);
+    }
+}
+
+/* Rotate one head vector of length hd: NORM pairs (2i, 2i+1), NEOX pairs (i, i + hd/2). */
+static void rope_apply(float *v, int hd, const float *cs, const float *sn, hx_rope_style style) {
     int half = hd / 2;
     for (int i = 0; i < half; i++) {
-        double theta = pos * pow(base, -2.0 * i / hd);
-        float c = (float)cos(theta), s = (float)sin(theta);
         int a = style == HX_ROPE_NORM ? 2 * i : i;
         int b = style == HX_ROPE_NORM ? 2 * i + 1 : i + half;
         float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c - x1 * s;
-        v[b] = x0 * s + x1 * c;
+        v[a] = x0 * cs[i] - x1 * sn[i];
+        v[b] = x0 * sn[i] + x1 * cs[i];
     }
 }
 
@@ -109,6 +117,7 @@ void hx_cpu_ctx_free(hx_cpu_ctx *c) {
     free(c->dump_dir); free(c->dump_pos);
     free(c->x); free(c->h); free(c->q); free(c->k); free(c->v); free(c->att); free(c->o);
     free(c->gate); free(c->up); free(c->scores); free(c->vacc);
+    free(c->rope_cs); free(c->rope_sn);
     hx_pool_free(c->pool);
     free(c);
 }
@@ -149,6 +158,8 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
     int nth = hx_pool_threads(c->pool);
     c->scores = malloc(sizeof(float) * nth * c->n_ctx);
     c->vacc = malloc(sizeof(float) * nth * cfg->head_dim);
+    c->rope_cs = malloc(sizeof(float) * (cfg->head_dim / 2 + 1));
+    c->rope_sn = malloc(sizeof(float) * (cfg->head_dim / 2 + 1));
     const char *dd = o.dump_dir ? o.dump_dir : getenv("HX_DUMP");
     if (dd && *dd) {
         struct stat sb;
@@ -163,7 +174,7 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
         if (c->dump_pos) memcpy(c->dump_pos, o.dump_positions, sizeof(int) * o.n_dump_positions);
         c->n_dump_pos = o.n_dump_positions;
     }
-    if (!c->scores || !c->vacc) { hx_cpu_ctx_free(c); return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory"); }
+    if (!c->scores || !c->vacc || !c->rope_cs || !c->rope_sn) { hx_cpu_ctx_free(c); return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory"); }
     *out = c;
     return HX_OK;
 }
@@ -441,9 +452,11 @@ hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, f
         double base = swa ? cfg->rope_base_swa : cfg->rope_base;
         double rs = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0;
         for (int i = 0; i < n; i++) {
-            double p = (pos + i) / rs;
-            for (int h = 0; h < nh; h++) rope(c->q + ((size_t)i * nh + h) * hd, hd, p, base, cfg->rope_style);
-            for (int h = 0; h < nkvh; h++) rope(c->k + ((size_t)i * nkvh + h) * hd, hd, p, base, cfg->rope_style);
+            rope_table(c->rope_cs, c->rope_sn, hd, (pos + i) / rs, base);
+            for (int h = 0; h < nh; h++)
+                rope_apply(c->q + ((size_t)i * nh + h) * hd, hd, c->rope_cs, c->rope_sn, cfg->rope_style);
+            for (int h = 0; h < nkvh; h++)
+                rope_apply(c->k + ((size_t)i * nkvh + h) * hd, hd, c->rope_cs, c->rope_sn, cfg->rope_style);
             store_kv(c, l, pos + i, c->k + (size_t)i * nkv, c->k_cache);
             store_kv(c, l, pos + i, c->v + (size_t)i * nkv, c->v_cache);
         }
