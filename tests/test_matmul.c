@@ -2,7 +2,7 @@
  * against a float64 reference computed from the dequantized weights.
  *
  * Two references per output: (1) with the activations quantized+dequantized
- * the same way the kernels see them — must agree to ~1e-5 relative (only float
+ * (or, with HX_MM_ROUND_F16_ACT, rounded to f16/bf16) the way the kernels see them — must agree to ~1e-5 relative (only float
  * summation order differs); (2) with the original f32 activations — must agree
  * within the activation quantization error (1% of sum |w x|). */
 #include "test_util.h"
@@ -15,7 +15,7 @@ static const int types[] = { HX_TYPE_F32, HX_TYPE_F16, HX_TYPE_BF16, HX_TYPE_Q4_
                              HX_TYPE_Q5_0, HX_TYPE_Q5_1, HX_TYPE_Q8_0, HX_TYPE_Q2_K, HX_TYPE_Q3_K,
                              HX_TYPE_Q4_K, HX_TYPE_Q5_K, HX_TYPE_Q6_K };
 
-static void check_one(hx_pool *pool, int type, int64_t rows, int64_t cols, int64_t n, hx_rng *rng) {
+static void check_one(hx_pool *pool, int type, int64_t rows, int64_t cols, int64_t n, unsigned flags, hx_rng *rng) {
     const hx_type_info *ti = hx_type_get(type);
     size_t wrow = hx_row_size(type, cols), xrow = hx_row_size(ti->dot_type, cols);
     float *wf = malloc(sizeof(float) * rows * cols), *wd = malloc(sizeof(float) * rows * cols);
@@ -28,13 +28,22 @@ static void check_one(hx_pool *pool, int type, int64_t rows, int64_t cols, int64
         CHECK(hx_quantize_row(type, wf + r * cols, wq + r * wrow, cols) == wrow);
         hx_dequantize_row(type, wq + r * wrow, wd + r * cols, cols);
     }
+    bool round16 = (flags & HX_MM_ROUND_F16_ACT) != 0;
     for (int64_t t = 0; t < n; t++) {
-        hx_quantize_row(ti->dot_type, x + t * cols, xq, cols);
-        hx_dequantize_row(ti->dot_type, xq, xd + t * cols, cols);
+        float *xt = x + t * cols, *dt = xd + t * cols;
+        if (type == HX_TYPE_F16 && round16) {
+            for (int64_t k = 0; k < cols; k++) dt[k] = hx_fp16_to_fp32(hx_fp32_to_fp16(xt[k]));
+        } else if (type == HX_TYPE_BF16 && round16) {
+            for (int64_t k = 0; k < cols; k++) dt[k] = hx_bf16_to_fp32(hx_fp32_to_bf16(xt[k]));
+        } else {
+            hx_quantize_row(ti->dot_type, xt, xq, cols);
+            hx_dequantize_row(ti->dot_type, xq, dt, cols);
+        }
     }
     hx_tensor W = { "w", type, { cols, rows, 1, 1 }, wq };
     hx_error e = {0};
-    hx_status st = n == 1 ? hx_matvec(pool, &W, x, y, &e) : hx_matmul(pool, &W, x, n, y, &e);
+    hx_status st = flags ? hx_matmul_ex(pool, &W, x, n, y, flags, &e)
+                 : n == 1 ? hx_matvec(pool, &W, x, y, &e) : hx_matmul(pool, &W, x, n, y, &e);
     CHECKF(st == HX_OK, "%s: %s", hx_type_name(type), e.msg);
     double worst1 = 0, worst2 = 0;
     for (int64_t t = 0; t < n; t++)
@@ -72,7 +81,38 @@ int main(void) {
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 4; b++)
                 for (int c = 0; c < 3; c++)
-                    check_one(b == 2 ? NULL : pool, types[i], rows_list[b], cols_list[a], n_list[c], &rng);
+                    check_one(b == 2 ? NULL : pool, types[i], rows_list[b], cols_list[a], n_list[c],
+                              (a + b + c) % 2 ? HX_MM_ROUND_F16_ACT : 0, &rng);
+    }
+    /* hx_matmul_multi == separate products, bit for bit; mixed dot types refused */
+    {
+        int64_t cols = 256, rows[3] = { 40, 17, 9 }, n = 5;
+        size_t rb = hx_row_size(HX_TYPE_Q4_K, cols), rb6 = hx_row_size(HX_TYPE_Q6_K, cols);
+        uint8_t *w = malloc(rb * 57 + rb6 * 9);
+        float *tmp = malloc(sizeof(float) * cols), *X = malloc(sizeof(float) * cols * n);
+        for (int r = 0; r < 66; r++) {
+            for (int k = 0; k < cols; k++) tmp[k] = hx_rng_normal(&rng);
+            if (r < 57) hx_quantize_row(HX_TYPE_Q4_K, tmp, w + r * rb, cols);
+            else hx_quantize_row(HX_TYPE_Q6_K, tmp, w + 57 * rb + (r - 57) * rb6, cols);
+        }
+        for (int k = 0; k < cols * n; k++) X[k] = hx_rng_normal(&rng);
+        hx_tensor W3[3] = { { "a", HX_TYPE_Q4_K, { cols, rows[0], 1, 1 }, w },
+                            { "b", HX_TYPE_Q4_K, { cols, rows[1], 1, 1 }, w + rb * 40 },
+                            { "c", HX_TYPE_Q6_K, { cols, rows[2], 1, 1 }, w + rb * 57 } };
+        const hx_tensor *Wp[3] = { &W3[0], &W3[1], &W3[2] };
+        float *Ya[3], *Yb[3];
+        for (int m = 0; m < 3; m++) { Ya[m] = malloc(sizeof(float) * rows[m] * n); Yb[m] = malloc(sizeof(float) * rows[m] * n); }
+        hx_error e = {0};
+        CHECK(hx_matmul_multi(pool, 3, Wp, X, n, Ya, 0, &e) == HX_OK); /* Q4_K and Q6_K share Q8_K */
+        for (int m = 0; m < 3; m++) {
+            CHECK(hx_matmul(pool, Wp[m], X, n, Yb[m], &e) == HX_OK);
+            CHECK(!memcmp(Ya[m], Yb[m], sizeof(float) * rows[m] * n));
+        }
+        hx_tensor Wf = { "f", HX_TYPE_F32, { cols, 2, 1, 1 }, X };
+        const hx_tensor *mixed[2] = { &W3[0], &Wf };
+        CHECK(hx_matmul_multi(pool, 2, mixed, X, 1, Ya, 0, &e) == HX_ERR_ARG);
+        for (int m = 0; m < 3; m++) { free(Ya[m]); free(Yb[m]); }
+        free(w); free(tmp); free(X);
     }
     /* a type without a dot kernel is an error, not a crash */
     hx_tensor W = { "w", HX_TYPE_I32, { 32, 2, 1, 1 }, NULL };

@@ -159,8 +159,16 @@ int cmd_cpu_test(int argc, char **argv) {
         double best = 1e30;
         for (int r = 0; r < reps; r++) {
             double t0 = hx_now_s();
-            for (int l = 0; l < n_layers; l++)
-                for (int m = 0; m < N_MATS; m++) hx_matvec(pool, &mats[l][m], x, y, &e);
+            /* as a decode step runs them: q/k/v and gate/up grouped */
+            for (int l = 0; l < n_layers; l++) {
+                const hx_tensor *qkv[3] = { &mats[l][0], &mats[l][1], &mats[l][2] };
+                const hx_tensor *gu[2] = { &mats[l][4], &mats[l][5] };
+                float *yq[3] = { y, y + 2048, y + 3072 }, *yg[2] = { y, y + 3072 };
+                hx_matmul_multi(pool, 3, qkv, x, 1, yq, 0, &e);
+                hx_matvec(pool, &mats[l][3], x, y, &e);
+                hx_matmul_multi(pool, 2, gu, x, 1, yg, 0, &e);
+                hx_matvec(pool, &mats[l][6], x, y, &e);
+            }
             double dt = hx_now_s() - t0;
             if (dt < best) best = dt;
         }

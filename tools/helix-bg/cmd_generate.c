@@ -1,7 +1,226 @@
-/* cmd_generate.c — helix-bg generate (placeholder until issue 3 lands it). */
+/* cmd_generate.c — helix-bg generate: greedy text generation on the CPU.
+ *
+ *   helix-bg generate -m FILE (--prompt-ids 1,2,3 | -p TEXT) [-n N] [-t N] [-c N]
+ *                     [--kv f16|f32] [--exact] [--json] [--dump DIR]
+ *
+ * By default the CPU path rounds like llama.cpp (ggml_compat) so greedy
+ * output matches it token for token; --exact uses plain f32 math instead.
+ * Streams the decoded text to stdout, then prints load time, prompt tokens/s
+ * and decode tokens/s to stderr. --json prints one object instead:
+ * {prompt_ids, generated_ids, text, timings{load_s, prompt_tokens,
+ * prompt_tok_per_s, gen_tokens, decode_tok_per_s}}. Stops at EOS/EOT.
+ * Until the tokenizer module lands, -p is refused and text is decoded from the
+ * GGUF token strings (SentencePiece '▁' / <0xNN>, or GPT-2 byte-level). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "backend/cpu/forward.h"
 #include "cli.h"
+#include "core/core.h"
+#include "quant/quant.h"
+
+/* GPT-2 byte-level: code point -> byte (inverse of bytes_to_unicode). */
+static int gpt2_byte(uint32_t cp) {
+    if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255)) return (int)cp;
+    if (cp >= 256 && cp < 256 + 68) {
+        int n = 0;
+        for (int b = 0; b < 256; b++) {
+            if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) continue;
+            if (256 + n == (int)cp) return b;
+            n++;
+        }
+    }
+    return -1;
+}
+
+/* Append the bytes of token id to out (cap bytes). */
+static size_t token_text(const hx_gguf_value *toks, bool gpt2, int id, char *out, size_t cap) {
+    size_t len = 0;
+    if (!toks || id < 0 || (uint64_t)id >= toks->arr.count) return 0;
+    hx_gguf_str s = toks->arr.elems[id].str;
+    if (!gpt2) {
+        if (s.len == 6 && s.ptr[0] == '<' && s.ptr[1] == '0' && s.ptr[2] == 'x' && s.ptr[5] == '>') {
+            char hex[3] = { s.ptr[3], s.ptr[4], 0 };
+            if (cap > 0) out[len++] = (char)strtol(hex, NULL, 16);
+            return len;
+        }
+        for (uint64_t i = 0; i < s.len && len < cap; i++) {
+            if (i + 2 < s.len && (uint8_t)s.ptr[i] == 0xE2 && (uint8_t)s.ptr[i + 1] == 0x96 &&
+                (uint8_t)s.ptr[i + 2] == 0x81) {
+                out[len++] = ' ';
+                i += 2;
+            } else {
+                out[len++] = s.ptr[i];
+            }
+        }
+        return len;
+    }
+    for (uint64_t i = 0; i < s.len && len < cap;) {
+        uint8_t c = (uint8_t)s.ptr[i];
+        uint32_t cp;
+        int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        if (i + n > s.len) break;
+        if (n == 1) cp = c;
+        else if (n == 2) cp = ((c & 0x1F) << 6) | (s.ptr[i + 1] & 0x3F);
+        else if (n == 3) cp = ((c & 0x0F) << 12) | ((s.ptr[i + 1] & 0x3F) << 6) | (s.ptr[i + 2] & 0x3F);
+        else cp = ((c & 0x07) << 18) | ((s.ptr[i + 1] & 0x3F) << 12) | ((s.ptr[i + 2] & 0x3F) << 6) | (s.ptr[i + 3] & 0x3F);
+        int b = gpt2_byte(cp);
+        if (b >= 0) out[len++] = (char)b;
+        else for (int k = 0; k < n && len < cap; k++) out[len++] = s.ptr[i + k]; /* special tokens */
+        i += n;
+    }
+    return len;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: helix-bg generate -m FILE (--prompt-ids 1,2,3 | -p TEXT) [-n N] [-t N] [-c N]\n"
+                    "                         [--kv f16|f32] [--exact] [--json] [--dump DIR]\n");
+    return 2;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
 
 int cmd_generate(int argc, char **argv) {
-    (void)argc; (void)argv;
-    return cli_not_built("generate", "3");
+    const char *model = NULL, *ids_arg = NULL, *text = NULL, *dump = NULL;
+    int n_predict = 64, n_threads = 0, n_ctx = 0, kv = HX_TYPE_F16;
+    bool json = false, exact = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        if (!strcmp(a, "-m") && has) model = argv[++i];
+        else if (!strcmp(a, "--prompt-ids") && has) ids_arg = argv[++i];
+        else if (!strcmp(a, "-p") && has) text = argv[++i];
+        else if (!strcmp(a, "-n") && has) n_predict = atoi(argv[++i]);
+        else if (!strcmp(a, "-t") && has) n_threads = atoi(argv[++i]);
+        else if (!strcmp(a, "-c") && has) n_ctx = atoi(argv[++i]);
+        else if (!strcmp(a, "--dump") && has) dump = argv[++i];
+        else if (!strcmp(a, "--kv") && has) {
+            const char *k = argv[++i];
+            if (!strcmp(k, "f16")) kv = HX_TYPE_F16;
+            else if (!strcmp(k, "f32")) kv = HX_TYPE_F32;
+            else return usage();
+        } else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--exact")) exact = true;
+        else return usage();
+    }
+    if (!model || (!ids_arg && !text) || n_predict < 0) return usage();
+    if (text && !ids_arg) {
+        fprintf(stderr, "generate: -p needs the tokenizer module, not built in this version; use --prompt-ids\n");
+        return 2;
+    }
+    /* parse ids */
+    int n_prompt = 0, cap = 16;
+    int32_t *prompt = malloc(sizeof(int32_t) * cap);
+    for (const char *p = ids_arg; prompt && *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "generate: --prompt-ids: bad id at '%s'\n", p);
+            free(prompt);
+            return 2;
+        }
+        if (n_prompt == cap) {
+            int32_t *np = realloc(prompt, sizeof(int32_t) * (cap *= 2));
+            if (!np) break;
+            prompt = np;
+        }
+        prompt[n_prompt++] = (int32_t)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') { fprintf(stderr, "generate: --prompt-ids: expected ',' at '%s'\n", end); free(prompt); return 2; }
+    }
+    if (!prompt || n_prompt == 0) { fprintf(stderr, "generate: empty prompt\n"); free(prompt); return 2; }
+
+    hx_error e = {0};
+    double t0 = hx_now_s();
+    hx_model *m = NULL;
+    hx_gguf_open_opts go = { .prefault = true };
+    if (hx_model_load(model, &go, &m, &e) != HX_OK) { fprintf(stderr, "generate: %s\n", e.msg); free(prompt); return 1; }
+    if (n_ctx <= 0) {
+        n_ctx = n_prompt + n_predict;
+        if (n_ctx < 512) n_ctx = 512;
+        if (m->cfg.n_ctx_train > 0 && n_ctx > m->cfg.n_ctx_train) n_ctx = m->cfg.n_ctx_train;
+    }
+    hx_cpu_opts o = { .n_ctx = n_ctx, .kv_type = kv, .kv_f32 = kv == HX_TYPE_F32, .ggml_compat = !exact, .n_threads = n_threads, .dump_dir = dump };
+    hx_cpu_ctx *c = NULL;
+    if (hx_cpu_ctx_new(m, &o, &c, &e) != HX_OK) {
+        fprintf(stderr, "generate: %s\n", e.msg);
+        hx_model_free(m); free(prompt);
+        return 1;
+    }
+    double t_load = hx_now_s() - t0;
+    const hx_gguf_value *toks = hx_gguf_get_arr(m->gguf, "tokenizer.ggml.tokens", HX_GGUF_STRING);
+    hx_gguf_str tmodel = { 0 };
+    bool gpt2 = hx_gguf_get_str(m->gguf, "tokenizer.ggml.model", &tmodel) && hx_gguf_str_eq(tmodel, "gpt2");
+    uint64_t eos = UINT64_MAX, eot = UINT64_MAX;
+    hx_gguf_get_u64(m->gguf, "tokenizer.ggml.eos_token_id", &eos);
+    hx_gguf_get_u64(m->gguf, "tokenizer.ggml.eot_token_id", &eot);
+
+    int V = m->cfg.n_vocab, rc = 0;
+    float *logits = malloc(sizeof(float) * V);
+    int32_t *gen = malloc(sizeof(int32_t) * (n_predict + 1));
+    size_t text_cap = 256 + (size_t)n_predict * 64, text_len = 0;
+    char *out = malloc(text_cap);
+    int n_gen = 0;
+    double t_prompt = 0, t_decode = 0;
+    if (!logits || !gen || !out) { fprintf(stderr, "generate: out of memory\n"); rc = 1; goto done; }
+    double t1 = hx_now_s();
+    if (hx_cpu_forward(c, prompt, n_prompt, 0, logits, false, &e) != HX_OK) {
+        fprintf(stderr, "generate: %s\n", e.msg);
+        rc = 1;
+        goto done;
+    }
+    t_prompt = hx_now_s() - t1;
+    t1 = hx_now_s();
+    int pos = n_prompt;
+    for (int g = 0; g < n_predict; g++) {
+        int32_t t = argmax(logits, V);
+        if ((uint64_t)t == eos || (uint64_t)t == eot) break;
+        gen[n_gen++] = t;
+        size_t k = token_text(toks, gpt2, t, out + text_len, text_cap - text_len - 1);
+        if (!json) { fwrite(out + text_len, 1, k, stdout); fflush(stdout); }
+        text_len += k;
+        if (g + 1 == n_predict) break;
+        if (hx_cpu_forward(c, &t, 1, pos++, logits, false, &e) != HX_OK) {
+            fprintf(stderr, "\ngenerate: %s\n", e.msg);
+            rc = 1;
+            break;
+        }
+    }
+    t_decode = hx_now_s() - t1;
+    out[text_len] = 0;
+    /* decode speed counts the forward passes run after the prompt */
+    int n_dec = n_gen > 0 ? n_gen - 1 : 0;
+    double pps = t_prompt > 0 ? n_prompt / t_prompt : 0, dps = t_decode > 0 && n_dec ? n_dec / t_decode : 0;
+    if (json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddItemToObject(j, "prompt_ids", cJSON_CreateIntArray(prompt, n_prompt));
+        cJSON_AddItemToObject(j, "generated_ids", cJSON_CreateIntArray(gen, n_gen));
+        cJSON_AddStringToObject(j, "text", out);
+        cJSON *tm = cJSON_AddObjectToObject(j, "timings");
+        cJSON_AddNumberToObject(tm, "load_s", t_load);
+        cJSON_AddNumberToObject(tm, "prompt_tokens", n_prompt);
+        cJSON_AddNumberToObject(tm, "prompt_tok_per_s", pps);
+        cJSON_AddNumberToObject(tm, "gen_tokens", n_gen);
+        cJSON_AddNumberToObject(tm, "decode_tok_per_s", dps);
+        char *s = cJSON_PrintUnformatted(j);
+        if (s) printf("%s\n", s);
+        free(s);
+        cJSON_Delete(j);
+    } else {
+        printf("\n");
+    }
+    fprintf(stderr, "load %.3f s | prompt %d tokens, %.1f tok/s | decode %d tokens, %.1f tok/s\n", t_load, n_prompt,
+            pps, n_gen, dps);
+done:
+    free(out); free(gen); free(logits); free(prompt);
+    hx_cpu_ctx_free(c);
+    hx_model_free(m);
+    return rc;
 }

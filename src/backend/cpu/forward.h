@@ -12,6 +12,10 @@ typedef struct hx_cpu_ctx hx_cpu_ctx;
 typedef struct hx_cpu_opts {
     int n_ctx;          /* KV cache length in tokens; 0 = min(n_ctx_train, 4096) */
     int kv_type;        /* HX_TYPE_F16 (default when 0) or HX_TYPE_F32 */
+    bool kv_f32;        /* f32 KV cache (HX_TYPE_F32 is 0, so kv_type alone cannot ask for it) */
+    bool ggml_compat;   /* round like llama.cpp's CPU path for token parity: activations of F16/BF16
+                           weights to f16/bf16, and with the f16 cache its flash-attention order
+                           (q in f16, online softmax, f16 V accumulator). Off: exact f32 math. */
     int n_threads;      /* 0 = all online CPUs */
     const char *dump_dir;     /* --dump: write per-layer activations here (NULL = off) */
     const int *dump_positions; int n_dump_positions; /* which positions to dump (NULL = all) */

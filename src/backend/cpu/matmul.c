@@ -1,6 +1,11 @@
 /* matmul.c — matvec / matmul: quantize activations once, split weight rows
  * across the pool, call the dot kernel per row.
  *
+ * Activations are quantized with hx_quantize_row (ggml's _ref rules: d =
+ * amax/127, roundf), which is what reproduces the llama.cpp references in
+ * ../shared on Q4_0/Q8_0 weights (ggml's SIMD rule, 127/amax with
+ * round-half-even, matched fewer of them).
+ *
  * Matvec is memory-bound: every weight byte is read once, so the only goals
  * are to keep both cores streaming and to make tasks big enough that the
  * pool's hand-out cost vanishes (a task = a chunk of rows, ~64 KiB of weights).
@@ -8,100 +13,158 @@
  * stays in L1/L2 while every token of a token block uses it. */
 #include "backend/cpu/matmul.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
 #include "quant/quant.h"
 
+/* F16 / BF16 weights: ggml converts the activations to the weight's type
+ * before the dot (vec_dot_type F16 / BF16); we keep f32 storage but round the
+ * values the same way, so products and greedy choices match. */
+static void act_round(int wtype, const float *x, float *dst, int64_t n) {
+    if (wtype == HX_TYPE_F16)
+        for (int64_t i = 0; i < n; i++) dst[i] = hx_fp16_to_fp32(hx_fp32_to_fp16(x[i]));
+    else
+        for (int64_t i = 0; i < n; i++) dst[i] = hx_bf16_to_fp32(hx_fp32_to_bf16(x[i]));
+}
+
+
+typedef struct q_job { int type, wtype; const float *X; uint8_t *dst; int64_t cols; size_t row_bytes; } q_job;
+static void q_task(void *ctx, int64_t t, int thread) {
+    (void)thread;
+    const q_job *q = ctx;
+    if (q->type == HX_TYPE_F32) {
+        act_round(q->wtype, q->X + (size_t)t * q->cols, (float *)(q->dst + (size_t)t * q->row_bytes), q->cols);
+        return;
+    }
+    hx_quantize_row(q->type, q->X + (size_t)t * q->cols, q->dst + (size_t)t * q->row_bytes, q->cols);
+}
+
+enum { MM_MAX = 4 };
 typedef struct mm_job {
-    hx_vec_dot_fn dot;
-    const uint8_t *w;       /* weight rows */
-    size_t w_row_bytes;     /* bytes per weight row */
-    const uint8_t *x;       /* activations in dot type, n rows */
-    size_t x_row_bytes;
-    int64_t cols, rows, n;  /* shape */
-    int64_t rows_per_task;
-    int64_t tok_block;
-    float *y;               /* (n, rows) */
+    int count;                  /* matrices sharing the activations */
+    hx_vec_dot_fn dot[MM_MAX];
+    const uint8_t *w[MM_MAX];   /* weight rows */
+    size_t w_row[MM_MAX];       /* bytes per weight row */
+    int64_t rows[MM_MAX];
+    int64_t rpt[MM_MAX];        /* rows per task */
+    int64_t task0[MM_MAX + 1];  /* first task of each matrix */
+    float *y[MM_MAX];           /* (n, rows[m]) */
+    const uint8_t *x;           /* activations in dot type, n rows */
+    size_t x_row;
+    int64_t cols, n, tok_block;
 } mm_job;
 
-/* One task: rows [r0, r1) for all n tokens, token blocks outermost inside the
- * task so a row block (a few KiB) is reused from L1 across the token block. */
+/* One task: rows [r0, r1) of one matrix for all n tokens, token blocks
+ * outermost inside the task so a row block (a few KiB) is reused from L1
+ * across the token block. */
 static void mm_task(void *ctx, int64_t task, int thread) {
     (void)thread;
     const mm_job *j = ctx;
-    int64_t r0 = task * j->rows_per_task;
-    int64_t r1 = r0 + j->rows_per_task;
-    if (r1 > j->rows) r1 = j->rows;
+    int m = 0;
+    while (task >= j->task0[m + 1]) m++;
+    int64_t r0 = (task - j->task0[m]) * j->rpt[m];
+    int64_t r1 = r0 + j->rpt[m] < j->rows[m] ? r0 + j->rpt[m] : j->rows[m];
+    hx_vec_dot_fn dot = j->dot[m];
+    const uint8_t *w = j->w[m];
+    size_t wr = j->w_row[m];
+    int64_t rows = j->rows[m];
+    float *y = j->y[m];
     if (j->n == 1) {
-        for (int64_t r = r0; r < r1; r++)
-            j->dot(j->cols, &j->y[r], j->w + (size_t)r * j->w_row_bytes, j->x);
+        for (int64_t r = r0; r < r1; r++) dot(j->cols, &y[r], w + (size_t)r * wr, j->x);
         return;
     }
     for (int64_t t0 = 0; t0 < j->n; t0 += j->tok_block) {
         int64_t t1 = t0 + j->tok_block < j->n ? t0 + j->tok_block : j->n;
         for (int64_t r = r0; r < r1; r++) {
-            const uint8_t *wr = j->w + (size_t)r * j->w_row_bytes;
+            const uint8_t *wrp = w + (size_t)r * wr;
             for (int64_t t = t0; t < t1; t++)
-                j->dot(j->cols, &j->y[(size_t)t * j->rows + r], wr, j->x + (size_t)t * j->x_row_bytes);
+                dot(j->cols, &y[(size_t)t * rows + r], wrp, j->x + (size_t)t * j->x_row);
         }
     }
 }
 
-typedef struct q_job { int type; const float *X; uint8_t *dst; int64_t cols; size_t row_bytes; } q_job;
-static void q_task(void *ctx, int64_t t, int thread) {
-    (void)thread;
-    const q_job *q = ctx;
-    hx_quantize_row(q->type, q->X + (size_t)t * q->cols, q->dst + (size_t)t * q->row_bytes, q->cols);
+/* Activation handling of a weight type: dot type, and whether X can be used as is. */
+static bool x_as_is(const hx_type_info *ti, int wtype, unsigned flags) {
+    return ti->dot_type == HX_TYPE_F32 && (wtype == HX_TYPE_F32 || !(flags & HX_MM_ROUND_F16_ACT));
 }
 
-hx_status hx_matmul(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n, float *Y, hx_error *e) {
-    const hx_type_info *ti = hx_type_get(W->type);
-    int64_t cols = W->ne[0], rows = W->ne[1];
-    if (!ti || !ti->supported)
-        return hx_err(e, HX_ERR_UNSUPPORTED, "matmul: tensor '%s': type %s has no dot kernel",
-                      W->name ? W->name : "?", hx_type_name(W->type));
-    hx_vec_dot_fn dot = hx_get_vec_dot(W->type, hx_isa_current());
-    if (!dot)
-        return hx_err(e, HX_ERR_UNSUPPORTED, "matmul: tensor '%s': type %s has no dot kernel",
-                      W->name ? W->name : "?", hx_type_name(W->type));
-    size_t w_row = hx_row_size(W->type, cols);
-    size_t x_row = hx_row_size(ti->dot_type, cols);
-    if (!w_row || !x_row || n <= 0 || rows <= 0)
-        return hx_err(e, HX_ERR_ARG, "matmul: tensor '%s': bad shape %lld x %lld (n %lld)",
-                      W->name ? W->name : "?", (long long)rows, (long long)cols, (long long)n);
+hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, const float *X, int64_t n,
+                          float *const *Ys, unsigned flags, hx_error *e) {
+    if (count < 1 || count > MM_MAX) return hx_err(e, HX_ERR_ARG, "matmul: %d matrices (1..%d)", count, MM_MAX);
+    mm_job j = { .count = count, .n = n };
+    const hx_type_info *ti0 = NULL;
+    double work = 0;
+    for (int m = 0; m < count; m++) {
+        const hx_tensor *W = Ws[m];
+        const hx_type_info *ti = hx_type_get(W->type);
+        hx_vec_dot_fn dot = ti && ti->supported ? hx_get_vec_dot(W->type, hx_isa_current()) : NULL;
+        if (!dot)
+            return hx_err(e, HX_ERR_UNSUPPORTED, "matmul: tensor '%s': type %s has no dot kernel",
+                          W->name ? W->name : "?", hx_type_name(W->type));
+        int64_t cols = W->ne[0], rows = W->ne[1];
+        size_t w_row = hx_row_size(W->type, cols);
+        if (!w_row || n <= 0 || rows <= 0)
+            return hx_err(e, HX_ERR_ARG, "matmul: tensor '%s': bad shape %lld x %lld (n %lld)",
+                          W->name ? W->name : "?", (long long)rows, (long long)cols, (long long)n);
+        if (m == 0) { ti0 = ti; j.cols = cols; }
+        else if (cols != j.cols || ti->dot_type != ti0->dot_type ||
+                 x_as_is(ti, W->type, flags) != x_as_is(ti0, Ws[0]->type, flags) ||
+                 (!x_as_is(ti, W->type, flags) && ti->dot_type == HX_TYPE_F32 && W->type != Ws[0]->type))
+            return hx_err(e, HX_ERR_ARG, "matmul: tensors '%s' and '%s' cannot share activations",
+                          Ws[0]->name ? Ws[0]->name : "?", W->name ? W->name : "?");
+        j.dot[m] = dot; j.w[m] = W->data; j.w_row[m] = w_row; j.rows[m] = rows; j.y[m] = Ys[m];
+        work += (double)w_row * rows * n;
+    }
+    j.x_row = hx_row_size(ti0->dot_type, j.cols);
+    if (!j.x_row) return hx_err(e, HX_ERR_ARG, "matmul: row length %lld", (long long)j.cols);
 
     uint8_t *xq = NULL;
-    const uint8_t *xp;
-    if (ti->dot_type == HX_TYPE_F32) {
-        xp = (const uint8_t *)X;
+    if (x_as_is(ti0, Ws[0]->type, flags)) {
+        j.x = (const uint8_t *)X;
     } else {
-        xq = malloc(x_row * (size_t)n);
+        xq = malloc(j.x_row * (size_t)n);
         if (!xq) return hx_err(e, HX_ERR_NOMEM, "matmul: out of memory for %lld activation rows", (long long)n);
-        q_job q = { ti->dot_type, X, xq, cols, x_row };
-        hx_pool_run(n >= 8 ? pool : NULL, n, q_task, &q);
-        xp = xq;
+        q_job q = { ti0->dot_type, Ws[0]->type, X, xq, j.cols, j.x_row };
+        hx_pool_run(n >= 8 && (double)j.x_row * n >= 65536.0 ? pool : NULL, n, q_task, &q);
+        j.x = xq;
     }
 
+    /* small products: a pool hand-off (~10-15 us) costs more than the work */
+    if (work < 128.0 * 1024) pool = NULL;
     int nth = pool ? hx_pool_threads(pool) : 1;
-    mm_job j = { dot, W->data, w_row, xp, x_row, cols, rows, n, 0, 0, Y };
     /* rows per task: ~64 KiB of weights for matvec, but at least 8 tasks per
-     * thread so the threads finish together; for batches a 16 KiB row block. */
+     * thread per matrix so the threads finish together; for batches a 16 KiB
+     * row block. */
     size_t target = n == 1 ? 65536 : 16384;
-    int64_t rpt = (int64_t)(target / w_row);
-    if (rpt < 1) rpt = 1;
-    int64_t max_rpt = (rows + 8 * nth - 1) / (8 * nth);
-    if (rpt > max_rpt) rpt = max_rpt > 0 ? max_rpt : 1;
-    j.rows_per_task = rpt;
+    j.task0[0] = 0;
+    for (int m = 0; m < count; m++) {
+        int64_t rpt = (int64_t)(target / j.w_row[m]);
+        if (rpt < 1) rpt = 1;
+        int64_t max_rpt = (j.rows[m] + 8 * nth - 1) / (8 * nth);
+        if (rpt > max_rpt) rpt = max_rpt > 0 ? max_rpt : 1;
+        j.rpt[m] = rpt;
+        j.task0[m + 1] = j.task0[m] + (j.rows[m] + rpt - 1) / rpt;
+    }
     /* token block: keep the quantized activations of a block in L2 (~256 KiB) */
-    int64_t tb = (int64_t)(262144 / x_row);
+    int64_t tb = (int64_t)(262144 / j.x_row);
     j.tok_block = tb < 1 ? 1 : tb;
-    hx_pool_run(pool, (rows + rpt - 1) / rpt, mm_task, &j);
+    hx_pool_run(pool, j.task0[count], mm_task, &j);
     free(xq);
     return HX_OK;
 }
 
+hx_status hx_matmul_ex(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n, float *Y, unsigned flags,
+                       hx_error *e) {
+    return hx_matmul_multi(pool, 1, &W, X, n, &Y, flags, e);
+}
+
+hx_status hx_matmul(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n, float *Y, hx_error *e) {
+    return hx_matmul_ex(pool, W, X, n, Y, 0, e);
+}
+
 hx_status hx_matvec(hx_pool *pool, const hx_tensor *W, const float *x, float *y, hx_error *e) {
-    return hx_matmul(pool, W, x, 1, y, e);
+    return hx_matmul_ex(pool, W, x, 1, y, 0, e);
 }

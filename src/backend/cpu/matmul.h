@@ -18,4 +18,18 @@ hx_status hx_matvec(hx_pool *pool, const hx_tensor *W, const float *x, float *y,
 /* Y[t] = W X[t] for t in [0, n). */
 hx_status hx_matmul(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n, float *Y, hx_error *e);
 
+/* Flags for hx_matmul_ex. HX_MM_ROUND_F16_ACT: for F16/BF16 weights round the
+ * activations to f16/bf16 first, as ggml does (its vec_dot_type), for
+ * token-exact parity with llama.cpp; off = exact f32 activations. */
+enum { HX_MM_ROUND_F16_ACT = 1u };
+hx_status hx_matmul_ex(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n, float *Y, unsigned flags,
+                       hx_error *e);
+
+/* Several matrices applied to the same activations (q/k/v, gate/up) in one
+ * pool run: X is quantized once and the rows of all of them are split across
+ * the threads together. 1..4 matrices with the same row length and dot type;
+ * Ys[m] is (n, rows of Ws[m]). HX_ERR_ARG if they cannot share X. */
+hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, const float *X, int64_t n,
+                          float *const *Ys, unsigned flags, hx_error *e);
+
 #endif

@@ -1,0 +1,11 @@
+/* attn.h — private SIMD helpers of the CPU attention (backend/cpu). */
+#ifndef HX_CPU_ATTN_H
+#define HX_CPU_ATTN_H
+
+#include <stdint.h>
+
+/* acc = f16(fma(v, s, acc)) and acc = f16(acc * s) over n halves (AVX2+F16C+FMA). */
+void hx_f16_mad_avx2(int n, uint16_t *acc, const uint16_t *v, float s);
+void hx_f16_scale_avx2(int n, uint16_t *acc, float s);
+
+#endif

@@ -1,0 +1,34 @@
+/* attn_avx2.c — F16C/FMA helpers for the ggml-compatible f16 attention
+ * accumulator (forward.c): same rounding as the scalar code (IEEE
+ * round-to-nearest-even conversions, one fused multiply-add), 8 lanes at a time.
+ * Only called after a run-time AVX2+F16C check. */
+#include "backend/cpu/attn.h"
+
+#include <immintrin.h>
+
+/* acc[d] = f16(fma(f32(v[d]), s, f32(acc[d]))) */
+void hx_f16_mad_avx2(int n, uint16_t *acc, const uint16_t *v, float s) {
+    __m256 vs = _mm256_set1_ps(s);
+    int d = 0;
+    for (; d + 8 <= n; d += 8) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + d)));
+        __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + d)));
+        a = _mm256_fmadd_ps(x, vs, a);
+        _mm_storeu_si128((__m128i *)(acc + d), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; d < n; d++) {
+        float a = _cvtsh_ss(acc[d]), x = _cvtsh_ss(v[d]);
+        acc[d] = _cvtss_sh(__builtin_fmaf(x, s, a), _MM_FROUND_TO_NEAREST_INT);
+    }
+}
+
+/* acc[d] = f16(f32(acc[d]) * s) */
+void hx_f16_scale_avx2(int n, uint16_t *acc, float s) {
+    __m256 vs = _mm256_set1_ps(s);
+    int d = 0;
+    for (; d + 8 <= n; d += 8) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + d)));
+        _mm_storeu_si128((__m128i *)(acc + d), _mm256_cvtps_ph(_mm256_mul_ps(a, vs), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; d < n; d++) acc[d] = _cvtss_sh(_cvtsh_ss(acc[d]) * s, _MM_FROUND_TO_NEAREST_INT);
+}

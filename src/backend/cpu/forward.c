@@ -1,0 +1,502 @@
+/* forward.c — the CPU decoder: one recipe with flags for llama / qwen2 /
+ * qwen3 / gemma3, run over a batch of tokens at consecutive positions.
+ *
+ * Per layer (x is the residual stream, (n, n_embd) f32):
+ *   h = RMSNorm(x) * attn_norm
+ *   q,k,v = Wq h (+bq), Wk h (+bk), Wv h (+bv)        (n, n_head*hd) / (n, n_kv*hd)
+ *   [qk_norm] q,k = per-head RMSNorm * q_norm / k_norm
+ *   q,k = RoPE(pos) (NORM: adjacent pairs, NEOX: halves; base per layer kind)
+ *   cache k,v at their positions (f16 or f32)
+ *   a = softmax(scale * q k^T, causal [+ sliding window]) v, GQA head sharing
+ *   o = Wo a (+bo)  [post_norms: o = RMSNorm(o) * attn_post_norm]
+ *   x += o
+ *   h = RMSNorm(x) * ffn_norm
+ *   f = Wdown (act(Wgate h) * Wup h)  [post_norms: f = RMSNorm(f) * ffn_post_norm]
+ *   x += f
+ * then logits = Wout (RMSNorm(x) * output_norm) [final softcap].
+ * Prefill (n > 1) uses hx_matmul, decode hx_matvec; attention is threaded over
+ * (token, head) pairs.
+ *
+ * Dump format (--dump DIR / env HX_DUMP=DIR; the CUDA path writes the same):
+ *   one file per (position, layer, point): DIR/pos%05d-L%03d-{input,attn,ffn}.f32
+ *   plus DIR/pos%05d-final.f32 (the output-normed hidden state) for positions
+ *   whose logits are computed. Each file: 8-byte magic "HXDUMP1\0", int32 ndim,
+ *   int64 dims[ndim] (dims[0] fastest), then prod(dims) little-endian f32.
+ *   input = residual stream entering the layer, attn = attention block output
+ *   added to the residual (after Wo and post-norm), ffn = FFN block output
+ *   added to the residual (after post-norm). All (n_embd).
+ */
+#include "backend/cpu/forward.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/attn.h"
+#include "backend/cpu/matmul.h"
+#include "core/core.h"
+#include "quant/quant.h"
+
+struct hx_cpu_ctx {
+    const hx_model *m;
+    hx_pool *pool;
+    int n_ctx;
+    int kv_type;          /* HX_TYPE_F16 or HX_TYPE_F32 */
+    bool ggml_compat;     /* see hx_cpu_opts */
+    bool f16c;            /* AVX2+F16C+FMA usable: SIMD f16 accumulator */
+    size_t kv_elem;       /* bytes per cache element */
+    int n_past;           /* tokens currently valid in the cache */
+    void **k_cache, **v_cache; /* per layer: (n_ctx, n_head_kv*head_dim) */
+    char *dump_dir;
+    int *dump_pos; int n_dump_pos;
+    /* scratch, grown to the largest batch seen: */
+    int cap;
+    float *x, *h, *q, *k, *v, *att, *o, *gate, *up; /* (cap, dim) each */
+    float *scores;        /* (n_threads, n_ctx) */
+    float *vacc;          /* (n_threads, head_dim) */
+    float *rope_cs, *rope_sn; /* (head_dim/2) */
+};
+
+/* ---- math helpers ---- */
+
+/* out[i] = x[i] / rms(x) * w[i], w from a norm tensor (f32 or f16). */
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+static float gelu_tanh(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* RoPE angles for one position: cs/sn[i] = cos/sin(pos * base^(-2i/hd)),
+ * computed once per (token, layer) and shared by every head. */
+static void rope_table(float *cs, float *sn, int hd, double pos, double base) {
+    for (int i = 0; i < hd / 2; i++) {
+        double theta = pos * pow(base, -2.0 * i / hd);
+        cs[i] = (float)cos(theta);
+        sn[i] = (float)sin(theta);
+    }
+}
+
+/* Rotate one head vector of length hd: NORM pairs (2i, 2i+1), NEOX pairs (i, i + hd/2). */
+static void rope_apply(float *v, int hd, const float *cs, const float *sn, hx_rope_style style) {
+    int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        int a = style == HX_ROPE_NORM ? 2 * i : i;
+        int b = style == HX_ROPE_NORM ? 2 * i + 1 : i + half;
+        float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cs[i] - x1 * sn[i];
+        v[b] = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
+/* A small vector tensor (norm weights, biases) as f32; NULL if absent. */
+static float *vec_f32(const hx_tensor *t, int64_t n, hx_error *e, hx_status *st) {
+    if (!t->data) return NULL;
+    float *out = malloc(sizeof(float) * n);
+    if (!out) { *st = hx_err(e, HX_ERR_NOMEM, "forward: out of memory"); return NULL; }
+    hx_dequantize_row(t->type, t->data, out, n);
+    return out;
+}
+
+/* ---- context ---- */
+
+void hx_cpu_ctx_free(hx_cpu_ctx *c) {
+    if (!c) return;
+    if (c->k_cache)
+        for (int l = 0; l < c->m->cfg.n_layer; l++) { free(c->k_cache[l]); free(c->v_cache[l]); }
+    free(c->k_cache); free(c->v_cache);
+    free(c->dump_dir); free(c->dump_pos);
+    free(c->x); free(c->h); free(c->q); free(c->k); free(c->v); free(c->att); free(c->o);
+    free(c->gate); free(c->up); free(c->scores); free(c->vacc);
+    free(c->rope_cs); free(c->rope_sn);
+    hx_pool_free(c->pool);
+    free(c);
+}
+
+hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx **out, hx_error *e) {
+    *out = NULL;
+    const hx_model_config *cfg = &m->cfg;
+    if (cfg->arch == HX_ARCH_BERT)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cpu forward: %s is an encoder; the decoder recipe does not apply",
+                      cfg->arch_name);
+    hx_cpu_opts o = opts ? *opts : (hx_cpu_opts){0};
+    hx_cpu_ctx *c = calloc(1, sizeof *c);
+    if (!c) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory");
+    c->m = m;
+    c->n_ctx = o.n_ctx > 0 ? o.n_ctx : (cfg->n_ctx_train > 0 && cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
+    c->kv_type = o.kv_f32 ? HX_TYPE_F32 : o.kv_type ? o.kv_type : HX_TYPE_F16;
+    if (c->kv_type != HX_TYPE_F16 && c->kv_type != HX_TYPE_F32) {
+        hx_cpu_ctx_free(c);
+        return hx_err(e, HX_ERR_ARG, "cpu forward: KV cache type %s unsupported (f16 or f32)", hx_type_name(o.kv_type));
+    }
+    c->kv_elem = c->kv_type == HX_TYPE_F16 ? 2 : 4;
+    c->ggml_compat = o.ggml_compat;
+    hx_cpu_features cf = hx_cpu_detect();
+    c->f16c = hx_isa_current() >= HX_ISA_AVX2 && cf.f16c && cf.fma;
+    c->pool = hx_pool_create(o.n_threads);
+    c->k_cache = calloc(cfg->n_layer, sizeof(void *));
+    c->v_cache = calloc(cfg->n_layer, sizeof(void *));
+    if (!c->pool || !c->k_cache || !c->v_cache) { hx_cpu_ctx_free(c); return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory"); }
+    size_t row = (size_t)cfg->n_head_kv * cfg->head_dim * c->kv_elem;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        c->k_cache[l] = calloc((size_t)c->n_ctx, row);
+        c->v_cache[l] = calloc((size_t)c->n_ctx, row);
+        if (!c->k_cache[l] || !c->v_cache[l]) {
+            hx_cpu_ctx_free(c);
+            return hx_err(e, HX_ERR_NOMEM, "cpu forward: cannot allocate KV cache of %d tokens", c->n_ctx);
+        }
+    }
+    int nth = hx_pool_threads(c->pool);
+    c->scores = malloc(sizeof(float) * nth * c->n_ctx);
+    c->vacc = malloc(sizeof(float) * nth * cfg->head_dim);
+    c->rope_cs = malloc(sizeof(float) * (cfg->head_dim / 2 + 1));
+    c->rope_sn = malloc(sizeof(float) * (cfg->head_dim / 2 + 1));
+    const char *dd = o.dump_dir ? o.dump_dir : getenv("HX_DUMP");
+    if (dd && *dd) {
+        struct stat sb;
+        if (stat(dd, &sb) != 0 && mkdir(dd, 0755) != 0) {
+            hx_cpu_ctx_free(c);
+            return hx_err(e, HX_ERR_IO, "dump: cannot create directory %s: %s", dd, strerror(errno));
+        }
+        c->dump_dir = strdup(dd);
+    }
+    if (o.dump_positions && o.n_dump_positions > 0) {
+        c->dump_pos = malloc(sizeof(int) * o.n_dump_positions);
+        if (c->dump_pos) memcpy(c->dump_pos, o.dump_positions, sizeof(int) * o.n_dump_positions);
+        c->n_dump_pos = o.n_dump_positions;
+    }
+    if (!c->scores || !c->vacc || !c->rope_cs || !c->rope_sn) { hx_cpu_ctx_free(c); return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory"); }
+    *out = c;
+    return HX_OK;
+}
+
+int hx_cpu_n_ctx(const hx_cpu_ctx *c) { return c->n_ctx; }
+void hx_cpu_truncate(hx_cpu_ctx *c, int pos) {
+    if (pos < 0) pos = 0;
+    if (pos < c->n_past) c->n_past = pos;
+}
+
+/* Grow the per-batch scratch to n tokens. */
+static hx_status ensure_scratch(hx_cpu_ctx *c, int n, hx_error *e) {
+    if (n <= c->cap) return HX_OK;
+    const hx_model_config *cfg = &c->m->cfg;
+    size_t nq = (size_t)cfg->n_head * cfg->head_dim, nkv = (size_t)cfg->n_head_kv * cfg->head_dim;
+    size_t emb = (size_t)cfg->n_embd, ff = (size_t)cfg->n_ff;
+    float **bufs[] = { &c->x, &c->h, &c->q, &c->k, &c->v, &c->att, &c->o, &c->gate, &c->up };
+    size_t dims[] = { emb, emb > nq ? emb : nq, nq, nkv, nkv, nq, emb, ff, ff };
+    for (int i = 0; i < 9; i++) {
+        float *p = realloc(*bufs[i], sizeof(float) * dims[i] * n);
+        if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for a batch of %d tokens", n);
+        *bufs[i] = p;
+    }
+    c->cap = n;
+    return HX_OK;
+}
+
+static bool want_dump(const hx_cpu_ctx *c, int pos) {
+    if (!c->dump_dir) return false;
+    if (!c->dump_pos) return true;
+    for (int i = 0; i < c->n_dump_pos; i++) if (c->dump_pos[i] == pos) return true;
+    return false;
+}
+
+/* Write one dump file (format in the header comment). */
+static hx_status dump_vec(const hx_cpu_ctx *c, int pos, int layer, const char *what, const float *v, int64_t n,
+                          hx_error *e) {
+    char path[4096];
+    if (layer >= 0) snprintf(path, sizeof path, "%s/pos%05d-L%03d-%s.f32", c->dump_dir, pos, layer, what);
+    else snprintf(path, sizeof path, "%s/pos%05d-%s.f32", c->dump_dir, pos, what);
+    size_t bytes = 8 + 4 + 8 + sizeof(float) * (size_t)n;
+    uint8_t *buf = malloc(bytes);
+    if (!buf) return hx_err(e, HX_ERR_NOMEM, "dump: out of memory");
+    int32_t ndim = 1;
+    memcpy(buf, "HXDUMP1", 8);
+    memcpy(buf + 8, &ndim, 4);
+    memcpy(buf + 12, &n, 8);
+    memcpy(buf + 20, v, sizeof(float) * (size_t)n);
+    hx_status st = hx_write_file_atomic(path, buf, bytes, e);
+    free(buf);
+    return st;
+}
+
+static hx_status dump_rows(const hx_cpu_ctx *c, int pos0, int n, int layer, const char *what, const float *x,
+                           hx_error *e) {
+    int d = c->m->cfg.n_embd;
+    for (int i = 0; i < n; i++)
+        if (want_dump(c, pos0 + i)) {
+            hx_status st = dump_vec(c, pos0 + i, layer, what, x + (size_t)i * d, d, e);
+            if (st) return st;
+        }
+    return HX_OK;
+}
+
+/* ---- attention ---- */
+
+typedef struct attn_job {
+    hx_cpu_ctx *c;
+    int layer, n, pos0;
+    int window;           /* 0 = full causal */
+    float scale, softcap;
+    hx_vec_dot_fn kdot;   /* f32 x (f16|f32 cache row) */
+} attn_job;
+
+/* f16 KV cache: attention computed the way ggml's CPU flash-attention kernel
+ * does it, so greedy output matches llama.cpp (default f16 cache + flash
+ * attention): q rounded to f16, online softmax over cached positions in
+ * order, and the V accumulator kept in f16 (rounded after every update). */
+static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int first, int p) {
+    hx_cpu_ctx *c = j->c;
+    const hx_model_config *cfg = &c->m->cfg;
+    int hd = cfg->head_dim, nkv = cfg->n_head_kv;
+    size_t row = (size_t)nkv * hd;
+    int kvh = (int)((q - c->q) / hd) % cfg->n_head / (cfg->n_head / nkv);
+    const uint16_t *kc = (const uint16_t *)c->k_cache[j->layer] + (size_t)kvh * hd;
+    const uint16_t *vc = (const uint16_t *)c->v_cache[j->layer] + (size_t)kvh * hd;
+    float qh[512];
+    uint16_t vacc[512];
+    for (int d = 0; d < hd; d++) { qh[d] = hx_fp16_to_fp32(hx_fp32_to_fp16(q[d])); vacc[d] = 0; }
+    float S = 0, M = -INFINITY;
+    for (int t = first; t <= p; t++) {
+        float s;
+        j->kdot(hd, &s, kc + (size_t)t * row, qh);
+        s *= j->scale;
+        if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
+        float Mold = M, ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+            M = s;
+            ms = expf(Mold - M);
+            if (c->f16c) hx_f16_scale_avx2(hd, vacc, ms);
+            else for (int d = 0; d < hd; d++) vacc[d] = hx_fp32_to_fp16(hx_fp16_to_fp32(vacc[d]) * ms);
+        } else {
+            vs = expf(s - M);
+        }
+        const uint16_t *vr = vc + (size_t)t * row;
+        if (c->f16c) hx_f16_mad_avx2(hd, vacc, vr, vs);
+        else for (int d = 0; d < hd; d++)
+            vacc[d] = hx_fp32_to_fp16(fmaf(hx_fp16_to_fp32(vr[d]), vs, hx_fp16_to_fp32(vacc[d])));
+        S = S * ms + vs;
+    }
+    float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (int d = 0; d < hd; d++) acc[d] = hx_fp16_to_fp32(vacc[d]) * inv;
+}
+
+/* task = token i * n_head + head h: softmax(q k^T) v over cached positions. */
+static void attn_task(void *ctx, int64_t task, int thread) {
+    const attn_job *j = ctx;
+    hx_cpu_ctx *c = j->c;
+    const hx_model_config *cfg = &c->m->cfg;
+    int hd = cfg->head_dim, nh = cfg->n_head, nkv = cfg->n_head_kv;
+    int i = (int)(task / nh), h = (int)(task % nh);
+    int kvh = h / (nh / nkv);
+    int p = j->pos0 + i;                       /* absolute position of the query */
+    int first = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
+    const float *q = c->q + ((size_t)i * nh + h) * hd;
+    float *acc = c->vacc + (size_t)thread * hd;
+    if (c->kv_type == HX_TYPE_F16 && c->ggml_compat && hd <= 512) {
+        attn_f16_ggml(j, q, acc, first, p);
+        memcpy(c->att + ((size_t)i * nh + h) * hd, acc, sizeof(float) * hd);
+        return;
+    }
+    /* exact two-pass softmax in f32 over the f16 or f32 cache */
+    float *sc = c->scores + (size_t)thread * c->n_ctx;
+    size_t row = (size_t)nkv * hd * c->kv_elem;
+    const uint8_t *kc = (const uint8_t *)c->k_cache[j->layer] + (size_t)kvh * hd * c->kv_elem;
+    const uint8_t *vc = (const uint8_t *)c->v_cache[j->layer] + (size_t)kvh * hd * c->kv_elem;
+    float mx = -INFINITY;
+    for (int t = first; t <= p; t++) {
+        float s;
+        j->kdot(hd, &s, kc + (size_t)t * row, q);
+        s *= j->scale;
+        if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
+        sc[t] = s;
+        if (s > mx) mx = s;
+    }
+    double sum = 0;
+    for (int t = first; t <= p; t++) { sc[t] = expf(sc[t] - mx); sum += sc[t]; }
+    float inv = (float)(1.0 / sum);
+    memset(acc, 0, sizeof(float) * hd);
+    for (int t = first; t <= p; t++) {
+        float w = sc[t] * inv;
+        if (c->kv_type == HX_TYPE_F16) {
+            const uint16_t *vr = (const uint16_t *)(vc + (size_t)t * row);
+            for (int d = 0; d < hd; d++) acc[d] += w * hx_fp16_to_fp32(vr[d]);
+        } else {
+            const float *vr = (const float *)(vc + (size_t)t * row);
+            for (int d = 0; d < hd; d++) acc[d] += w * vr[d];
+        }
+    }
+    memcpy(c->att + ((size_t)i * nh + h) * hd, acc, sizeof(float) * hd);
+}
+
+/* ---- forward ---- */
+
+#define TRY(x) do { hx_status _s = (x); if (_s) return _s; } while (0)
+
+/* y = W x for n rows: matvec for one token, matmul for a batch. */
+static hx_status linear(hx_cpu_ctx *c, const hx_tensor *W, const float *x, int n, float *y, const hx_tensor *bias,
+                        hx_error *e) {
+    hx_status st = hx_matmul_ex(c->pool, W, x, n, y, c->ggml_compat ? HX_MM_ROUND_F16_ACT : 0, e);
+    if (st) return st;
+    if (bias && bias->data) {
+        int64_t rows = W->ne[1];
+        float *b = malloc(sizeof(float) * rows);
+        if (!b) return hx_err(e, HX_ERR_NOMEM, "forward: out of memory");
+        hx_dequantize_row(bias->type, bias->data, b, rows);
+        for (int i = 0; i < n; i++)
+            for (int64_t r = 0; r < rows; r++) y[(size_t)i * rows + r] += b[r];
+        free(b);
+    }
+    return HX_OK;
+}
+
+/* Several projections of the same input (q/k/v, gate/up) in one pool run when
+ * their types allow it, else one by one; biases added after. */
+static hx_status linear_group(hx_cpu_ctx *c, int count, const hx_tensor *const *Ws, const float *x, int n,
+                              float *const *ys, const hx_tensor *const *biases, hx_error *e) {
+    unsigned flags = c->ggml_compat ? HX_MM_ROUND_F16_ACT : 0;
+    hx_error e2 = {0};
+    if (hx_matmul_multi(c->pool, count, Ws, x, n, ys, flags, &e2) != HX_OK) {
+        for (int m = 0; m < count; m++) TRY(hx_matmul_ex(c->pool, Ws[m], x, n, ys[m], flags, e));
+    }
+    for (int m = 0; m < count; m++) {
+        const hx_tensor *b = biases[m];
+        if (!b || !b->data) continue;
+        int64_t rows = Ws[m]->ne[1];
+        float *bf = malloc(sizeof(float) * rows);
+        if (!bf) return hx_err(e, HX_ERR_NOMEM, "forward: out of memory");
+        hx_dequantize_row(b->type, b->data, bf, rows);
+        for (int i = 0; i < n; i++)
+            for (int64_t r = 0; r < rows; r++) ys[m][(size_t)i * rows + r] += bf[r];
+        free(bf);
+    }
+    return HX_OK;
+}
+
+/* rows of x (n, dim) normed with tensor w (dim) into out. */
+static hx_status norm_rows(float *out, const float *x, int n, int dim, const hx_tensor *w, float eps, hx_error *e) {
+    hx_status st = HX_OK;
+    float *wf = vec_f32(w, dim, e, &st);
+    if (st) return st;
+    if (!wf) return hx_err(e, HX_ERR_FORMAT, "forward: norm tensor '%s' missing", w->name ? w->name : "?");
+    for (int i = 0; i < n; i++) rmsnorm(out + (size_t)i * dim, x + (size_t)i * dim, wf, dim, eps);
+    free(wf);
+    return HX_OK;
+}
+
+static void store_kv(hx_cpu_ctx *c, int layer, int pos, const float *src, void **cache) {
+    const hx_model_config *cfg = &c->m->cfg;
+    size_t nkv = (size_t)cfg->n_head_kv * cfg->head_dim;
+    uint8_t *dst = (uint8_t *)cache[layer] + (size_t)pos * nkv * c->kv_elem;
+    if (c->kv_type == HX_TYPE_F16)
+        for (size_t d = 0; d < nkv; d++) ((uint16_t *)dst)[d] = hx_fp32_to_fp16(src[d]);
+    else
+        memcpy(dst, src, nkv * sizeof(float));
+}
+
+hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
+                         hx_error *e) {
+    const hx_model *m = c->m;
+    const hx_model_config *cfg = &m->cfg;
+    if (n <= 0) return hx_err(e, HX_ERR_ARG, "forward: empty batch");
+    if (pos < 0 || pos > c->n_past)
+        return hx_err(e, HX_ERR_ARG, "forward: position %d but only %d tokens in the cache", pos, c->n_past);
+    if ((int64_t)pos + n > c->n_ctx)
+        return hx_err(e, HX_ERR_RANGE, "context overflow: %d + %d tokens exceed the context of %d (raise -c)",
+                      pos, n, c->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= cfg->n_vocab)
+            return hx_err(e, HX_ERR_ARG, "forward: token %d at batch index %d outside the vocabulary (%d)",
+                          tokens[i], i, cfg->n_vocab);
+    TRY(ensure_scratch(c, n, e));
+    int D = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_head, nkvh = cfg->n_head_kv;
+    int nkv = nkvh * hd, ff = cfg->n_ff;
+    c->n_past = pos; /* positions >= pos are overwritten */
+
+    /* embeddings */
+    size_t erow = hx_row_size(m->tok_embd.type, D);
+    for (int i = 0; i < n; i++) {
+        float *xi = c->x + (size_t)i * D;
+        hx_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * erow, xi, D);
+        if (cfg->embd_scale) {
+            float s = sqrtf((float)D);
+            for (int d = 0; d < D; d++) xi[d] *= s;
+        }
+    }
+
+    float scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)hd);
+    hx_vec_dot_fn kdot = hx_get_vec_dot(c->kv_type, hx_isa_current());
+    hx_status st = HX_OK;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const hx_layer_weights *L = &m->layers[l];
+        if (c->dump_dir) TRY(dump_rows(c, pos, n, l, "input", c->x, e));
+        TRY(norm_rows(c->h, c->x, n, D, &L->attn_norm, cfg->norm_eps, e));
+        {
+            const hx_tensor *W[3] = { &L->wq, &L->wk, &L->wv }, *B[3] = { &L->bq, &L->bk, &L->bv };
+            float *Y[3] = { c->q, c->k, c->v };
+            TRY(linear_group(c, 3, W, c->h, n, Y, B, e));
+        }
+        if (cfg->qk_norm) {
+            TRY(norm_rows(c->q, c->q, n * nh, hd, &L->q_norm, cfg->norm_eps, e));
+            TRY(norm_rows(c->k, c->k, n * nkvh, hd, &L->k_norm, cfg->norm_eps, e));
+        }
+        bool swa = cfg->layer_is_swa[l];
+        double base = swa ? cfg->rope_base_swa : cfg->rope_base;
+        double rs = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0;
+        for (int i = 0; i < n; i++) {
+            rope_table(c->rope_cs, c->rope_sn, hd, (pos + i) / rs, base);
+            for (int h = 0; h < nh; h++)
+                rope_apply(c->q + ((size_t)i * nh + h) * hd, hd, c->rope_cs, c->rope_sn, cfg->rope_style);
+            for (int h = 0; h < nkvh; h++)
+                rope_apply(c->k + ((size_t)i * nkvh + h) * hd, hd, c->rope_cs, c->rope_sn, cfg->rope_style);
+            store_kv(c, l, pos + i, c->k + (size_t)i * nkv, c->k_cache);
+            store_kv(c, l, pos + i, c->v + (size_t)i * nkv, c->v_cache);
+        }
+        attn_job aj = { c, l, n, pos, swa ? cfg->sliding_window : 0, scale, cfg->attn_logit_softcap, kdot };
+        /* threads only pay off when there is enough attention work */
+        bool big = (double)n * nh * hd * (pos + n) >= 65536.0;
+        hx_pool_run(big ? c->pool : NULL, (int64_t)n * nh, attn_task, &aj);
+        TRY(linear(c, &L->wo, c->att, n, c->o, &L->bo, e));
+        if (cfg->post_norms) TRY(norm_rows(c->o, c->o, n, D, &L->attn_post_norm, cfg->norm_eps, e));
+        if (c->dump_dir) TRY(dump_rows(c, pos, n, l, "attn", c->o, e));
+        for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] += c->o[i];
+
+        TRY(norm_rows(c->h, c->x, n, D, &L->ffn_norm, cfg->norm_eps, e));
+        {
+            const hx_tensor *W[2] = { &L->ffn_gate, &L->ffn_up }, *B[2] = { NULL, &L->ffn_up_b };
+            float *Y[2] = { c->gate, c->up };
+            TRY(linear_group(c, 2, W, c->h, n, Y, B, e));
+        }
+        for (size_t i = 0; i < (size_t)n * ff; i++) {
+            float g = c->gate[i];
+            c->gate[i] = (cfg->act == HX_ACT_SILU ? silu(g) : gelu_tanh(g)) * c->up[i];
+        }
+        TRY(linear(c, &L->ffn_down, c->gate, n, c->o, &L->ffn_down_b, e));
+        if (cfg->post_norms) TRY(norm_rows(c->o, c->o, n, D, &L->ffn_post_norm, cfg->norm_eps, e));
+        if (c->dump_dir) TRY(dump_rows(c, pos, n, l, "ffn", c->o, e));
+        for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] += c->o[i];
+    }
+    c->n_past = pos + n;
+
+    /* output: last row only unless all_logits */
+    int first = all_logits ? 0 : n - 1, nout = n - first;
+    float *xs = c->x + (size_t)first * D;
+    TRY(norm_rows(c->h, xs, nout, D, &m->output_norm, cfg->norm_eps, e));
+    if (c->dump_dir) TRY(dump_rows(c, pos + first, nout, -1, "final", c->h, e));
+    if (logits) {
+        TRY(linear(c, &m->output, c->h, nout, logits, NULL, e));
+        if (cfg->final_logit_softcap > 0) {
+            float cap = cfg->final_logit_softcap;
+            for (size_t i = 0; i < (size_t)nout * cfg->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
+        }
+    }
+    return st;
+}
