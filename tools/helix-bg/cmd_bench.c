@@ -1,7 +1,189 @@
-/* cmd_bench.c — helix-bg bench (placeholder until issue 3 lands it). */
+/* cmd_bench.c — helix-bg bench: prompt-processing (pp) and text-generation (tg)
+ * throughput, llama-bench style: -p 512 prefill tokens as one batch, -n 128
+ * decode steps one token at a time, each repeated -r times, mean ± stddev. */
 #include "cli.h"
+#include "backend/cpu/forward.h"
+#include "core/core.h"
+#include "model/model.h"
+#include "quant/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: helix-bg bench (-m FILE.gguf | --synth PRESET:MIX) [options]\n"
+        "  -p N          prompt tokens processed as one batch (default 512; 0 = skip)\n"
+        "  -n N          tokens generated one at a time (default 128; 0 = skip)\n"
+        "  -r N          repetitions (default 3)\n"
+        "  -t N          threads (default: all CPUs)\n"
+        "  --kv f16|f32  KV cache type (default f16)\n"
+        "  --json        one JSON object per test on stdout\n"
+        "  --synth P:M   benchmark a random-weight model of preset P in mix M\n"
+        "                (written by 'helix-bg synth' to a temporary file)\n");
+}
+
+/* Run `helix-bg synth` as a child process so bench needs no synth internals. */
+static int make_synth(const char *spec, char *out, size_t outn) {
+    char preset[64], mix[32];
+    const char *colon = strchr(spec, ':');
+    if (!colon || colon - spec >= (long)sizeof preset || strlen(colon + 1) >= sizeof mix) {
+        fprintf(stderr, "helix-bg bench: --synth wants PRESET:MIX (e.g. qwen3-0.6b:q4_0), got '%s'\n", spec);
+        return -1;
+    }
+    memcpy(preset, spec, (size_t)(colon - spec));
+    preset[colon - spec] = 0;
+    strcpy(mix, colon + 1);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(out, outn, "%s/helix-bench-%s-%s-%ld.gguf", tmp && *tmp ? tmp : "/tmp", preset, mix, (long)getpid());
+    pid_t pid = fork();
+    if (pid < 0) { perror("fork"); return -1; }
+    if (pid == 0) {
+        char *args[] = {"helix-bg", "synth", "--preset", preset, "--type", mix, "-o", out, NULL};
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "helix-bg bench: synth %s failed\n", spec);
+        return -1;
+    }
+    return 0;
+}
+
+static void stats(const double *v, int n, double *mean, double *sd) {
+    double s = 0, s2 = 0;
+    for (int i = 0; i < n; i++) s += v[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++) s2 += (v[i] - *mean) * (v[i] - *mean);
+    *sd = n > 1 ? sqrt(s2 / (n - 1)) : 0;
+}
+
+/* The model's dominant weight type, e.g. "Q4_K" (by bytes). */
+static const char *main_type(const hx_model *m) {
+    uint64_t bytes[HX_TYPE_COUNT] = {0};
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        const hx_gguf_tensor *t = &m->gguf->tensors[i];
+        if (t->type >= 0 && t->type < HX_TYPE_COUNT) bytes[t->type] += t->n_bytes;
+    }
+    int best = 0;
+    for (int i = 1; i < HX_TYPE_COUNT; i++) if (bytes[i] > bytes[best]) best = i;
+    return hx_type_name(best);
+}
 
 int cmd_bench(int argc, char **argv) {
-    (void)argc; (void)argv;
-    return cli_not_built("bench", "3");
+    const char *path = NULL, *synth = NULL;
+    int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, kv = HX_TYPE_F16;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool more = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "-m") && more) path = argv[++i];
+        else if (!strcmp(a, "--synth") && more) synth = argv[++i];
+        else if (!strcmp(a, "-p") && more) n_prompt = atoi(argv[++i]);
+        else if (!strcmp(a, "-n") && more) n_gen = atoi(argv[++i]);
+        else if (!strcmp(a, "-r") && more) reps = atoi(argv[++i]);
+        else if (!strcmp(a, "-t") && more) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--kv") && more) {
+            const char *k = argv[++i];
+            if (!strcmp(k, "f16")) kv = HX_TYPE_F16;
+            else if (!strcmp(k, "f32")) kv = HX_TYPE_F32;
+            else { fprintf(stderr, "helix-bg bench: --kv takes f16 or f32, not '%s'\n", k); return 2; }
+        }
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--device") && more) {
+            const char *d = argv[++i];
+            if (strcmp(d, "cpu")) { fprintf(stderr, "helix-bg bench: device '%s' is not available in this build (CUDA backend: issue 4)\n", d); return 2; }
+        }
+        else { fprintf(stderr, "helix-bg bench: unknown or incomplete option '%s'\n", a); usage(stderr); return 2; }
+    }
+    if (!path == !synth) { fprintf(stderr, "helix-bg bench: give exactly one of -m FILE or --synth PRESET:MIX\n"); usage(stderr); return 2; }
+    if (n_prompt < 0 || n_gen < 0 || reps < 1 || reps > 1000 || threads < 0 || (n_prompt == 0 && n_gen == 0)) {
+        fprintf(stderr, "helix-bg bench: need -p >= 0, -n >= 0 (not both 0), 1 <= -r <= 1000, -t >= 0\n");
+        return 2;
+    }
+    char synth_path[512] = "";
+    if (synth) {
+        if (make_synth(synth, synth_path, sizeof synth_path)) return 1;
+        path = synth_path;
+    }
+    int rc = 1;
+    hx_error e = {0};
+    hx_model *m = NULL;
+    hx_cpu_ctx *ctx = NULL;
+    float *logits = NULL;
+    int32_t *toks = NULL;
+    double *pp = NULL, *tg = NULL;
+    hx_gguf_open_opts oo = {.prefault = true};
+    if (hx_model_load(path, &oo, &m, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
+    int n_ctx = n_prompt + n_gen + 8;
+    hx_cpu_opts co = {.n_ctx = n_ctx, .kv_type = kv, .n_threads = threads};
+    if (hx_cpu_ctx_new(m, &co, &ctx, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
+    int nv = m->cfg.n_vocab;
+    logits = malloc((size_t)nv * sizeof *logits);
+    toks = malloc((size_t)(n_prompt > 1 ? n_prompt : 1) * sizeof *toks);
+    pp = calloc((size_t)reps, sizeof *pp);
+    tg = calloc((size_t)reps, sizeof *tg);
+    if (!logits || !toks || !pp || !tg) { fprintf(stderr, "helix-bg bench: out of memory\n"); goto done; }
+    hx_rng rng;
+    hx_rng_seed(&rng, 1234);
+    for (int i = 0; i < n_prompt; i++) toks[i] = (int32_t)(hx_rng_u64(&rng) % (uint64_t)nv);
+    /* warm-up: a short prefill and a decode step */
+    hx_cpu_truncate(ctx, 0);
+    if (hx_cpu_forward(ctx, toks, n_prompt > 8 ? 8 : (n_prompt ? n_prompt : 1), 0, logits, false, &e) != HX_OK) {
+        fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done;
+    }
+    for (int r = 0; r < reps; r++) {
+        if (n_prompt > 0) {
+            hx_cpu_truncate(ctx, 0);
+            double t0 = hx_now_s();
+            if (hx_cpu_forward(ctx, toks, n_prompt, 0, logits, false, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
+            pp[r] = n_prompt / (hx_now_s() - t0);
+        }
+        if (n_gen > 0) {
+            hx_cpu_truncate(ctx, 0);
+            int32_t tok = toks[0];
+            double t0 = hx_now_s();
+            for (int i = 0; i < n_gen; i++) {
+                if (hx_cpu_forward(ctx, &tok, 1, i, logits, false, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
+                tok = (int32_t)(hx_rng_u64(&rng) % (uint64_t)nv);
+            }
+            tg[r] = n_gen / (hx_now_s() - t0);
+        }
+    }
+    const char *name = synth ? synth : (strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
+    double size_mib = (double)m->gguf->file_size / (1024.0 * 1024);
+    int nt = threads > 0 ? threads : hx_cpu_count();
+    const char *mix = main_type(m);
+    if (!json) {
+        printf("| %-32s | %12s | %-5s | %4s | %-7s | %20s |\n", "model", "size", "mix", "thr", "test", "t/s");
+        printf("|%s|%s|%s|%s|%s|%s|\n", "----------------------------------", "--------------", "-------", "------", "---------", "----------------------");
+    }
+    for (int k = 0; k < 2; k++) {
+        int n = k == 0 ? n_prompt : n_gen;
+        if (n == 0) continue;
+        double mean, sd;
+        stats(k == 0 ? pp : tg, reps, &mean, &sd);
+        char test[32];
+        snprintf(test, sizeof test, "%s%d", k == 0 ? "pp" : "tg", n);
+        if (json)
+            printf("{\"engine\": \"helix\", \"device\": \"cpu\", \"model\": \"%s\", \"mix\": \"%s\", \"size_bytes\": %llu, "
+                   "\"threads\": %d, \"test\": \"%s\", \"reps\": %d, \"tokens_per_s\": %.3f, \"stddev\": %.3f}\n",
+                   name, mix, (unsigned long long)m->gguf->file_size, nt, test, reps, mean, sd);
+        else
+            printf("| %-32s | %8.2f MiB | %-5s | %4d | %-7s | %10.2f ± %7.2f |\n", name, size_mib, mix, nt, test, mean, sd);
+    }
+    rc = 0;
+done:
+    free(logits); free(toks); free(pp); free(tg);
+    hx_cpu_ctx_free(ctx);
+    hx_model_free(m);
+    if (synth_path[0]) unlink(synth_path);
+    return rc;
 }

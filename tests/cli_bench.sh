@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# helix-bg bench: runs on a real model, prints pp/tg rows and valid JSON; bad flags are clear errors.
+set -euo pipefail
+BIN=${HX_BIN:-build/helix-bg}
+SHARED=${HX_SHARED:-../shared}
+M="$SHARED/models/stories260K-Q8_0.gguf"
+[ -f "$M" ] || { echo "SKIP: $M not found"; exit 77; }
+out=$("$BIN" bench -m "$M" -p 32 -n 8 -r 2 -t 2)
+echo "$out"
+grep -q "pp32" <<< "$out" && grep -q "tg8" <<< "$out"
+"$BIN" bench -m "$M" -p 16 -n 4 -r 1 --json | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+assert [r["test"] for r in rows] == ["pp16", "tg4"], rows
+assert all(r["tokens_per_s"] > 0 and r["mix"] == "Q8_0" for r in rows), rows'
+fail=0
+for args in "-p -1 -m $M" "-m /nonexistent.gguf" "--bogus" "-m $M --device tpu" ""; do
+  if "$BIN" bench $args >/dev/null 2>/tmp/hx_bench_err.$$; then echo "FAIL: accepted: $args"; fail=1; fi
+  [ -s /tmp/hx_bench_err.$$ ] || { echo "FAIL: no message for: $args"; fail=1; }
+done
+rm -f /tmp/hx_bench_err.$$
+[ $fail = 0 ] && echo "1 passed, 0 failed"
+exit $fail
