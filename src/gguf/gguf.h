@@ -141,6 +141,12 @@ hx_status hx_gguf_writer_copy_kv(hx_gguf_writer *w, const hx_gguf_kv *kv);
 /* ne[0] fastest. data must hold hx_row_size(type, ne[0]) * ne[1]*ne[2]*ne[3] bytes. */
 hx_status hx_gguf_writer_add_tensor(hx_gguf_writer *w, const char *name, int type, int n_dims,
                                     const int64_t *ne, const void *data);
+/* Streaming variant for tensors too large to hold all at once (synth of an 8B
+ * model): fill(ctx, buf, n_bytes, e) produces the tensor's bytes at write time,
+ * one tensor in memory at a time; a failing fill aborts the write (no file). */
+typedef hx_status (*hx_gguf_fill_fn)(void *ctx, void *buf, uint64_t n_bytes, hx_error *e);
+hx_status hx_gguf_writer_add_tensor_cb(hx_gguf_writer *w, const char *name, int type, int n_dims,
+                                       const int64_t *ne, hx_gguf_fill_fn fill, void *ctx);
 /* Setting a key that exists replaces its value in place (order kept). The first
  * failing set_* / add_tensor call is remembered and reported by _write. A
  * general.alignment kv (u32, power of two) overrides the alignment given to _new.

@@ -56,6 +56,8 @@ typedef struct wtensor {
     int64_t ne[4];
     const void *data;
     uint64_t n_bytes;
+    hx_gguf_fill_fn fill;   /* when set, produces the bytes at write time */
+    void *fill_ctx;
 } wtensor;
 
 struct hx_gguf_writer {
@@ -377,6 +379,20 @@ static hx_status out_alignment(hx_gguf_writer *w, uint64_t *align, hx_error *e, 
     return HX_OK;
 }
 
+hx_status hx_gguf_writer_add_tensor_cb(hx_gguf_writer *w, const char *name, int type, int n_dims,
+                                       const int64_t *ne, hx_gguf_fill_fn fill, void *ctx) {
+    if (!w) return HX_ERR_ARG;
+    if (!fill) return w_fail(w, HX_ERR_ARG, "tensor '%s': NULL fill callback", name ? name : "?");
+    static const char placeholder = 0; /* validated like a real pointer, never read */
+    size_t before = w->n_t;
+    hx_status st = hx_gguf_writer_add_tensor(w, name, type, n_dims, ne, &placeholder);
+    if (st || w->n_t != before + 1) return st;
+    w->t[before].data = NULL;
+    w->t[before].fill = fill;
+    w->t[before].fill_ctx = ctx;
+    return HX_OK;
+}
+
 hx_status hx_gguf_writer_write(hx_gguf_writer *w, const char *path, hx_error *e) {
     if (!w || !path) return hx_err(e, HX_ERR_ARG, "gguf writer: NULL writer or path");
     if (w->err) return hx_err(e, w->err, "%s: %s", path, w->err_msg);
@@ -419,9 +435,24 @@ hx_status hx_gguf_writer_write(hx_gguf_writer *w, const char *path, hx_error *e)
     }
     ws_pad(s, align);
     /* data section */
-    for (size_t i = 0; i < w->n_t && !s->err; i++) {
-        ws_put(s, w->t[i].data, (size_t)w->t[i].n_bytes);
+    st = HX_OK;
+    for (size_t i = 0; i < w->n_t && !s->err && !st; i++) {
+        const wtensor *t = &w->t[i];
+        if (t->fill) {
+            void *buf = malloc(t->n_bytes ? (size_t)t->n_bytes : 1);
+            if (!buf) { st = hx_err(e, HX_ERR_NOMEM, "%s: out of memory for tensor '%s'", path, t->name); break; }
+            st = t->fill(t->fill_ctx, buf, t->n_bytes, e);
+            if (!st) ws_put(s, buf, (size_t)t->n_bytes);
+            free(buf);
+        } else {
+            ws_put(s, t->data, (size_t)t->n_bytes);
+        }
         ws_pad(s, align);
+    }
+    if (st) {
+        free(s);
+        close(fd); unlink(tmp); free(tmp);
+        return st;
     }
     ws_flush(s);
     int werr = s->err;
