@@ -19,6 +19,7 @@
 
 #include <cjson/cJSON.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "backend/cpu/forward.h"
 #include "core/core.h"
@@ -291,6 +292,63 @@ static void test_stories(const char *shared) {
     free(buf);
 }
 
+/* A small qwen2-shaped model with random weights written with the GGUF
+ * writer: exercises the paths no shared model has (QKV biases, NeoX rope
+ * without QK-norm, tied output with a quantized embedding, odd head count). */
+static bool write_qwen2(const char *path, int type) {
+    enum { E = 256, H = 4, KV = 2, HD = 64, F = 512, V = 300, L = 2 }; /* K-quants need rows of 256 */
+    hx_rng rng;
+    hx_rng_seed(&rng, 99);
+    hx_gguf_writer *w = hx_gguf_writer_new(0);
+    hx_gguf_writer_set_str(w, "general.architecture", "qwen2");
+    hx_gguf_writer_set_u32(w, "qwen2.block_count", L);
+    hx_gguf_writer_set_u32(w, "qwen2.embedding_length", E);
+    hx_gguf_writer_set_u32(w, "qwen2.feed_forward_length", F);
+    hx_gguf_writer_set_u32(w, "qwen2.attention.head_count", H);
+    hx_gguf_writer_set_u32(w, "qwen2.attention.head_count_kv", KV);
+    hx_gguf_writer_set_u32(w, "qwen2.context_length", 256);
+    hx_gguf_writer_set_f32(w, "qwen2.rope.freq_base", 10000.f);
+    hx_gguf_writer_set_f32(w, "qwen2.attention.layer_norm_rms_epsilon", 1e-6f);
+    /* every tensor's data lives until the write: one arena */
+    static uint8_t arena[8 << 20];
+    size_t used = 0;
+    float tmp[F > E ? F : E];
+    int64_t ne[2];
+#define ADD(name, t, cols, rows, scale) do { \
+        size_t rb = hx_row_size(t, cols); uint8_t *d = arena + used; used += rb * (rows); \
+        for (int64_t r_ = 0; r_ < (rows); r_++) { \
+            for (int64_t i_ = 0; i_ < (cols); i_++) tmp[i_] = (scale) < 0 ? 1.0f + 0.1f * hx_rng_normal(&rng) : (scale) * hx_rng_normal(&rng); \
+            hx_quantize_row(t, tmp, d + r_ * rb, cols); } \
+        ne[0] = cols; ne[1] = rows; hx_gguf_writer_add_tensor(w, name, t, (rows) > 1 ? 2 : 1, ne, d); } while (0)
+    ADD("token_embd.weight", type, E, V, 0.5f);
+    ADD("output_norm.weight", HX_TYPE_F32, E, 1, -1.f);
+    static char names[L][12][40];
+    for (int l = 0; l < L; l++) {
+        const char *nm[12] = { "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_q.bias",
+                               "attn_k.bias", "attn_v.bias", "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
+                               "ffn_up.weight", "ffn_down.weight" };
+        for (int k = 0; k < 12; k++) snprintf(names[l][k], sizeof names[l][k], "blk.%d.%s", l, nm[k]);
+        ADD(names[l][0], HX_TYPE_F32, E, 1, -1.f);
+        ADD(names[l][1], type, E, H * HD, 0.08f);
+        ADD(names[l][2], type, E, KV * HD, 0.08f);
+        ADD(names[l][3], type, E, KV * HD, 0.08f);
+        ADD(names[l][4], HX_TYPE_F32, H * HD, 1, 0.5f);
+        ADD(names[l][5], HX_TYPE_F32, KV * HD, 1, 0.5f);
+        ADD(names[l][6], HX_TYPE_F32, KV * HD, 1, 0.5f);
+        ADD(names[l][7], type, H * HD, E, 0.06f);
+        ADD(names[l][8], HX_TYPE_F32, E, 1, -1.f);
+        ADD(names[l][9], type, E, F, 0.08f);
+        ADD(names[l][10], type, E, F, 0.08f);
+        ADD(names[l][11], type, F, E, 0.05f);
+    }
+#undef ADD
+    hx_error e = {0};
+    bool ok = hx_gguf_writer_write(w, path, &e) == HX_OK;
+    if (!ok) fprintf(stderr, "write %s: %s\n", path, e.msg);
+    hx_gguf_writer_free(w);
+    return ok;
+}
+
 /* --dump: files exist, with the documented header and n_embd floats */
 static void test_dump(const char *path) {
     hx_model *m = load(path);
@@ -366,6 +424,20 @@ int main(void) {
         snprintf(p, sizeof p, "%s/models/ref-tiny/%s.gguf", shared, tiny[i]);
         test_vs_ref(p, HX_TYPE_F32, 12);
         test_vs_ref(p, HX_TYPE_F16, 12);
+    }
+    const int qtypes[] = { HX_TYPE_F32, HX_TYPE_Q8_0, HX_TYPE_Q4_K };
+    for (int i = 0; i < 3; i++) {
+        char tmpl[] = "/tmp/hx_qwen2_XXXXXX";
+        int fd = mkstemp(tmpl);
+        CHECK(fd >= 0);
+        if (fd >= 0) close(fd);
+        CHECK(write_qwen2(tmpl, qtypes[i]));
+        hx_model *m = load(tmpl);
+        CHECK(m && m->cfg.qkv_bias && m->cfg.tied_output && m->layers[0].bq.data);
+        hx_model_free(m);
+        test_vs_ref(tmpl, HX_TYPE_F32, 12);
+        test_vs_ref(tmpl, HX_TYPE_F16, 12);
+        unlink(tmpl);
     }
     const char *stories[] = { "stories260K.gguf", "stories260K-Q8_0.gguf", "stories260K-Q4_0.gguf", "stories260K-Q5_1.gguf" };
     for (int i = 0; i < 4; i++) {

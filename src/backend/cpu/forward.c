@@ -128,6 +128,11 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
     if (cfg->arch == HX_ARCH_BERT)
         return hx_err(e, HX_ERR_UNSUPPORTED, "cpu forward: %s is an encoder; the decoder recipe does not apply",
                       cfg->arch_name);
+    if (cfg->n_layer <= 0 || cfg->n_embd <= 0 || cfg->n_head <= 0 || cfg->n_head_kv <= 0 ||
+        cfg->n_head % cfg->n_head_kv != 0 || cfg->head_dim <= 0 || cfg->head_dim % 2 != 0 || cfg->n_vocab <= 0 ||
+        cfg->n_ff <= 0 || cfg->n_layer > HX_MAX_LAYERS)
+        return hx_err(e, HX_ERR_FORMAT, "cpu forward: unusable config (layers %d, embd %d, heads %d/%d, head_dim %d, ff %d, vocab %d)",
+                      cfg->n_layer, cfg->n_embd, cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->n_ff, cfg->n_vocab);
     hx_cpu_opts o = opts ? *opts : (hx_cpu_opts){0};
     hx_cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory");

@@ -17,7 +17,8 @@ typedef struct hx_cpu_opts {
                            weights to f16/bf16, and with the f16 cache its flash-attention order
                            (q in f16, online softmax, f16 V accumulator). Off: exact f32 math. */
     int n_threads;      /* 0 = all online CPUs */
-    const char *dump_dir;     /* --dump: write per-layer activations here (NULL = off) */
+    const char *dump_dir;     /* --dump: write per-layer activations here (NULL = env HX_DUMP, else off);
+                                 file format in forward.c's header comment (shared with the CUDA path) */
     const int *dump_positions; int n_dump_positions; /* which positions to dump (NULL = all) */
 } hx_cpu_opts;
 
