@@ -317,6 +317,7 @@ static hx_status synthetic_bert(hx_gguf_writer *w, int n, hx_error *e) {
     hx_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", 0);
     hx_gguf_writer_set_u32(w, "tokenizer.ggml.cls_token_id", 101);
     hx_gguf_writer_set_u32(w, "tokenizer.ggml.mask_token_id", 103);
+    hx_gguf_writer_set_u32(w, "tokenizer.ggml.token_type_count", 2); /* llama.cpp requires it for bert */
     vocab_free(&v);
     return HX_OK;
 }
