@@ -8,7 +8,7 @@ sentence-transformers' pooling (mean over the attention mask) and L2 norm.
 
   python3 bench/minilm_ref.py MODEL_DIR < sentences.txt > ref.jsonl
 
-Each output line: {"ids": [...], "embedding": [...]}. Needs numpy, tokenizers,
+Each output line: {"ids": [...], "embedding": [...]}. Needs numpy, scipy, tokenizers,
 safetensors (pip). Max length 256 tokens, as helix's default truncation.
 """
 import json
@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 
 
 def gelu(x):
-    erf = np.vectorize(math.erf)
+    from scipy.special import erf  # float64, vectorized
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 

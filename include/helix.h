@@ -43,6 +43,21 @@ const char *hx_status_str(hx_status s);
 void hx_set_log_level(int level);
 int  hx_log_level(void);
 
+/* ---- sentence embeddings (BERT encoders: all-MiniLM-L6-v2 and friends) ----
+ * Texts are WordPiece-tokenized (truncated to max_tokens, default 256), run in
+ * length-sorted batches, mean-pooled over their tokens and L2-normalized. */
+typedef struct hx_embedder hx_embedder;
+/* path: a BERT .gguf or a Hugging Face folder (config.json + model.safetensors
+ * + vocab.txt). n_threads <= 0: all CPUs. */
+hx_status hx_embedder_open(const char *path, int n_threads, hx_embedder **out, hx_error *e);
+void hx_embedder_free(hx_embedder *em);
+int hx_embedder_dim(const hx_embedder *em);
+/* A string that changes when the model changes (for caches). */
+const char *hx_embedder_fingerprint(const hx_embedder *em);
+void hx_embedder_set_max_tokens(hx_embedder *em, int max_tokens);
+/* out: n * dim floats, row i = unit vector of texts[i]. */
+hx_status hx_embed(hx_embedder *em, const char *const *texts, int n, float *out, hx_error *e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -305,9 +305,11 @@ static hx_status synthetic_bert(hx_gguf_writer *w, int n, hx_error *e) {
     const int sid[] = {0, 100, 101, 102, 103};
     for (int i = 0; i < 5; i++) { v.tok[sid[i]] = strdup(special[i]); v.type[sid[i]] = 3; }
     for (int i = 1; i < 100; i++) { char b[16]; snprintf(b, sizeof b, "[unused%d]", i - 1); v.tok[i] = strdup(b); v.type[i] = 3; }
+    /* llama.cpp's bert layout: word-initial pieces carry U+2581, continuations
+     * ("##x" in vocab.txt) are stored bare */
     int id = 104;
+    for (int c = 0x21; c <= 0x7e; c++) { char b[5] = {'\xe2', '\x96', '\x81', (char)c, 0}; v.tok[id] = strdup(b); v.type[id++] = 1; }
     for (int c = 0x21; c <= 0x7e; c++) { char b[2] = {(char)c, 0}; v.tok[id] = strdup(b); v.type[id++] = 1; }
-    for (int c = 0x21; c <= 0x7e; c++) { char b[4] = {'#', '#', (char)c, 0}; v.tok[id] = strdup(b); v.type[id++] = 1; }
     if (!vocab_pad(&v)) { vocab_free(&v); return hx_err(e, HX_ERR_NOMEM, "synth: out of memory"); }
     hx_gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
     hx_gguf_writer_set_str(w, "tokenizer.ggml.pre", "jina-v2-en");

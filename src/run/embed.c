@@ -1,0 +1,110 @@
+/* embed.c — hx_embed(): texts -> unit vectors with a BERT encoder.
+ * Texts are tokenized, sorted by length, and run in batches of similar length
+ * (no padding: see bert.h), then put back in the caller's order. */
+#include "backend/cpu/bert.h"
+#include "core/core.h"
+#include "core/pool.h"
+#include "model/model.h"
+#include "tok/wordpiece.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#define BATCH_TOKENS 8192 /* tokens per forward: bounds activation memory */
+
+struct hx_embedder {
+    hx_model *model;
+    hx_wordpiece *tok;
+    hx_pool *pool;
+    int max_tokens;
+    char fingerprint[256];
+};
+
+hx_status hx_embedder_open(const char *path, int n_threads, hx_embedder **out, hx_error *e) {
+    *out = NULL;
+    hx_embedder *em = calloc(1, sizeof *em);
+    if (!em) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
+    hx_status st = hx_model_load_any(path, &em->model, e);
+    if (st) { free(em); return st; }
+    if (em->model->cfg.arch != HX_ARCH_BERT) {
+        st = hx_err(e, HX_ERR_UNSUPPORTED, "%s: architecture %s is not a BERT encoder", path, em->model->cfg.arch_name);
+        hx_embedder_free(em);
+        return st;
+    }
+    st = em->model->gguf ? hx_wordpiece_from_gguf(em->model->gguf, &em->tok, e) : hx_wordpiece_load(path, &em->tok, e);
+    if (st) { hx_embedder_free(em); return st; }
+    if (hx_wordpiece_n_vocab(em->tok) != em->model->cfg.n_vocab) {
+        st = hx_err(e, HX_ERR_FORMAT, "%s: tokenizer has %d tokens, model %d", path, hx_wordpiece_n_vocab(em->tok),
+                    em->model->cfg.n_vocab);
+        hx_embedder_free(em);
+        return st;
+    }
+    em->pool = hx_pool_create(n_threads);
+    if (!em->pool) { hx_embedder_free(em); return hx_err(e, HX_ERR_NOMEM, "out of memory"); }
+    em->max_tokens = em->model->cfg.n_ctx_train < 256 ? em->model->cfg.n_ctx_train : 256;
+    /* fingerprint: file name, size and mtime, plus the shape */
+    struct stat sb;
+    const char *base = strrchr(path, '/');
+    char probe[1100];
+    snprintf(probe, sizeof probe, "%s%s", path, em->model->gguf ? "" : "/model.safetensors");
+    long long size = stat(probe, &sb) == 0 ? (long long)sb.st_size : -1, mtime = size >= 0 ? (long long)sb.st_mtime : 0;
+    snprintf(em->fingerprint, sizeof em->fingerprint, "bert:%s:%lld:%lld:%dx%d", base ? base + 1 : path, size, mtime,
+             em->model->cfg.n_layer, em->model->cfg.n_embd);
+    *out = em;
+    return HX_OK;
+}
+
+void hx_embedder_free(hx_embedder *em) {
+    if (!em) return;
+    hx_model_free(em->model);
+    hx_wordpiece_free(em->tok);
+    hx_pool_free(em->pool);
+    free(em);
+}
+
+int hx_embedder_dim(const hx_embedder *em) { return em->model->cfg.n_embd; }
+const char *hx_embedder_fingerprint(const hx_embedder *em) { return em->fingerprint; }
+void hx_embedder_set_max_tokens(hx_embedder *em, int max_tokens) {
+    if (max_tokens >= 2 && max_tokens <= em->model->cfg.n_ctx_train) em->max_tokens = max_tokens;
+}
+
+typedef struct item { int index, len; int32_t *ids; } item;
+
+static int by_len(const void *a, const void *b) {
+    const item *x = a, *y = b;
+    return x->len != y->len ? x->len - y->len : x->index - y->index;
+}
+
+hx_status hx_embed(hx_embedder *em, const char *const *texts, int n, float *out, hx_error *e) {
+    if (n <= 0) return HX_OK;
+    const int E = em->model->cfg.n_embd, M = em->max_tokens;
+    item *it = calloc((size_t)n, sizeof *it);
+    int32_t *ids = malloc((size_t)n * (size_t)M * sizeof *ids);
+    int32_t *batch_ids = malloc((size_t)BATCH_TOKENS * sizeof *batch_ids + (size_t)M * sizeof *batch_ids);
+    int *lens = malloc((size_t)n * sizeof *lens);
+    float *vec = malloc((size_t)n * (size_t)E * sizeof *vec);
+    hx_status st = HX_OK;
+    if (!it || !ids || !batch_ids || !lens || !vec) { st = hx_err(e, HX_ERR_NOMEM, "embed: out of memory for %d texts", n); goto done; }
+    for (int i = 0; i < n; i++) {
+        it[i].index = i;
+        it[i].ids = ids + (size_t)i * M;
+        const char *t = texts[i] ? texts[i] : "";
+        it[i].len = hx_wordpiece_encode(em->tok, t, strlen(t), true, it[i].ids, M);
+    }
+    qsort(it, (size_t)n, sizeof *it, by_len);
+    for (int b = 0; b < n;) {
+        int nb = 0, tok = 0;
+        while (b + nb < n && (nb == 0 || tok + it[b + nb].len <= BATCH_TOKENS)) {
+            memcpy(batch_ids + tok, it[b + nb].ids, (size_t)it[b + nb].len * sizeof *batch_ids);
+            lens[nb] = it[b + nb].len;
+            tok += it[b + nb].len;
+            nb++;
+        }
+        if ((st = hx_bert_encode(em->model, em->pool, batch_ids, lens, nb, HX_POOL_MEAN, true, vec, e))) goto done;
+        for (int k = 0; k < nb; k++) memcpy(out + (size_t)it[b + k].index * E, vec + (size_t)k * E, (size_t)E * sizeof *out);
+        b += nb;
+    }
+done:
+    free(it); free(ids); free(batch_ids); free(lens); free(vec);
+    return st;
+}
