@@ -9,12 +9,13 @@ M="$SHARED/models/ref-tiny/tiny-bert-shared.gguf"
 R="$SHARED/refs/tiny-bert-shared.embeddings.json"
 [ -f "$M" ] && [ -f "$R" ] || { echo "SKIP: $M or $R not found"; exit 77; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-python3 -c 'import json,sys; [print(x["text"]) for x in json.load(open(sys.argv[1]))]' "$R" > "$tmp/texts.txt"
+# one text per line: texts with line breaks (covered by test_bert) are left out here
+python3 -c 'import json,sys; [print(x["text"]) for x in json.load(open(sys.argv[1])) if "\n" not in x["text"] and "\r" not in x["text"]]' "$R" > "$tmp/texts.txt"
 "$BIN" embed -m "$M" < "$tmp/texts.txt" > "$tmp/out.jsonl"
 "$BIN" embed -m "$M" --format f32 < "$tmp/texts.txt" > "$tmp/out.f32"
 python3 - "$R" "$tmp/out.jsonl" "$tmp/out.f32" <<'PY'
 import json, struct, sys
-ref = json.load(open(sys.argv[1]))
+ref = [x for x in json.load(open(sys.argv[1])) if "\n" not in x["text"] and "\r" not in x["text"]]
 ours = [json.loads(l) for l in open(sys.argv[2])]
 raw = open(sys.argv[3], 'rb').read()
 dim = len(ref[0]["embedding"])
