@@ -1,7 +1,38 @@
-/* cmd_one_shot.c — helix-bg one-shot (placeholder until issue 5 lands it). */
+/* cmd_one_shot.c — helix-bg one-shot [KB-DIR]: read, embed what is new, analyze,
+ * write embeddings.bin + insights.json next to data.log, print the summary. */
 #include "cli.h"
+#include "kb_cli.h"
+#include "core/core.h"
+
+#include <sys/stat.h>
 
 int cmd_one_shot(int argc, char **argv) {
-    (void)argc; (void)argv;
-    return cli_not_built("one-shot", "5");
+    kb_cli c;
+    int rc = kb_cli_parse(&c, argc, argv, "one-shot", false);
+    if (rc) return rc < 0 ? 0 : rc;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/data.log", c.dir);
+    struct stat sb;
+    if (stat(c.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "helix-bg one-shot: '%s' is not a directory (a knowledge base is a directory holding data.log)\n", c.dir);
+        return 1;
+    }
+    if (stat(p, &sb) != 0) { fprintf(stderr, "helix-bg one-shot: %s: no such file: not a knowledge base\n", p); return 1; }
+    kb_embedder *em = kb_cli_embedder(&c, "one-shot");
+    if (!em) return 1;
+    kb_opts o = kb_cli_opts(&c, em);
+    hx_pool *pool = hx_pool_create(c.threads);
+    hx_error e = {0};
+    kb_pass_stats st = {0};
+    rc = 0;
+    if (kb_run_pass(c.dir, em, pool, &o, !c.quiet, true, &st, &e) != HX_OK) {
+        fprintf(stderr, "helix-bg one-shot: %s\n", e.msg);
+        rc = 1;
+    } else if (!c.quiet) {
+        printf("\n%zu entries (%zu deleted, %zu malformed lines skipped), %zu embedded now with %s, %.2f s; wrote %s/insights.json\n",
+               st.live, st.entries - st.live, st.malformed, st.embedded, em->name, st.seconds, c.dir);
+    }
+    hx_pool_free(pool);
+    em->free(em);
+    return rc;
 }

@@ -1,0 +1,332 @@
+/* insights.c — all-pairs similarity as blocked products over unit vectors,
+ * top-k per finding kind, topic centroids; the report; one full pass. */
+#include "kb/kb.h"
+#include "core/core.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define TILE 64
+
+kb_opts kb_default_opts(const kb_embedder *em) {
+    /* MiniLM's thresholds from the design; the lexical embedder's similarities
+     * run lower (shared words only), calibrated on examples/kb */
+    if (!strcmp(em->name, "lexical-384"))
+        return (kb_opts){.dup_threshold = 0.88f, .link_low = 0.36f, .link_high = 0.88f, .topic_threshold = 0.45f,
+                         .max_dups = 20, .max_links = 50};
+    return (kb_opts){.dup_threshold = 0.92f, .link_low = 0.75f, .link_high = 0.92f, .topic_threshold = 0.6f,
+                     .max_dups = 20, .max_links = 50};
+}
+
+/* A bounded min-heap of the best pairs. */
+typedef struct topk { kb_pair *p; int n, k; } topk;
+
+static void heap_down(kb_pair *h, int n, int i) {
+    for (;;) {
+        int m = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && h[l].sim < h[m].sim) m = l;
+        if (r < n && h[r].sim < h[m].sim) m = r;
+        if (m == i) return;
+        kb_pair t = h[i]; h[i] = h[m]; h[m] = t; i = m;
+    }
+}
+
+static void topk_push(topk *t, kb_pair p) {
+    if (t->k <= 0) return;
+    if (t->n < t->k) {
+        int i = t->n++;
+        t->p[i] = p;
+        while (i > 0 && t->p[(i - 1) / 2].sim > t->p[i].sim) {
+            kb_pair x = t->p[i]; t->p[i] = t->p[(i - 1) / 2]; t->p[(i - 1) / 2] = x;
+            i = (i - 1) / 2;
+        }
+    } else if (p.sim > t->p[0].sim) {
+        t->p[0] = p;
+        heap_down(t->p, t->n, 0);
+    }
+}
+
+typedef struct job {
+    const float *vec;
+    const int *topic;     /* topic index per row */
+    size_t n;
+    int dim;
+    const kb_opts *o;
+    topk *dups, *links;   /* per thread */
+} job;
+
+/* Row tile `task` against every column tile at or after it. */
+static void tile_task(void *ctx, int64_t task, int thread) {
+    job *j = ctx;
+    size_t i0 = (size_t)task * TILE, i1 = i0 + TILE < j->n ? i0 + TILE : j->n;
+    const int D = j->dim;
+    float sims[TILE * TILE];
+    for (size_t j0 = i0; j0 < j->n; j0 += TILE) {
+        size_t j1 = j0 + TILE < j->n ? j0 + TILE : j->n;
+        for (size_t a = i0; a < i1; a++) {
+            const float *va = j->vec + a * (size_t)D;
+            for (size_t b = j0; b < j1; b++) {
+                const float *vb = j->vec + b * (size_t)D;
+                float s = 0;
+                for (int k = 0; k < D; k++) s += va[k] * vb[k];
+                sims[(a - i0) * TILE + (b - j0)] = s;
+            }
+        }
+        for (size_t a = i0; a < i1; a++)
+            for (size_t b = j0 > a + 1 ? j0 : a + 1; b < j1; b++) {
+                float s = sims[(a - i0) * TILE + (b - j0)];
+                kb_pair p = {.sim = s, .ia = (int)a, .ib = (int)b};
+                if (s > j->o->dup_threshold) topk_push(&j->dups[thread], p);
+                else if (s >= j->o->link_low && s <= j->o->link_high && j->topic[a] != j->topic[b])
+                    topk_push(&j->links[thread], p);
+            }
+    }
+}
+
+static int pair_desc(const void *x, const void *y) {
+    const kb_pair *a = x, *b = y;
+    if (a->sim != b->sim) return a->sim < b->sim ? 1 : -1;
+    return a->ia != b->ia ? a->ia - b->ia : a->ib - b->ib;
+}
+
+/* Merge per-thread heaps into the global best k, sorted. */
+static kb_pair *merge(topk *t, int nt, int k, int *n_out) {
+    topk all = {calloc((size_t)(k > 0 ? k : 1), sizeof(kb_pair)), 0, k};
+    if (!all.p) { *n_out = 0; return NULL; }
+    for (int i = 0; i < nt; i++)
+        for (int q = 0; q < t[i].n; q++) topk_push(&all, t[i].p[q]);
+    qsort(all.p, (size_t)all.n, sizeof *all.p, pair_desc);
+    *n_out = all.n;
+    return all.p;
+}
+
+void kb_insights_free(kb_insights *in) {
+    free(in->dups); free(in->links); free(in->overlaps);
+    for (int i = 0; i < in->n_topics; i++) free(in->topics[i]);
+    free(in->topics);
+    memset(in, 0, sizeof *in);
+}
+
+hx_status kb_analyze(hx_pool *pool, const kb_log *log, const size_t *idx, const float *vec, size_t n, int dim,
+                     const kb_opts *o, kb_insights *out, hx_error *e) {
+    memset(out, 0, sizeof *out);
+    int nt = hx_pool_threads(pool);
+    int *topic = calloc(n ? n : 1, sizeof *topic);
+    topk *dups = calloc((size_t)nt, sizeof *dups), *links = calloc((size_t)nt, sizeof *links);
+    hx_status st = HX_OK;
+    if (!topic || !dups || !links) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+    /* topics: distinct names (linear scan over a small set, hashed by first char would be overkill) */
+    int cap = 16;
+    out->topics = malloc((size_t)cap * sizeof *out->topics);
+    if (!out->topics) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+    for (size_t i = 0; i < n; i++) {
+        const char *tp = log->e[idx[i]].topic;
+        int t = 0;
+        while (t < out->n_topics && strcmp(out->topics[t], tp)) t++;
+        if (t == out->n_topics) {
+            if (t == cap) {
+                char **nt2 = realloc(out->topics, (size_t)cap * 2 * sizeof *nt2);
+                if (!nt2) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+                out->topics = nt2;
+                cap *= 2;
+            }
+            out->topics[out->n_topics++] = strdup(tp);
+        }
+        topic[i] = t;
+    }
+    for (int t = 0; t < nt; t++) {
+        dups[t] = (topk){calloc((size_t)o->max_dups + 1, sizeof(kb_pair)), 0, o->max_dups};
+        links[t] = (topk){calloc((size_t)o->max_links + 1, sizeof(kb_pair)), 0, o->max_links};
+        if (!dups[t].p || !links[t].p) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+    }
+    job j = {vec, topic, n, dim, o, dups, links};
+    hx_pool_run(pool, (int64_t)((n + TILE - 1) / TILE), tile_task, &j);
+    out->dups = merge(dups, nt, o->max_dups, &out->n_dups);
+    out->links = merge(links, nt, o->max_links, &out->n_links);
+    for (int i = 0; i < out->n_dups; i++) { out->dups[i].a = log->e[idx[out->dups[i].ia]].offset; out->dups[i].b = log->e[idx[out->dups[i].ib]].offset; }
+    for (int i = 0; i < out->n_links; i++) { out->links[i].a = log->e[idx[out->links[i].ia]].offset; out->links[i].b = log->e[idx[out->links[i].ib]].offset; }
+    /* topic centroids */
+    {
+        int T = out->n_topics;
+        double *c = calloc((size_t)T * (size_t)dim, sizeof *c);
+        out->overlaps = calloc((size_t)T * (size_t)T / 2 + 1, sizeof *out->overlaps);
+        if (!c || !out->overlaps) { free(c); st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+        for (size_t i = 0; i < n; i++)
+            for (int k = 0; k < dim; k++) c[(size_t)topic[i] * dim + k] += vec[i * (size_t)dim + k];
+        for (int t = 0; t < T; t++) {
+            double s = 0;
+            for (int k = 0; k < dim; k++) s += c[(size_t)t * dim + k] * c[(size_t)t * dim + k];
+            s = s > 0 ? 1.0 / sqrt(s) : 0;
+            for (int k = 0; k < dim; k++) c[(size_t)t * dim + k] *= s;
+        }
+        for (int a = 0; a < T; a++)
+            for (int b = a + 1; b < T; b++) {
+                double s = 0;
+                for (int k = 0; k < dim; k++) s += c[(size_t)a * dim + k] * c[(size_t)b * dim + k];
+                if (s > o->topic_threshold) out->overlaps[out->n_overlaps++] = (kb_topic_pair){a, b, (float)s};
+            }
+        free(c);
+        for (int x = 0; x < out->n_overlaps; x++) /* sort descending: few topics, insertion sort */
+            for (int y = x; y > 0 && out->overlaps[y].sim > out->overlaps[y - 1].sim; y--) {
+                kb_topic_pair t = out->overlaps[y]; out->overlaps[y] = out->overlaps[y - 1]; out->overlaps[y - 1] = t;
+            }
+    }
+done:
+    for (int t = 0; dups && t < nt; t++) free(dups[t].p);
+    for (int t = 0; links && t < nt; t++) free(links[t].p);
+    free(dups); free(links); free(topic);
+    if (st) kb_insights_free(out);
+    return st;
+}
+
+static const kb_entry *entry_at(const kb_log *log, uint64_t off) {
+    size_t lo = 0, hi = log->n;
+    while (lo < hi) { size_t m = (lo + hi) / 2; if (log->e[m].offset < off) lo = m + 1; else hi = m; }
+    return &log->e[lo];
+}
+
+static cJSON *pair_json(const kb_log *log, const kb_pair *p) {
+    const kb_entry *a = entry_at(log, p->a), *b = entry_at(log, p->b);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "a", (double)p->a);
+    cJSON_AddNumberToObject(o, "b", (double)p->b);
+    cJSON_AddStringToObject(o, "topic_a", a->topic);
+    cJSON_AddStringToObject(o, "topic_b", b->topic);
+    if (a->title) cJSON_AddStringToObject(o, "title_a", a->title);
+    if (b->title) cJSON_AddStringToObject(o, "title_b", b->title);
+    cJSON_AddNumberToObject(o, "similarity", round(p->sim * 10000) / 10000);
+    return o;
+}
+
+hx_status kb_write_report(const char *path, const kb_log *log, const kb_insights *in, size_t n_live,
+                          const char *embedder, hx_error *e) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddNumberToObject(r, "entries", (double)n_live);
+    cJSON_AddStringToObject(r, "embedder", embedder);
+    cJSON *d = cJSON_AddArrayToObject(r, "near_duplicates"), *l = cJSON_AddArrayToObject(r, "cross_links");
+    cJSON *t = cJSON_AddArrayToObject(r, "topic_overlaps");
+    for (int i = 0; i < in->n_dups; i++) cJSON_AddItemToArray(d, pair_json(log, &in->dups[i]));
+    for (int i = 0; i < in->n_links; i++) cJSON_AddItemToArray(l, pair_json(log, &in->links[i]));
+    for (int i = 0; i < in->n_overlaps; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "a", in->topics[in->overlaps[i].a]);
+        cJSON_AddStringToObject(o, "b", in->topics[in->overlaps[i].b]);
+        cJSON_AddNumberToObject(o, "similarity", round(in->overlaps[i].sim * 10000) / 10000);
+        cJSON_AddItemToArray(t, o);
+    }
+    char *s = cJSON_Print(r);
+    cJSON_Delete(r);
+    if (!s) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
+    size_t n = strlen(s);
+    char *withnl = malloc(n + 2);
+    if (!withnl) { free(s); return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path); }
+    memcpy(withnl, s, n);
+    withnl[n] = '\n';
+    free(s);
+    hx_status st = hx_write_file_atomic(path, withnl, n + 1, e);
+    free(withnl);
+    return st;
+}
+
+static const char *label(const kb_entry *en) { return en->title ? en->title : en->text; }
+
+void kb_print_summary(FILE *f, const kb_log *log, const kb_insights *in, size_t n_live) {
+    fprintf(f, "%zu entries in %d topics\n", n_live, in->n_topics);
+    fprintf(f, "\nnear-duplicates (%d):\n", in->n_dups);
+    for (int i = 0; i < in->n_dups; i++) {
+        const kb_entry *a = entry_at(log, in->dups[i].a), *b = entry_at(log, in->dups[i].b);
+        fprintf(f, "  %.3f  @%llu \"%.50s\"  ~  @%llu \"%.50s\"\n", in->dups[i].sim, (unsigned long long)a->offset,
+                label(a), (unsigned long long)b->offset, label(b));
+    }
+    fprintf(f, "\ncross-links (%d):\n", in->n_links);
+    for (int i = 0; i < in->n_links; i++) {
+        const kb_entry *a = entry_at(log, in->links[i].a), *b = entry_at(log, in->links[i].b);
+        fprintf(f, "  %.3f  [%s] \"%.40s\"  <->  [%s] \"%.40s\"\n", in->links[i].sim, a->topic, label(a), b->topic, label(b));
+    }
+    fprintf(f, "\ntopic overlaps (%d):\n", in->n_overlaps);
+    for (int i = 0; i < in->n_overlaps; i++)
+        fprintf(f, "  %.3f  %s  <->  %s\n", in->overlaps[i].sim, in->topics[in->overlaps[i].a], in->topics[in->overlaps[i].b]);
+}
+
+static int cache_find(const kb_cache *c, uint64_t off) {
+    size_t lo = 0, hi = c->n;
+    while (lo < hi) { size_t m = (lo + hi) / 2; if (c->offset[m] < off) lo = m + 1; else hi = m; }
+    return lo < c->n && c->offset[lo] == off ? (int)lo : -1;
+}
+
+hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_opts *o, bool print_summary,
+                      bool progress, kb_pass_stats *stats, hx_error *e) {
+    double t0 = hx_now_s();
+    char log_path[4096], cache_path[4096], report_path[4096];
+    snprintf(log_path, sizeof log_path, "%s/data.log", dir);
+    snprintf(cache_path, sizeof cache_path, "%s/embeddings.bin", dir);
+    snprintf(report_path, sizeof report_path, "%s/insights.json", dir);
+    kb_log log = {0};
+    kb_cache old = {0}, cur = {0};
+    kb_insights in = {0};
+    size_t *idx = NULL;
+    char **texts = NULL;
+    int *todo = NULL;
+    hx_status st = kb_log_read(&log, log_path, e);
+    if (st) goto done;
+    size_t live = kb_log_live(&log);
+    idx = malloc((live ? live : 1) * sizeof *idx);
+    todo = malloc((live ? live : 1) * sizeof *todo);
+    if (!idx || !todo || !(cur.offset = malloc((live ? live : 1) * 8)) || !(cur.hash = malloc((live ? live : 1) * 8)) ||
+        !(cur.vec = malloc((live ? live : 1) * (size_t)em->dim * sizeof(float)))) {
+        st = hx_err(e, HX_ERR_NOMEM, "%s: out of memory", dir);
+        goto done;
+    }
+    cur.dim = em->dim;
+    cur.n = live;
+    size_t k = 0, n_todo = 0;
+    kb_cache_load(&old, cache_path, em);
+    for (size_t i = 0; i < log.n; i++) {
+        if (log.e[i].deleted) continue;
+        idx[k] = i;
+        cur.offset[k] = log.e[i].offset;
+        cur.hash[k] = log.e[i].hash;
+        int c = cache_find(&old, log.e[i].offset);
+        /* a cached vector is reused only for the same text (hash 0: v1 cache, trusted once) */
+        if (c >= 0 && (old.hash[c] == log.e[i].hash || old.hash[c] == 0))
+            memcpy(cur.vec + k * (size_t)em->dim, old.vec + (size_t)c * em->dim, sizeof(float) * (size_t)em->dim);
+        else
+            todo[n_todo++] = (int)k;
+        k++;
+    }
+    /* embed what the cache lacks, in chunks (progress between them) */
+    texts = calloc(256, sizeof *texts);
+    float *tmp = malloc(256 * (size_t)em->dim * sizeof(float));
+    if (!texts || !tmp) { free(tmp); st = hx_err(e, HX_ERR_NOMEM, "out of memory"); goto done; }
+    bool tty = progress && isatty(2);
+    for (size_t b = 0; b < n_todo; b += 256) {
+        size_t nb = n_todo - b < 256 ? n_todo - b : 256;
+        for (size_t q = 0; q < nb; q++) texts[q] = kb_entry_text(&log.e[idx[todo[b + q]]]);
+        for (size_t q = 0; q < nb; q++) if (!texts[q]) st = hx_err(e, HX_ERR_NOMEM, "out of memory");
+        if (!st) st = em->embed(em, (const char *const *)texts, (int)nb, tmp, e);
+        for (size_t q = 0; q < nb; q++) { free(texts[q]); texts[q] = NULL; }
+        if (st) { free(tmp); goto done; }
+        for (size_t q = 0; q < nb; q++)
+            memcpy(cur.vec + (size_t)todo[b + q] * em->dim, tmp + q * (size_t)em->dim, sizeof(float) * (size_t)em->dim);
+        if (tty) fprintf(stderr, "\rembedding %zu/%zu", b + nb, n_todo);
+    }
+    if (tty && n_todo) fputc('\n', stderr);
+    free(tmp);
+    if (n_todo || old.n != cur.n) {
+        if ((st = kb_cache_save(&cur, cache_path, em, e))) goto done;
+    }
+    if ((st = kb_analyze(pool, &log, idx, cur.vec, live, em->dim, o, &in, e))) goto done;
+    if ((st = kb_write_report(report_path, &log, &in, live, em->name, e))) goto done;
+    if (print_summary) kb_print_summary(stdout, &log, &in, live);
+    if (stats) *stats = (kb_pass_stats){log.n, live, n_todo, log.n_malformed, (size_t)in.n_dups, (size_t)in.n_links,
+                                        (size_t)in.n_overlaps, hx_now_s() - t0};
+done:
+    free(texts); free(idx); free(todo);
+    kb_insights_free(&in);
+    kb_cache_free(&old);
+    kb_cache_free(&cur);
+    kb_log_free(&log);
+    return st;
+}

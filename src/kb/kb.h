@@ -1,0 +1,100 @@
+/* kb.h — the knowledge base: data.log reader, embedders, embedding cache,
+ * insight engine and report (formats in ../shared/design.md).
+ *
+ * data.log: UTF-8 JSON Lines, append-only. An entry's id is the byte offset of
+ * its line. {"delete": off} retires an entry. A last line without '\n' is a
+ * write in progress and is not read. Malformed lines are reported and skipped.
+ *
+ * embeddings.bin v2 (little-endian), written atomically:
+ *   "HXEC" | version u32 = 2 | count u32 | dim u32 | fp_len u32 | fingerprint[fp_len]
+ *   count x { offset u64 | text_hash u64 | f32[dim] } | checksum u64 (FNV-1a of all before)
+ * v1 ("HXEC" | 1 | count u32 | dim u32 | count x {offset u32 | f32[dim]}) is read too. */
+#ifndef HX_KB_H
+#define HX_KB_H
+
+#include "helix.h"
+#include "core/pool.h"
+
+#include <stdio.h>
+
+typedef struct kb_entry {
+    uint64_t offset;      /* id */
+    char *topic, *title, *text;
+    uint64_t hash;        /* FNV-1a of the embedded text */
+    bool deleted;
+} kb_entry;
+
+typedef struct kb_log {
+    kb_entry *e;
+    size_t n, cap;
+    uint64_t read_to;     /* bytes consumed (end of the last complete line) */
+    size_t n_malformed;
+} kb_log;
+
+/* Read data.log from byte `from` (0 = whole file) appending to log. A file
+ * shorter than `from` is reported as HX_ERR_RANGE (rewritten: rebuild). */
+hx_status kb_log_read(kb_log *log, const char *path, hx_error *e);
+void kb_log_free(kb_log *log);
+size_t kb_log_live(const kb_log *log);
+/* The text to embed: title + "\n" + text, or text. Caller frees. */
+char *kb_entry_text(const kb_entry *en);
+
+/* ---- embedders ---- */
+typedef struct kb_embedder {
+    char name[64];
+    char fingerprint[256];
+    int dim;
+    hx_status (*embed)(struct kb_embedder *self, const char *const *texts, int n, float *out, hx_error *e);
+    void (*free)(struct kb_embedder *self);
+    void *impl;
+} kb_embedder;
+
+kb_embedder *kb_lexical_new(void);                       /* "lexical-384" */
+hx_status kb_neural_new(const char *model, int n_threads, kb_embedder **out, hx_error *e); /* BERT via hx_embed */
+
+/* ---- cache ---- */
+typedef struct kb_cache {
+    uint64_t *offset, *hash;
+    float *vec;           /* n x dim */
+    size_t n;
+    int dim;
+} kb_cache;
+/* Loads path if it exists and matches (fingerprint, dim); a damaged or foreign
+ * file gives an empty cache and a warning, never an error. */
+void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em);
+hx_status kb_cache_save(const kb_cache *c, const char *path, const kb_embedder *em, hx_error *e);
+void kb_cache_free(kb_cache *c);
+
+/* ---- insights ---- */
+typedef struct kb_pair { uint64_t a, b; float sim; int ia, ib; } kb_pair;
+typedef struct kb_topic_pair { int a, b; float sim; } kb_topic_pair;
+typedef struct kb_opts {
+    float dup_threshold, link_low, link_high, topic_threshold;
+    int max_dups, max_links;
+} kb_opts;
+kb_opts kb_default_opts(const kb_embedder *em);
+
+typedef struct kb_insights {
+    kb_pair *dups, *links;
+    int n_dups, n_links;
+    char **topics;              /* distinct topics */
+    int n_topics;
+    kb_topic_pair *overlaps;
+    int n_overlaps;
+} kb_insights;
+
+/* vec: n unit vectors (rows of dim) for the live entries idx[0..n). */
+hx_status kb_analyze(hx_pool *pool, const kb_log *log, const size_t *idx, const float *vec, size_t n, int dim,
+                     const kb_opts *o, kb_insights *out, hx_error *e);
+void kb_insights_free(kb_insights *in);
+hx_status kb_write_report(const char *path, const kb_log *log, const kb_insights *in, size_t n_live,
+                          const char *embedder, hx_error *e);
+void kb_print_summary(FILE *f, const kb_log *log, const kb_insights *in, size_t n_live);
+
+/* One full pass over a KB directory: read, embed what the cache lacks, analyze,
+ * write cache + insights.json. */
+typedef struct kb_pass_stats { size_t entries, live, embedded, malformed, dups, links, overlaps; double seconds; } kb_pass_stats;
+hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_opts *o, bool print_summary,
+                      bool progress, kb_pass_stats *st, hx_error *e);
+
+#endif

@@ -1,0 +1,87 @@
+/* kb_cli.c — option parsing shared by one-shot and daemon. */
+#include "kb_cli.h"
+#include "core/core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void kb_cli_usage(FILE *f, const char *cmd, bool daemon) {
+    fprintf(f, "usage: helix-bg %s [KB-DIR] [options]        (KB-DIR holds data.log; default .)\n", cmd);
+    fprintf(f, "  --embed-model M   BERT .gguf or Hugging Face folder (default: built-in lexical-384)\n"
+               "  -t N              threads (default: all CPUs)\n"
+               "  --dup X           near-duplicate threshold (lexical 0.88, MiniLM 0.92)\n"
+               "  --link-low X --link-high X   cross-link band (lexical 0.36-0.88, MiniLM 0.75-0.92)\n"
+               "  --topic X         topic-overlap threshold (lexical 0.45, MiniLM 0.60)\n"
+               "  --max-dups N --max-links N   how many to keep (20, 50)\n"
+               "  -q, --quiet       no summary / per-pass log\n");
+    if (daemon)
+        fprintf(f, "  --interval S      seconds between polls of data.log (default 30)\n"
+                   "  --pidfile P       write the pid here (the KB is locked with KB-DIR/.helix.lock)\n"
+                   "  --once            one pass, then exit (like one-shot, with the lock)\n"
+                   "  SIGINT/SIGTERM finish the current write and exit; SIGHUP starts a pass now.\n");
+}
+
+static bool num(const char *s, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
+int kb_cli_parse(kb_cli *c, int argc, char **argv, const char *cmd, bool daemon) {
+    *c = (kb_cli){.dir = ".", .dup = -1, .link_low = -1, .link_high = -1, .topic = -1, .max_dups = 20,
+                  .max_links = 50, .interval = 30};
+    bool have_dir = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double x;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { kb_cli_usage(stdout, cmd, daemon); return -1; }
+        else if (!strcmp(a, "--embed-model") && v) { c->embed_model = v; i++; }
+        else if (!strcmp(a, "-t") && v && num(v, 0, 512, &x)) { c->threads = (int)x; i++; }
+        else if (!strcmp(a, "--dup") && v && num(v, -1, 1, &x)) { c->dup = (float)x; i++; }
+        else if (!strcmp(a, "--link-low") && v && num(v, -1, 1, &x)) { c->link_low = (float)x; i++; }
+        else if (!strcmp(a, "--link-high") && v && num(v, -1, 1, &x)) { c->link_high = (float)x; i++; }
+        else if (!strcmp(a, "--topic") && v && num(v, -1, 1, &x)) { c->topic = (float)x; i++; }
+        else if (!strcmp(a, "--max-dups") && v && num(v, 0, 100000, &x)) { c->max_dups = (int)x; i++; }
+        else if (!strcmp(a, "--max-links") && v && num(v, 0, 100000, &x)) { c->max_links = (int)x; i++; }
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) c->quiet = true;
+        else if (daemon && !strcmp(a, "--interval") && v && num(v, 0.05, 86400, &x)) { c->interval = x; i++; }
+        else if (daemon && !strcmp(a, "--pidfile") && v) { c->pidfile = v; i++; }
+        else if (daemon && !strcmp(a, "--once")) c->once = true;
+        else if (a[0] != '-' && !have_dir) { c->dir = a; have_dir = true; }
+        else {
+            fprintf(stderr, "helix-bg %s: bad or incomplete option '%s'\n", cmd, a);
+            kb_cli_usage(stderr, cmd, daemon);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+kb_embedder *kb_cli_embedder(const kb_cli *c, const char *cmd) {
+    if (!c->embed_model) {
+        kb_embedder *em = kb_lexical_new();
+        if (!em) fprintf(stderr, "helix-bg %s: out of memory\n", cmd);
+        return em;
+    }
+    kb_embedder *em = NULL;
+    hx_error e = {0};
+    if (kb_neural_new(c->embed_model, c->threads, &em, &e) != HX_OK) {
+        fprintf(stderr, "helix-bg %s: --embed-model: %s\n", cmd, e.msg);
+        return NULL;
+    }
+    return em;
+}
+
+kb_opts kb_cli_opts(const kb_cli *c, const kb_embedder *em) {
+    kb_opts o = kb_default_opts(em);
+    if (c->dup >= 0) o.dup_threshold = c->dup;
+    if (c->link_low >= 0) o.link_low = c->link_low;
+    if (c->link_high >= 0) o.link_high = c->link_high;
+    if (c->topic >= 0) o.topic_threshold = c->topic;
+    o.max_dups = c->max_dups;
+    o.max_links = c->max_links;
+    return o;
+}

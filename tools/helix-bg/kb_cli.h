@@ -1,0 +1,25 @@
+/* kb_cli.h — options shared by one-shot and daemon. */
+#ifndef HX_KB_CLI_H
+#define HX_KB_CLI_H
+
+#include "kb/kb.h"
+
+typedef struct kb_cli {
+    const char *dir;
+    const char *embed_model;   /* NULL: built-in lexical embedder */
+    int threads;
+    float dup, link_low, link_high, topic; /* < 0: embedder's default */
+    int max_dups, max_links;
+    double interval;           /* daemon: seconds between polls */
+    const char *pidfile;
+    bool once, quiet;
+} kb_cli;
+
+/* Parses argv[1..); returns 0 on success, else the exit code (2). */
+int kb_cli_parse(kb_cli *c, int argc, char **argv, const char *cmd, bool daemon);
+/* Opens the embedder the options ask for. */
+kb_embedder *kb_cli_embedder(const kb_cli *c, const char *cmd);
+kb_opts kb_cli_opts(const kb_cli *c, const kb_embedder *em);
+void kb_cli_usage(FILE *f, const char *cmd, bool daemon);
+
+#endif
