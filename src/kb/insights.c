@@ -257,7 +257,7 @@ static int cache_find(const kb_cache *c, uint64_t off) {
 }
 
 hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_opts *o, bool print_summary,
-                      bool progress, kb_pass_stats *stats, hx_error *e) {
+                      bool progress, uint64_t *reported_to, kb_pass_stats *stats, hx_error *e) {
     double t0 = hx_now_s();
     char log_path[4096], cache_path[4096], report_path[4096];
     snprintf(log_path, sizeof log_path, "%s/data.log", dir);
@@ -269,8 +269,10 @@ hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
     size_t *idx = NULL;
     char **texts = NULL;
     int *todo = NULL;
+    log.quiet_below = reported_to ? *reported_to : 0;
     hx_status st = kb_log_read(&log, log_path, e);
     if (st) goto done;
+    if (reported_to) *reported_to = log.read_to;
     size_t live = kb_log_live(&log);
     idx = malloc((live ? live : 1) * sizeof *idx);
     todo = malloc((live ? live : 1) * sizeof *todo);

@@ -74,6 +74,7 @@ char *kb_entry_text(const kb_entry *en) {
 
 static void malformed(kb_log *log, const char *path, uint64_t off, const char *why) {
     log->n_malformed++;
+    if (off < log->quiet_below) return;
     HX_WARN("%s: offset %llu: %s; line skipped", path, (unsigned long long)off, why);
 }
 

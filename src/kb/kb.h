@@ -29,6 +29,7 @@ typedef struct kb_log {
     size_t n, cap;
     uint64_t read_to;     /* bytes consumed (end of the last complete line) */
     size_t n_malformed;
+    uint64_t quiet_below;  /* malformed lines before this offset were reported already: count, don't print */
 } kb_log;
 
 /* Read data.log from byte `from` (0 = whole file) appending to log. A file
@@ -94,7 +95,9 @@ void kb_print_summary(FILE *f, const kb_log *log, const kb_insights *in, size_t 
 /* One full pass over a KB directory: read, embed what the cache lacks, analyze,
  * write cache + insights.json. */
 typedef struct kb_pass_stats { size_t entries, live, embedded, malformed, dups, links, overlaps; double seconds; } kb_pass_stats;
+/* reported_to (may be NULL): malformed lines before *reported_to are not
+ * reported again; updated to the end of what this pass read. */
 hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_opts *o, bool print_summary,
-                      bool progress, kb_pass_stats *st, hx_error *e);
+                      bool progress, uint64_t *reported_to, kb_pass_stats *st, hx_error *e);
 
 #endif

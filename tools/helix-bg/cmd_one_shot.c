@@ -25,7 +25,7 @@ int cmd_one_shot(int argc, char **argv) {
     hx_error e = {0};
     kb_pass_stats st = {0};
     rc = 0;
-    if (kb_run_pass(c.dir, em, pool, &o, !c.quiet, true, &st, &e) != HX_OK) {
+    if (kb_run_pass(c.dir, em, pool, &o, !c.quiet, true, NULL, &st, &e) != HX_OK) {
         fprintf(stderr, "helix-bg one-shot: %s\n", e.msg);
         rc = 1;
     } else if (!c.quiet) {
