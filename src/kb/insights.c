@@ -2,13 +2,15 @@
  * top-k per finding kind, topic centroids; the report; one full pass. */
 #include "kb/kb.h"
 #include "core/core.h"
+#include "kb/allpairs.h"
+#include "quant/quant.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#define TILE 64
+#define TILE KB_TILE
 
 kb_opts kb_default_opts(const kb_embedder *em) {
     /* MiniLM's thresholds from the design; the lexical embedder's similarities
@@ -55,6 +57,8 @@ typedef struct job {
     int dim;
     const kb_opts *o;
     topk *dups, *links;   /* per thread */
+    float *scratch;       /* per thread: TILE*TILE sims + dim*TILE transposed tile */
+    void (*kernel)(const float *, int, const float *, int, float *);
 } job;
 
 /* Row tile `task` against every column tile at or after it. */
@@ -62,18 +66,13 @@ static void tile_task(void *ctx, int64_t task, int thread) {
     job *j = ctx;
     size_t i0 = (size_t)task * TILE, i1 = i0 + TILE < j->n ? i0 + TILE : j->n;
     const int D = j->dim;
-    float sims[TILE * TILE];
+    float *sims = j->scratch + (size_t)thread * (TILE * TILE + (size_t)D * TILE);
+    float *bt = sims + TILE * TILE; /* (D, TILE): the column tile transposed */
     for (size_t j0 = i0; j0 < j->n; j0 += TILE) {
         size_t j1 = j0 + TILE < j->n ? j0 + TILE : j->n;
-        for (size_t a = i0; a < i1; a++) {
-            const float *va = j->vec + a * (size_t)D;
-            for (size_t b = j0; b < j1; b++) {
-                const float *vb = j->vec + b * (size_t)D;
-                float s = 0;
-                for (int k = 0; k < D; k++) s += va[k] * vb[k];
-                sims[(a - i0) * TILE + (b - j0)] = s;
-            }
-        }
+        for (size_t b = j0; b < j0 + TILE; b++)
+            for (int k = 0; k < D; k++) bt[(size_t)k * TILE + (b - j0)] = b < j1 ? j->vec[b * (size_t)D + k] : 0.0f;
+        j->kernel(j->vec + i0 * (size_t)D, (int)(i1 - i0), bt, D, sims);
         for (size_t a = i0; a < i1; a++)
             for (size_t b = j0 > a + 1 ? j0 : a + 1; b < j1; b++) {
                 float s = sims[(a - i0) * TILE + (b - j0)];
@@ -141,8 +140,12 @@ hx_status kb_analyze(hx_pool *pool, const kb_log *log, const size_t *idx, const 
         links[t] = (topk){calloc((size_t)o->max_links + 1, sizeof(kb_pair)), 0, o->max_links};
         if (!dups[t].p || !links[t].p) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
     }
-    job j = {vec, topic, n, dim, o, dups, links};
+    /* the AVX2 kernel when the CPU and OS allow it and HX_ISA does not force scalar */
+    job j = {vec, topic, n, dim, o, dups, links, NULL, hx_isa_current() >= HX_ISA_AVX2 ? kb_tile_avx2 : kb_tile_scalar};
+    j.scratch = malloc((size_t)nt * (TILE * TILE + (size_t)dim * TILE) * sizeof(float));
+    if (!j.scratch) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
     hx_pool_run(pool, (int64_t)((n + TILE - 1) / TILE), tile_task, &j);
+    free(j.scratch);
     out->dups = merge(dups, nt, o->max_dups, &out->n_dups);
     out->links = merge(links, nt, o->max_links, &out->n_links);
     for (int i = 0; i < out->n_dups; i++) { out->dups[i].a = log->e[idx[out->dups[i].ia]].offset; out->dups[i].b = log->e[idx[out->dups[i].ib]].offset; }
@@ -303,6 +306,7 @@ hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
     float *tmp = malloc(256 * (size_t)em->dim * sizeof(float));
     if (!texts || !tmp) { free(tmp); st = hx_err(e, HX_ERR_NOMEM, "out of memory"); goto done; }
     bool tty = progress && isatty(2);
+    double t_embed = hx_now_s();
     for (size_t b = 0; b < n_todo; b += 256) {
         size_t nb = n_todo - b < 256 ? n_todo - b : 256;
         for (size_t q = 0; q < nb; q++) texts[q] = kb_entry_text(&log.e[idx[todo[b + q]]]);
@@ -316,14 +320,17 @@ hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
     }
     if (tty && n_todo) fputc('\n', stderr);
     free(tmp);
+    t_embed = hx_now_s() - t_embed;
     if (n_todo || old.n != cur.n) {
         if ((st = kb_cache_save(&cur, cache_path, em, e))) goto done;
     }
+    double t_an = hx_now_s();
     if ((st = kb_analyze(pool, &log, idx, cur.vec, live, em->dim, o, &in, e))) goto done;
+    t_an = hx_now_s() - t_an;
     if ((st = kb_write_report(report_path, &log, &in, live, em->name, e))) goto done;
     if (print_summary) kb_print_summary(stdout, &log, &in, live);
     if (stats) *stats = (kb_pass_stats){log.n, live, n_todo, log.n_malformed, (size_t)in.n_dups, (size_t)in.n_links,
-                                        (size_t)in.n_overlaps, hx_now_s() - t0};
+                                        (size_t)in.n_overlaps, hx_now_s() - t0, t_embed, t_an};
 done:
     free(texts); free(idx); free(todo);
     kb_insights_free(&in);

@@ -94,7 +94,10 @@ void kb_print_summary(FILE *f, const kb_log *log, const kb_insights *in, size_t 
 
 /* One full pass over a KB directory: read, embed what the cache lacks, analyze,
  * write cache + insights.json. */
-typedef struct kb_pass_stats { size_t entries, live, embedded, malformed, dups, links, overlaps; double seconds; } kb_pass_stats;
+typedef struct kb_pass_stats {
+    size_t entries, live, embedded, malformed, dups, links, overlaps;
+    double seconds, embed_seconds, analyze_seconds;
+} kb_pass_stats;
 /* reported_to (may be NULL): malformed lines before *reported_to are not
  * reported again; updated to the end of what this pass read. */
 hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_opts *o, bool print_summary,

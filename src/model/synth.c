@@ -280,7 +280,7 @@ static hx_status synthetic_gpt2(hx_gguf_writer *w, const hx_preset *ps, int n, h
         v.tok[b] = strndup(s, (size_t)k);
         v.type[b] = 1;
     }
-    const char *merged[] = {"\xc4\xa0t", "\xc4\xa0" "a", "he", "in"}; /* "Ġt", "Ġa", "he", "in" */
+    const char *merged[] = {"\304\240t", "\304\240a", "he", "in"}; /* "Ġt", "Ġa", "he", "in" */
     const char *merges[] = {"\xc4\xa0 t", "\xc4\xa0 a", "h e", "i n"};
     for (int i = 0; i < 4; i++) { v.tok[256 + i] = strdup(merged[i]); v.type[256 + i] = 1; }
     v.tok[260] = strdup("<|endoftext|>");

@@ -29,8 +29,10 @@ int cmd_one_shot(int argc, char **argv) {
         fprintf(stderr, "helix-bg one-shot: %s\n", e.msg);
         rc = 1;
     } else if (!c.quiet) {
-        printf("\n%zu entries (%zu deleted, %zu malformed lines skipped), %zu embedded now with %s, %.2f s; wrote %s/insights.json\n",
-               st.live, st.entries - st.live, st.malformed, st.embedded, em->name, st.seconds, c.dir);
+        printf("\n%zu entries (%zu deleted, %zu malformed lines skipped), %zu embedded now with %s, %.2f s "
+               "(embedding %.2f s, all-pairs %.2f s); wrote %s/insights.json\n",
+               st.live, st.entries - st.live, st.malformed, st.embedded, em->name, st.seconds, st.embed_seconds,
+               st.analyze_seconds, c.dir);
     }
     hx_pool_free(pool);
     em->free(em);
