@@ -1,0 +1,383 @@
+/* tok.c — SentencePiece-style BPE and GPT-2 byte-level BPE loaded from GGUF metadata.
+ * Behaviour follows llama.cpp's llm_tokenizer_spm / llm_tokenizer_bpe (learned, not copied). */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "tok/tok.h"
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/core.h"
+#include "gguf/gguf.h"
+
+/* open-addressing string -> int32 map */
+typedef struct { char **keys; size_t *lens; int32_t *vals; size_t cap; } smap;
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ull; }
+    return h;
+}
+static bool smap_init(smap *m, size_t n) {
+    m->cap = 16; while (m->cap < n * 2 + 16) m->cap <<= 1;
+    m->keys = calloc(m->cap, sizeof *m->keys); m->lens = calloc(m->cap, sizeof *m->lens);
+    m->vals = calloc(m->cap, sizeof *m->vals);
+    return m->keys && m->lens && m->vals;
+}
+static void smap_free(smap *m) { free(m->keys); free(m->lens); free(m->vals); }
+/* key must outlive the map; first insertion wins */
+static void smap_put(smap *m, char *k, size_t n, int32_t v) {
+    size_t i = hash_bytes(k, n) & (m->cap - 1);
+    while (m->keys[i]) { if (m->lens[i] == n && !memcmp(m->keys[i], k, n)) return; i = (i + 1) & (m->cap - 1); }
+    m->keys[i] = k; m->lens[i] = n; m->vals[i] = v;
+}
+static int32_t smap_get(const smap *m, const char *k, size_t n) {
+    size_t i = hash_bytes(k, n) & (m->cap - 1);
+    while (m->keys[i]) { if (m->lens[i] == n && !memcmp(m->keys[i], k, n)) return m->vals[i]; i = (i + 1) & (m->cap - 1); }
+    return -1;
+}
+
+struct hx_tok {
+    hx_tok_kind kind;
+    int32_t n;
+    char **piece; size_t *plen; float *score; int *type;
+    smap vocab;
+    smap merges;        /* "a b" -> rank (BPE) */
+    char **merge_str; size_t n_merges;
+    int32_t bos, eos, eot, unk, pad, sep, cls, mask;
+    bool add_bos, add_eos, add_space_prefix;
+    pcre2_code *re;     /* BPE pre-tokenizer */
+    int32_t *specials; size_t n_specials; /* control/user tokens, longest first */
+    int byte_to_cp[256]; int cp_to_byte[512];
+};
+
+int32_t hx_tok_n_vocab(const hx_tok *t) { return t->n; }
+int32_t hx_tok_bos(const hx_tok *t) { return t->bos; }
+int32_t hx_tok_eos(const hx_tok *t) { return t->eos; }
+int32_t hx_tok_eot(const hx_tok *t) { return t->eot; }
+hx_tok_kind hx_tok_kind_of(const hx_tok *t) { return t->kind; }
+int hx_tok_type(const hx_tok *t, int32_t id) { return id >= 0 && id < t->n ? t->type[id] : 0; }
+const char *hx_tok_piece(const hx_tok *t, int32_t id) { return id >= 0 && id < t->n ? t->piece[id] : NULL; }
+
+void hx_tok_free(hx_tok *t) {
+    if (!t) return;
+    for (int32_t i = 0; i < t->n && t->piece; i++) free(t->piece[i]);
+    for (size_t i = 0; i < t->n_merges && t->merge_str; i++) free(t->merge_str[i]);
+    free(t->piece); free(t->plen); free(t->score); free(t->type); free(t->merge_str); free(t->specials);
+    smap_free(&t->vocab); smap_free(&t->merges);
+    if (t->re) pcre2_code_free(t->re);
+    free(t);
+}
+
+static int utf8_len(unsigned char c) {
+    if (c < 0x80) return 1;
+    if ((c & 0xE0) == 0xC0) return 2;
+    if ((c & 0xF0) == 0xE0) return 3;
+    if ((c & 0xF8) == 0xF0) return 4;
+    return 1;
+}
+static int put_utf8(char *o, int cp) {
+    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 63)); return 2; }
+    o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 63)); o[2] = (char)(0x80 | (cp & 63)); return 3;
+}
+
+/* GPT-2's reversible byte -> printable code point map */
+static void init_byte_map(hx_tok *t) {
+    int n = 0;
+    for (int i = 0; i < 512; i++) t->cp_to_byte[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        t->byte_to_cp[b] = keep ? b : 256 + n++;
+        t->cp_to_byte[t->byte_to_cp[b]] = b;
+    }
+}
+
+/* Pre-tokenizer regex per tokenizer.ggml.pre (from llama.cpp's table). */
+static const char *pre_regex(const char *pre) {
+    static const char *gpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+    static const char *llama3 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                                "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    static const char *qwen2 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                               "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    if (!strcmp(pre, "llama3") || !strcmp(pre, "llama-bpe") || !strcmp(pre, "llama-v3") || !strcmp(pre, "smaug-bpe"))
+        return llama3;
+    if (!strcmp(pre, "qwen2") || !strcmp(pre, "deepseek-r1-qwen")) return qwen2;
+    return gpt2;
+}
+
+static int cmp_special_len(const void *a, const void *b, void *ctx);
+static const hx_tok *g_sort_tok;
+static int cmp_spec(const void *a, const void *b) {
+    const hx_tok *t = g_sort_tok; int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return t->plen[x] < t->plen[y] ? 1 : t->plen[x] > t->plen[y] ? -1 : (x > y) - (x < y);
+}
+static int cmp_special_len(const void *a, const void *b, void *ctx) { (void)a; (void)b; (void)ctx; return 0; }
+
+static char *dupn(const char *s, size_t n) {
+    char *p = malloc(n + 1); if (!p) return NULL; memcpy(p, s, n); p[n] = 0; return p;
+}
+
+static int32_t get_id(const hx_gguf *g, const char *key, int32_t def) {
+    int64_t v; return hx_gguf_get_i64(g, key, &v) ? (int32_t)v : def;
+}
+
+hx_status hx_tok_load_gguf(const char *path, hx_tok **out, hx_error *e) {
+    *out = NULL;
+    hx_gguf *g = NULL;
+    hx_status st = hx_gguf_open(path, NULL, &g, e);
+    if (st) return st;
+    hx_tok *t = calloc(1, sizeof *t);
+    if (!t) { hx_gguf_close(g); return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path); }
+    hx_gguf_str model = {0}, pre = {0};
+    if (!hx_gguf_get_str(g, "tokenizer.ggml.model", &model)) { st = hx_err(e, HX_ERR_FORMAT, "%s: no tokenizer.ggml.model", path); goto fail; }
+    if (hx_gguf_str_eq(model, "llama")) t->kind = HX_TOK_SPM;
+    else if (hx_gguf_str_eq(model, "gpt2")) t->kind = HX_TOK_BPE;
+    else { st = hx_err(e, HX_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' not supported", path, (int)model.len, model.ptr); goto fail; }
+    const hx_gguf_value *toks = hx_gguf_get_arr(g, "tokenizer.ggml.tokens", HX_GGUF_STRING);
+    if (!toks || toks->arr.count == 0 || toks->arr.count > 0x7fffffff) { st = hx_err(e, HX_ERR_FORMAT, "%s: tokenizer.ggml.tokens missing or bad", path); goto fail; }
+    t->n = (int32_t)toks->arr.count;
+    t->piece = calloc((size_t)t->n, sizeof *t->piece); t->plen = calloc((size_t)t->n, sizeof *t->plen);
+    t->score = calloc((size_t)t->n, sizeof *t->score); t->type = calloc((size_t)t->n, sizeof *t->type);
+    if (!t->piece || !t->plen || !t->score || !t->type || !smap_init(&t->vocab, (size_t)t->n)) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto fail; }
+    const hx_gguf_value *sc = hx_gguf_get_arr(g, "tokenizer.ggml.scores", HX_GGUF_VTYPE_COUNT);
+    const hx_gguf_value *ty = hx_gguf_get_arr(g, "tokenizer.ggml.token_type", HX_GGUF_VTYPE_COUNT);
+    for (int32_t i = 0; i < t->n; i++) {
+        hx_gguf_str s = toks->arr.elems[i].str;
+        if (!(t->piece[i] = dupn(s.ptr, s.len))) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto fail; }
+        t->plen[i] = s.len;
+        t->score[i] = sc && (uint64_t)i < sc->arr.count ? (float)hx_gguf_arr_f64(sc, (uint64_t)i) : 0.0f;
+        t->type[i] = ty && (uint64_t)i < ty->arr.count ? (int)hx_gguf_arr_i64(ty, (uint64_t)i) : HX_TT_NORMAL;
+        smap_put(&t->vocab, t->piece[i], t->plen[i], i);
+    }
+    t->bos = get_id(g, "tokenizer.ggml.bos_token_id", -1);
+    t->eos = get_id(g, "tokenizer.ggml.eos_token_id", -1);
+    t->eot = get_id(g, "tokenizer.ggml.eot_token_id", -1);
+    t->unk = get_id(g, "tokenizer.ggml.unknown_token_id", -1);
+    t->pad = get_id(g, "tokenizer.ggml.padding_token_id", -1);
+    t->sep = get_id(g, "tokenizer.ggml.seperator_token_id", -1);
+    t->cls = get_id(g, "tokenizer.ggml.cls_token_id", -1);
+    t->mask = get_id(g, "tokenizer.ggml.mask_token_id", -1);
+    t->add_bos = t->kind == HX_TOK_SPM; t->add_eos = false; t->add_space_prefix = t->kind == HX_TOK_SPM;
+    hx_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
+    hx_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos);
+    hx_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
+    if (t->kind == HX_TOK_BPE) {
+        init_byte_map(t);
+        const hx_gguf_value *mg = hx_gguf_get_arr(g, "tokenizer.ggml.merges", HX_GGUF_STRING);
+        if (!mg) { st = hx_err(e, HX_ERR_FORMAT, "%s: gpt2 tokenizer without tokenizer.ggml.merges", path); goto fail; }
+        t->n_merges = mg->arr.count;
+        t->merge_str = calloc(t->n_merges ? t->n_merges : 1, sizeof *t->merge_str);
+        if (!t->merge_str || !smap_init(&t->merges, t->n_merges)) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto fail; }
+        for (size_t i = 0; i < t->n_merges; i++) {
+            hx_gguf_str s = mg->arr.elems[i].str;
+            if (!(t->merge_str[i] = dupn(s.ptr, s.len))) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto fail; }
+            smap_put(&t->merges, t->merge_str[i], s.len, (int32_t)i);
+        }
+        char prebuf[64] = "default";
+        if (hx_gguf_get_str(g, "tokenizer.ggml.pre", &pre) && pre.len < sizeof prebuf) {
+            memcpy(prebuf, pre.ptr, pre.len); prebuf[pre.len] = 0;
+        }
+        int ec; PCRE2_SIZE eo;
+        t->re = pcre2_compile((PCRE2_SPTR)pre_regex(prebuf), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+        if (!t->re) { st = hx_err(e, HX_ERR_FORMAT, "%s: pre-tokenizer regex failed to compile", path); goto fail; }
+    }
+    t->specials = calloc((size_t)t->n, sizeof *t->specials);
+    if (!t->specials) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto fail; }
+    for (int32_t i = 0; i < t->n; i++)
+        if ((t->type[i] == HX_TT_CONTROL || t->type[i] == HX_TT_USER) && t->plen[i] > 0) t->specials[t->n_specials++] = i;
+    g_sort_tok = t; qsort(t->specials, t->n_specials, sizeof *t->specials, cmp_spec);
+    (void)cmp_special_len;
+    hx_gguf_close(g);
+    *out = t;
+    return HX_OK;
+fail:
+    hx_gguf_close(g);
+    hx_tok_free(t);
+    return st;
+}
+
+/* growable id vector */
+typedef struct { int32_t *v; size_t n, cap; bool oom; } ivec;
+static void ipush(ivec *a, int32_t x) {
+    if (a->n == a->cap) {
+        size_t nc = a->cap ? a->cap * 2 : 64; int32_t *p = realloc(a->v, nc * sizeof *p);
+        if (!p) { a->oom = true; return; }
+        a->v = p; a->cap = nc;
+    }
+    a->v[a->n++] = x;
+}
+
+/* symbol list for merging: [off, len) into a work buffer */
+typedef struct { size_t off, len; } sym;
+
+static void spm_emit(const hx_tok *t, const char *s, size_t n, ivec *o) {
+    int32_t id = smap_get(&t->vocab, s, n);
+    if (id >= 0) { ipush(o, id); return; }
+    for (size_t i = 0; i < n; i++) {   /* byte fallback */
+        char b[8]; snprintf(b, sizeof b, "<0x%02X>", (unsigned char)s[i]);
+        int32_t bid = smap_get(&t->vocab, b, 6);
+        ipush(o, bid >= 0 ? bid : t->unk);
+    }
+}
+
+/* SPM: spaces -> U+2581, then merge the adjacent pair with the best score (leftmost on ties) while one exists. */
+static void spm_encode(const hx_tok *t, const char *txt, size_t n, bool prefix, ivec *o) {
+    size_t cap = (n + 1) * 3 + 4;
+    char *buf = malloc(cap); sym *sy = malloc((n + 2) * sizeof *sy);
+    if (!buf || !sy) { free(buf); free(sy); o->oom = true; return; }
+    size_t bl = 0;
+    if (prefix) { memcpy(buf, "\xE2\x96\x81", 3); bl = 3; }
+    for (size_t i = 0; i < n; i++) {
+        if (txt[i] == ' ') { memcpy(buf + bl, "\xE2\x96\x81", 3); bl += 3; } else buf[bl++] = txt[i];
+    }
+    size_t ns = 0;
+    for (size_t i = 0; i < bl;) {
+        size_t l = (size_t)utf8_len((unsigned char)buf[i]); if (i + l > bl) l = bl - i;
+        sy[ns].off = i; sy[ns].len = l; ns++; i += l;
+    }
+    for (;;) {
+        size_t best = (size_t)-1; float bs = 0;
+        for (size_t i = 0; i + 1 < ns; i++) {
+            int32_t id = smap_get(&t->vocab, buf + sy[i].off, sy[i].len + sy[i + 1].len);
+            if (id < 0) continue;
+            if (best == (size_t)-1 || t->score[id] > bs) { best = i; bs = t->score[id]; }
+        }
+        if (best == (size_t)-1) break;
+        sy[best].len += sy[best + 1].len;
+        memmove(sy + best + 1, sy + best + 2, (ns - best - 2) * sizeof *sy);
+        ns--;
+    }
+    for (size_t i = 0; i < ns; i++) spm_emit(t, buf + sy[i].off, sy[i].len, o);
+    free(buf); free(sy);
+}
+
+/* BPE on one pre-tokenized word: bytes mapped to code points, merge lowest-rank pair first. */
+static void bpe_word(const hx_tok *t, const char *w, size_t n, ivec *o) {
+    char *buf = malloc(n * 2 + 1); sym *sy = malloc((n + 1) * sizeof *sy);
+    char *pair = malloc(n * 2 + 2);
+    if (!buf || !sy || !pair) { free(buf); free(sy); free(pair); o->oom = true; return; }
+    size_t bl = 0, ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        int l = put_utf8(buf + bl, t->byte_to_cp[(unsigned char)w[i]]);
+        sy[ns].off = bl; sy[ns].len = (size_t)l; ns++; bl += (size_t)l;
+    }
+    /* merge adjacent symbols lying contiguously in buf: off of i+1 == off+len of i always holds */
+    for (;;) {
+        size_t best = (size_t)-1; int32_t br = 0;
+        for (size_t i = 0; i + 1 < ns; i++) {
+            size_t a = sy[i].len, b = sy[i + 1].len;
+            memcpy(pair, buf + sy[i].off, a); pair[a] = ' '; memcpy(pair + a + 1, buf + sy[i + 1].off, b);
+            int32_t r = smap_get(&t->merges, pair, a + b + 1);
+            if (r < 0) continue;
+            if (best == (size_t)-1 || r < br) { best = i; br = r; }
+        }
+        if (best == (size_t)-1) break;
+        sy[best].len += sy[best + 1].len;
+        memmove(sy + best + 1, sy + best + 2, (ns - best - 2) * sizeof *sy);
+        ns--;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        int32_t id = smap_get(&t->vocab, buf + sy[i].off, sy[i].len);
+        if (id >= 0) { ipush(o, id); continue; }
+        for (size_t k = 0; k < sy[i].len;) {  /* fall back to single mapped characters */
+            int l = utf8_len((unsigned char)buf[sy[i].off + k]);
+            int32_t cid = smap_get(&t->vocab, buf + sy[i].off + k, (size_t)l);
+            ipush(o, cid >= 0 ? cid : t->unk);
+            k += (size_t)l;
+        }
+    }
+    free(buf); free(sy); free(pair);
+}
+
+static void bpe_encode(const hx_tok *t, const char *txt, size_t n, ivec *o) {
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    if (!md) { o->oom = true; return; }
+    size_t pos = 0;
+    while (pos < n) {
+        int rc = pcre2_match(t->re, (PCRE2_SPTR)txt, n, pos, 0, md, NULL);
+        if (rc < 0) { bpe_word(t, txt + pos, n - pos, o); break; } /* no match (or invalid UTF-8): rest as one word */
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        if (ov[0] > pos) bpe_word(t, txt + pos, ov[0] - pos, o);
+        if (ov[1] == ov[0]) { size_t l = (size_t)utf8_len((unsigned char)txt[ov[0]]); bpe_word(t, txt + ov[0], l, o); pos = ov[0] + l; continue; }
+        bpe_word(t, txt + ov[0], ov[1] - ov[0], o);
+        pos = ov[1];
+    }
+    pcre2_match_data_free(md);
+}
+
+hx_status hx_tok_encode(const hx_tok *t, const char *text, size_t n, bool add_special, bool parse_special,
+                        int32_t **ids, size_t *n_ids, hx_error *e) {
+    *ids = NULL; *n_ids = 0;
+    ivec o = {0};
+    if (add_special && t->add_bos && t->bos >= 0) ipush(&o, t->bos);
+    bool prev_special = true;
+    size_t start = 0, i = 0;
+    while (i <= n) {
+        int32_t hit = -1;
+        if (i < n)
+            for (size_t k = 0; k < t->n_specials; k++) {
+                int32_t id = t->specials[k];
+                if (!parse_special && t->type[id] == HX_TT_CONTROL) continue;
+                if (t->plen[id] <= n - i && !memcmp(text + i, t->piece[id], t->plen[id])) { hit = id; break; }
+            }
+        if (hit < 0 && i < n) { i++; continue; }
+        if (i > start) {
+            if (t->kind == HX_TOK_SPM) spm_encode(t, text + start, i - start, t->add_space_prefix && prev_special, &o);
+            else bpe_encode(t, text + start, i - start, &o);
+            prev_special = false;
+        }
+        if (hit < 0) break;
+        ipush(&o, hit); prev_special = true;
+        i += t->plen[hit]; start = i;
+    }
+    if (add_special && t->add_eos && t->eos >= 0) ipush(&o, t->eos);
+    if (o.oom) { free(o.v); return hx_err(e, HX_ERR_NOMEM, "tokenize: out of memory"); }
+    *ids = o.v; *n_ids = o.n;
+    return HX_OK;
+}
+
+size_t hx_tok_decode_token(const hx_tok *t, int32_t id, char *buf, size_t cap) {
+    if (id < 0 || id >= t->n) return 0;
+    const char *p = t->piece[id]; size_t n = t->plen[id], w = 0;
+    char tmp[8];
+#define PUT(c) do { if (w < cap) buf[w] = (char)(c); w++; } while (0)
+    if (t->type[id] == HX_TT_CONTROL) return 0;
+    if (t->kind == HX_TOK_SPM) {
+        unsigned v;
+        if (t->type[id] == HX_TT_BYTE && n == 6 && sscanf(p, "<0x%2X>", &v) == 1) { PUT(v); return w; }
+        for (size_t i = 0; i < n; i++) {
+            if (i + 2 < n && !memcmp(p + i, "\xE2\x96\x81", 3)) { PUT(' '); i += 2; } else PUT(p[i]);
+        }
+        return w;
+    }
+    if (t->type[id] == HX_TT_USER) { for (size_t i = 0; i < n; i++) PUT(p[i]); return w; }
+    for (size_t i = 0; i < n;) {   /* invert the byte -> code point map */
+        unsigned char c = (unsigned char)p[i]; int l = utf8_len(c), cp = c;
+        if (l == 2 && i + 1 < n) cp = ((c & 0x1F) << 6) | (p[i + 1] & 0x3F);
+        if (l <= 2 && cp < 512 && t->cp_to_byte[cp] >= 0) PUT(t->cp_to_byte[cp]);
+        else { memcpy(tmp, p + i, (size_t)l); for (int k = 0; k < l && i + (size_t)k < n; k++) PUT(tmp[k]); }
+        i += (size_t)l;
+    }
+#undef PUT
+    return w;
+}
+
+size_t hx_tok_stream_push(const hx_tok *t, hx_tok_stream *s, int32_t id, char *out, size_t cap) {
+    char tmp[512];
+    size_t n = hx_tok_decode_token(t, id, tmp, sizeof tmp);
+    if (n > sizeof tmp) n = sizeof tmp;
+    char all[8 + 512]; size_t m = 0;
+    memcpy(all, s->pend, (size_t)s->n_pend); m = (size_t)s->n_pend; memcpy(all + m, tmp, n); m += n;
+    /* find the start of a trailing incomplete sequence */
+    size_t keep = m;
+    for (size_t back = 1; back <= 4 && back <= m; back++) {
+        unsigned char c = (unsigned char)all[m - back];
+        if ((c & 0xC0) == 0x80) continue;
+        if (c >= 0xC0 && (size_t)utf8_len(c) > back) keep = m - back;
+        break;
+    }
+    s->n_pend = (int)(m - keep); memcpy(s->pend, all + keep, m - keep);
+    size_t w = keep < cap ? keep : cap;
+    memcpy(out, all, w);
+    return w;
+}

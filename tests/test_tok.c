@@ -1,0 +1,51 @@
+/* test_tok.c — golden tokenization: llama.cpp's vocab test cases (../shared/tokenizers/vocab-gguf). */
+#include "test_util.h"
+#include "tok/tok.h"
+#include "core/core.h"
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb"); if (!f) return NULL;
+    fseek(f, 0, SEEK_END); long l = ftell(f); fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)l + 1); if (!b) { fclose(f); return NULL; }
+    *n = fread(b, 1, (size_t)l, f); b[*n] = 0; fclose(f); return b;
+}
+
+/* Runs one vocab file; returns 1 when every case matches. */
+static int run_vocab(const char *sh, const char *name) {
+    char p[512], pi[520], po[520];
+    snprintf(p, sizeof p, "%s/tokenizers/vocab-gguf/ggml-vocab-%s.gguf", sh, name);
+    snprintf(pi, sizeof pi, "%s.inp", p); snprintf(po, sizeof po, "%s.out", p);
+    hx_tok *t = NULL; hx_error e = {0};
+    if (hx_tok_load_gguf(p, &t, &e)) { fprintf(stderr, "%s: %s\n", name, e.msg); CHECK(0); return 0; }
+    size_t ni, no; char *inp = slurp(pi, &ni), *outp = slurp(po, &no);
+    CHECK(inp && outp);
+    const char *sep = "\n__ggml_vocab_test__\n";
+    char *ip = inp, *op = outp; int pass = 0, total = 0;
+    while (ip && *ip && op && *op) {
+        char *end = strstr(ip, sep); if (!end) break;
+        char *oe = strchr(op, '\n'); if (!oe) break;
+        *oe = 0;
+        int32_t *ids; size_t n;
+        CHECK(hx_tok_encode(t, ip, (size_t)(end - ip), false, true, &ids, &n, &e) == HX_OK);
+        char got[8192]; size_t gl = 0; got[0] = 0;
+        for (size_t k = 0; k < n && gl < sizeof got - 16; k++) gl += (size_t)snprintf(got + gl, sizeof got - gl, " %d", ids[k]);
+        const char *exp = op; 
+        total++;
+        if (!strcmp(got, exp)) pass++;
+        else fprintf(stderr, "%s: MISMATCH for '%.*s'\n  want:%s\n  got: %s\n", name, (int)(end - ip), ip, exp, got);
+        free(ids);
+        ip = end + strlen(sep); op = oe + 1;
+    }
+    printf("vocab %s: %d/%d pass\n", name, pass, total);
+    CHECKF(pass == total && total > 0, "%s", name);
+    free(inp); free(outp); hx_tok_free(t);
+    return pass == total;
+}
+
+int main(void) {
+    const char *sh = t_require_shared();
+    run_vocab(sh, "llama-spm");
+    run_vocab(sh, "phi-3");
+    run_vocab(sh, "gpt-2");
+    return t_done("test_tok");
+}
