@@ -2,6 +2,7 @@
 #include "test_util.h"
 #include "tok/tok.h"
 #include "core/core.h"
+#include <cjson/cJSON.h>
 
 static char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb"); if (!f) return NULL;
@@ -42,10 +43,40 @@ static int run_vocab(const char *sh, const char *name) {
     return pass == total;
 }
 
+/* Prompt ids of the tiny decoder refs (BOS where the model adds one) with the model's own GGUF tokenizer. */
+static void run_refs(const char *sh, const char *name) {
+    char p[512], r[512];
+    snprintf(p, sizeof p, "%s/models/ref-tiny/tiny-%s-shared.gguf", sh, name);
+    snprintf(r, sizeof r, "%s/refs/tiny-%s-shared.refs.json", sh, name);
+    hx_tok *t = NULL; hx_error e = {0};
+    if (hx_tok_load_gguf(p, &t, &e)) { fprintf(stderr, "%s: %s\n", name, e.msg); CHECK(0); return; }
+    size_t n; char *js = slurp(r, &n); CHECK(js != NULL);
+    cJSON *root = js ? cJSON_Parse(js) : NULL; CHECK(cJSON_IsArray(root));
+    int pass = 0, total = 0; cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        const char *prompt = cJSON_GetStringValue(cJSON_GetObjectItem(it, "prompt"));
+        cJSON *want = cJSON_GetObjectItem(it, "ids");
+        if (!prompt || !cJSON_IsArray(want)) { CHECK(0); continue; }
+        int32_t *ids; size_t ni;
+        CHECK(hx_tok_encode(t, prompt, strlen(prompt), true, false, &ids, &ni, &e) == HX_OK);
+        bool ok = (int)ni == cJSON_GetArraySize(want);
+        for (size_t k = 0; ok && k < ni; k++) ok = ids[k] == (int32_t)cJSON_GetArrayItem(want, (int)k)->valuedouble;
+        total++; pass += ok;
+        if (!ok) fprintf(stderr, "refs %s: MISMATCH for '%s'\n", name, prompt);
+        free(ids);
+    }
+    printf("refs %s: %d/%d pass\n", name, pass, total);
+    CHECKF(pass == total && total > 0, "%s", name);
+    cJSON_Delete(root); free(js); hx_tok_free(t);
+}
+
 int main(void) {
     const char *sh = t_require_shared();
     run_vocab(sh, "llama-spm");
     run_vocab(sh, "phi-3");
     run_vocab(sh, "gpt-2");
+    run_vocab(sh, "deepseek-coder");
+    run_refs(sh, "qwen3");
+    run_refs(sh, "llama3");
     return t_done("test_tok");
 }

@@ -45,7 +45,9 @@ struct hx_tok {
     char **merge_str; size_t n_merges;
     int32_t bos, eos, eot, unk, pad, sep, cls, mask;
     bool add_bos, add_eos, add_space_prefix;
-    pcre2_code *re;     /* BPE pre-tokenizer */
+    bool ignore_merges; /* llama3: a pre-token found whole in the vocab is emitted as is */
+    pcre2_code *re[6];  /* BPE pre-tokenizer: regexes applied in sequence, each splitting every fragment */
+    int n_re;
     int32_t *specials; size_t n_specials; /* control/user tokens, longest first */
     int byte_to_cp[256]; int cp_to_byte[512];
 };
@@ -64,7 +66,7 @@ void hx_tok_free(hx_tok *t) {
     for (size_t i = 0; i < t->n_merges && t->merge_str; i++) free(t->merge_str[i]);
     free(t->piece); free(t->plen); free(t->score); free(t->type); free(t->merge_str); free(t->specials);
     smap_free(&t->vocab); smap_free(&t->merges);
-    if (t->re) pcre2_code_free(t->re);
+    for (int i = 0; i < t->n_re; i++) pcre2_code_free(t->re[i]);
     free(t);
 }
 
@@ -92,16 +94,24 @@ static void init_byte_map(hx_tok *t) {
     }
 }
 
-/* Pre-tokenizer regex per tokenizer.ggml.pre (from llama.cpp's table). */
-static const char *pre_regex(const char *pre) {
-    static const char *gpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-    static const char *llama3 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-                                "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-    static const char *qwen2 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-                               "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-    if (!strcmp(pre, "llama3") || !strcmp(pre, "llama-bpe") || !strcmp(pre, "llama-v3") || !strcmp(pre, "smaug-bpe"))
-        return llama3;
+/* Pre-tokenizer regexes per tokenizer.ggml.pre (learned from llama.cpp's table); NULL-terminated list.
+ * Each regex splits every fragment left by the previous ones into matches and gaps. */
+static const char *const *pre_regexes(const char *pre, bool *is_llama3) {
+    static const char *gpt2[] = {"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", NULL};
+    static const char *llama3[] = {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                                   "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", NULL};
+    static const char *qwen2[] = {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                                  "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", NULL};
+    static const char *smollm[] = {"\\p{N}", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)", NULL};
+    static const char *dscoder[] = {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
+                                    "[\xE4\xB8\x80-\xE9\xBE\xA5\xE0\xA0\x80-\xE4\xB8\x80\xEA\xB0\x80-\xED\x9F\xBF]+", "\\p{N}", NULL};
+    *is_llama3 = false;
+    if (!strcmp(pre, "llama3") || !strcmp(pre, "llama-bpe") || !strcmp(pre, "llama-v3") || !strcmp(pre, "smaug-bpe")) {
+        *is_llama3 = true; return llama3;
+    }
     if (!strcmp(pre, "qwen2") || !strcmp(pre, "deepseek-r1-qwen")) return qwen2;
+    if (!strcmp(pre, "smollm")) return smollm;
+    if (!strcmp(pre, "deepseek-coder")) return dscoder;
     return gpt2;
 }
 
@@ -158,9 +168,6 @@ hx_status hx_tok_load_gguf(const char *path, hx_tok **out, hx_error *e) {
     t->cls = get_id(g, "tokenizer.ggml.cls_token_id", -1);
     t->mask = get_id(g, "tokenizer.ggml.mask_token_id", -1);
     t->add_bos = t->kind == HX_TOK_SPM; t->add_eos = false; t->add_space_prefix = t->kind == HX_TOK_SPM;
-    hx_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
-    hx_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos);
-    hx_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
     if (t->kind == HX_TOK_BPE) {
         init_byte_map(t);
         const hx_gguf_value *mg = hx_gguf_get_arr(g, "tokenizer.ggml.merges", HX_GGUF_STRING);
@@ -177,10 +184,19 @@ hx_status hx_tok_load_gguf(const char *path, hx_tok **out, hx_error *e) {
         if (hx_gguf_get_str(g, "tokenizer.ggml.pre", &pre) && pre.len < sizeof prebuf) {
             memcpy(prebuf, pre.ptr, pre.len); prebuf[pre.len] = 0;
         }
-        int ec; PCRE2_SIZE eo;
-        t->re = pcre2_compile((PCRE2_SPTR)pre_regex(prebuf), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
-        if (!t->re) { st = hx_err(e, HX_ERR_FORMAT, "%s: pre-tokenizer regex failed to compile", path); goto fail; }
+        bool l3;
+        const char *const *rx = pre_regexes(prebuf, &l3);
+        if (l3) { t->ignore_merges = true; t->add_bos = true; }
+        for (; *rx && t->n_re < 6; rx++) {
+            int ec; PCRE2_SIZE eo;
+            t->re[t->n_re] = pcre2_compile((PCRE2_SPTR)*rx, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+            if (!t->re[t->n_re]) { st = hx_err(e, HX_ERR_FORMAT, "%s: pre-tokenizer regex %d failed to compile", path, t->n_re); goto fail; }
+            t->n_re++;
+        }
     }
+    hx_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);  /* explicit keys override defaults */
+    hx_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos);
+    hx_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
     t->specials = calloc((size_t)t->n, sizeof *t->specials);
     if (!t->specials) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto fail; }
     for (int32_t i = 0; i < t->n; i++)
@@ -253,10 +269,16 @@ static void spm_encode(const hx_tok *t, const char *txt, size_t n, bool prefix, 
 
 /* BPE on one pre-tokenized word: bytes mapped to code points, merge lowest-rank pair first. */
 static void bpe_word(const hx_tok *t, const char *w, size_t n, ivec *o) {
-    char *buf = malloc(n * 2 + 1); sym *sy = malloc((n + 1) * sizeof *sy);
+    char *buf = calloc(n * 2 + 1, 1); sym *sy = malloc((n + 1) * sizeof *sy);
     char *pair = malloc(n * 2 + 2);
     if (!buf || !sy || !pair) { free(buf); free(sy); free(pair); o->oom = true; return; }
     size_t bl = 0, ns = 0;
+    if (t->ignore_merges) {
+        for (size_t i = 0; i < n; i++) bl += (size_t)put_utf8(buf + bl, t->byte_to_cp[(unsigned char)w[i]]);
+        int32_t id = smap_get(&t->vocab, buf, bl);
+        if (id >= 0) { ipush(o, id); free(buf); free(sy); free(pair); return; }
+        bl = 0;
+    }
     for (size_t i = 0; i < n; i++) {
         int l = put_utf8(buf + bl, t->byte_to_cp[(unsigned char)w[i]]);
         sy[ns].off = bl; sy[ns].len = (size_t)l; ns++; bl += (size_t)l;
@@ -289,20 +311,32 @@ static void bpe_word(const hx_tok *t, const char *w, size_t n, ivec *o) {
     free(buf); free(sy); free(pair);
 }
 
-static void bpe_encode(const hx_tok *t, const char *txt, size_t n, ivec *o) {
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
-    if (!md) { o->oom = true; return; }
+/* Split txt[0,n) with regex level lv into matches and gaps; each goes on to the next level, then to BPE. */
+static void bpe_split(const hx_tok *t, const char *txt, size_t n, int lv, pcre2_match_data **md, ivec *o) {
+    if (n == 0) return;
+    if (lv == t->n_re) { bpe_word(t, txt, n, o); return; }
     size_t pos = 0;
     while (pos < n) {
-        int rc = pcre2_match(t->re, (PCRE2_SPTR)txt, n, pos, 0, md, NULL);
-        if (rc < 0) { bpe_word(t, txt + pos, n - pos, o); break; } /* no match (or invalid UTF-8): rest as one word */
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        if (ov[0] > pos) bpe_word(t, txt + pos, ov[0] - pos, o);
-        if (ov[1] == ov[0]) { size_t l = (size_t)utf8_len((unsigned char)txt[ov[0]]); bpe_word(t, txt + ov[0], l, o); pos = ov[0] + l; continue; }
-        bpe_word(t, txt + ov[0], ov[1] - ov[0], o);
+        int rc = pcre2_match(t->re[lv], (PCRE2_SPTR)txt, n, pos, 0, md[lv], NULL);
+        if (rc < 0) break;  /* no further match (or invalid UTF-8): the rest is a gap */
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md[lv]);
+        if (ov[0] > pos) bpe_split(t, txt + pos, ov[0] - pos, lv + 1, md, o);
+        if (ov[1] == ov[0]) {  /* empty match: step one character as part of the next gap */
+            size_t l = (size_t)utf8_len((unsigned char)txt[ov[0]]);
+            bpe_split(t, txt + ov[0], l, lv + 1, md, o); pos = ov[0] + l; continue;
+        }
+        bpe_split(t, txt + ov[0], ov[1] - ov[0], lv + 1, md, o);
         pos = ov[1];
     }
-    pcre2_match_data_free(md);
+    if (pos < n) bpe_split(t, txt + pos, n - pos, lv + 1, md, o);
+}
+
+static void bpe_encode(const hx_tok *t, const char *txt, size_t n, ivec *o) {
+    pcre2_match_data *md[6] = {0};
+    for (int i = 0; i < t->n_re; i++)
+        if (!(md[i] = pcre2_match_data_create_from_pattern(t->re[i], NULL))) o->oom = true;
+    if (!o->oom) bpe_split(t, txt, n, 0, md, o);
+    for (int i = 0; i < t->n_re; i++) pcre2_match_data_free(md[i]);
 }
 
 hx_status hx_tok_encode(const hx_tok *t, const char *text, size_t n, bool add_special, bool parse_special,
