@@ -70,13 +70,55 @@ static void run_refs(const char *sh, const char *name) {
     cJSON_Delete(root); free(js); hx_tok_free(t);
 }
 
+/* A JSON-lines or JSON-array file of {text, ids} checked against a GGUF tokenizer. */
+static void run_jsonl(const char *sh, const char *gguf, const char *ref, bool add_special, bool parse_special) {
+    char p[512], r[512];
+    snprintf(p, sizeof p, "%s/%s", sh, gguf); snprintf(r, sizeof r, "%s/%s", sh, ref);
+    hx_tok *t = NULL; hx_error e = {0};
+    if (hx_tok_load_gguf(p, &t, &e)) { fprintf(stderr, "%s\n", e.msg); CHECK(0); return; }
+    size_t n; char *js = slurp(r, &n); CHECK(js != NULL);
+    int pass = 0, total = 0;
+    for (char *line = js; line && *line;) {
+        char *nl = strchr(line, '\n'); if (nl) *nl = 0;
+        cJSON *root = cJSON_Parse(line);
+        cJSON *arr = cJSON_IsArray(root) ? root : NULL, *one = arr ? NULL : root, *it;
+        for (it = arr ? arr->child : one; it; it = arr ? it->next : NULL) {
+            const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(it, "text"));
+            cJSON *want = cJSON_GetObjectItem(it, "ids");
+            if (!text || !cJSON_IsArray(want)) { CHECK(0); continue; }
+            int32_t *ids; size_t ni;
+            CHECK(hx_tok_encode(t, text, strlen(text), add_special, parse_special, &ids, &ni, &e) == HX_OK);
+            bool ok = (int)ni == cJSON_GetArraySize(want);
+            for (size_t k = 0; ok && k < ni; k++) ok = ids[k] == (int32_t)cJSON_GetArrayItem(want, (int)k)->valuedouble;
+            total++; pass += ok;
+            if (!ok) {
+                fprintf(stderr, "%s: MISMATCH for '%s'\n  got:", ref, text);
+                for (size_t k = 0; k < ni; k++) fprintf(stderr, " %d", ids[k]);
+                fprintf(stderr, "\n");
+            }
+            free(ids);
+        }
+        cJSON_Delete(root);
+        line = nl ? nl + 1 : NULL;
+    }
+    printf("%s with %s: %d/%d pass\n", ref, gguf, pass, total);
+    CHECKF(pass == total && total > 0, "%s", ref);
+    free(js); hx_tok_free(t);
+}
+
 int main(void) {
     const char *sh = t_require_shared();
     run_vocab(sh, "llama-spm");
     run_vocab(sh, "phi-3");
     run_vocab(sh, "gpt-2");
     run_vocab(sh, "deepseek-coder");
+    run_vocab(sh, "bert-bge");
     run_refs(sh, "qwen3");
     run_refs(sh, "llama3");
+    run_jsonl(sh, "models/ref-tiny/tiny-bert-shared.gguf", "refs/tiny-bert-shared.embeddings.json", true, false);
+    run_jsonl(sh, "models/ref-tiny/tiny-bert-shared.gguf", "tokenizers/refs/tok_bert-uncased.jsonl", true, false);
+    run_jsonl(sh, "models/ref-tiny/tiny-llama3-shared.gguf", "tokenizers/refs/tok_llama3-hf.jsonl", false, true);
+    run_jsonl(sh, "models/ref-tiny/tiny-qwen3-shared.gguf", "tokenizers/refs/tok_qwen3-hf.jsonl", false, true);
+    run_jsonl(sh, "tokenizers/vocab-gguf/ggml-vocab-llama-spm.gguf", "tokenizers/refs/tok_llama2-spm.jsonl", false, false);
     return t_done("test_tok");
 }

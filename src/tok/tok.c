@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tok/tok.h"
 #include <pcre2.h>
+#include <utf8proc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,8 @@ struct hx_tok {
     char **merge_str; size_t n_merges;
     int32_t bos, eos, eot, unk, pad, sep, cls, mask;
     bool add_bos, add_eos, add_space_prefix;
+    bool add_sep, lowercase, strip_accents;
+    size_t max_len;     /* longest piece in bytes (WordPiece search bound) */
     bool ignore_merges; /* llama3: a pre-token found whole in the vocab is emitted as is */
     pcre2_code *re[6];  /* BPE pre-tokenizer: regexes applied in sequence, each splitting every fragment */
     int n_re;
@@ -142,6 +145,7 @@ hx_status hx_tok_load_gguf(const char *path, hx_tok **out, hx_error *e) {
     if (!hx_gguf_get_str(g, "tokenizer.ggml.model", &model)) { st = hx_err(e, HX_ERR_FORMAT, "%s: no tokenizer.ggml.model", path); goto fail; }
     if (hx_gguf_str_eq(model, "llama")) t->kind = HX_TOK_SPM;
     else if (hx_gguf_str_eq(model, "gpt2")) t->kind = HX_TOK_BPE;
+    else if (hx_gguf_str_eq(model, "bert")) t->kind = HX_TOK_WPM;
     else { st = hx_err(e, HX_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' not supported", path, (int)model.len, model.ptr); goto fail; }
     const hx_gguf_value *toks = hx_gguf_get_arr(g, "tokenizer.ggml.tokens", HX_GGUF_STRING);
     if (!toks || toks->arr.count == 0 || toks->arr.count > 0x7fffffff) { st = hx_err(e, HX_ERR_FORMAT, "%s: tokenizer.ggml.tokens missing or bad", path); goto fail; }
@@ -159,15 +163,27 @@ hx_status hx_tok_load_gguf(const char *path, hx_tok **out, hx_error *e) {
         t->type[i] = ty && (uint64_t)i < ty->arr.count ? (int)hx_gguf_arr_i64(ty, (uint64_t)i) : HX_TT_NORMAL;
         smap_put(&t->vocab, t->piece[i], t->plen[i], i);
     }
-    t->bos = get_id(g, "tokenizer.ggml.bos_token_id", -1);
-    t->eos = get_id(g, "tokenizer.ggml.eos_token_id", -1);
+    bool wpm = t->kind == HX_TOK_WPM;  /* BERT defaults as llama.cpp: [CLS] 101 as BOS, [UNK] 100, [SEP] 102 */
+    t->bos = get_id(g, "tokenizer.ggml.bos_token_id", wpm ? 101 : t->kind == HX_TOK_SPM ? 1 : -1);
+    t->eos = get_id(g, "tokenizer.ggml.eos_token_id", t->kind == HX_TOK_SPM ? 2 : -1);
     t->eot = get_id(g, "tokenizer.ggml.eot_token_id", -1);
-    t->unk = get_id(g, "tokenizer.ggml.unknown_token_id", -1);
-    t->pad = get_id(g, "tokenizer.ggml.padding_token_id", -1);
-    t->sep = get_id(g, "tokenizer.ggml.seperator_token_id", -1);
-    t->cls = get_id(g, "tokenizer.ggml.cls_token_id", -1);
-    t->mask = get_id(g, "tokenizer.ggml.mask_token_id", -1);
-    t->add_bos = t->kind == HX_TOK_SPM; t->add_eos = false; t->add_space_prefix = t->kind == HX_TOK_SPM;
+    t->unk = get_id(g, "tokenizer.ggml.unknown_token_id", wpm ? 100 : t->kind == HX_TOK_SPM ? 0 : -1);
+    t->pad = get_id(g, "tokenizer.ggml.padding_token_id", wpm ? 0 : -1);
+    t->sep = get_id(g, "tokenizer.ggml.seperator_token_id", wpm ? 102 : -1);
+    t->cls = get_id(g, "tokenizer.ggml.cls_token_id", wpm ? 101 : -1);
+    t->mask = get_id(g, "tokenizer.ggml.mask_token_id", wpm ? 103 : -1);
+    int32_t *ids_chk[] = {&t->bos, &t->eos, &t->eot, &t->unk, &t->pad, &t->sep, &t->cls, &t->mask};
+    for (size_t k = 0; k < sizeof ids_chk / sizeof *ids_chk; k++)
+        if (*ids_chk[k] >= t->n) *ids_chk[k] = -1;  /* out-of-range special ids are treated as absent */
+    t->add_bos = t->kind != HX_TOK_BPE; t->add_eos = false;
+    t->add_sep = t->kind == HX_TOK_WPM;
+    if (t->kind == HX_TOK_WPM) {
+        t->lowercase = true;
+        hx_gguf_get_bool(g, "tokenizer.ggml.normalizer.lowercase", &t->lowercase);
+        t->strip_accents = t->lowercase;
+        hx_gguf_get_bool(g, "tokenizer.ggml.normalizer.strip_accents", &t->strip_accents);
+        for (int32_t i = 0; i < t->n; i++) if (t->plen[i] > t->max_len) t->max_len = t->plen[i];
+    } t->add_space_prefix = t->kind == HX_TOK_SPM;
     if (t->kind == HX_TOK_BPE) {
         init_byte_map(t);
         const hx_gguf_value *mg = hx_gguf_get_arr(g, "tokenizer.ggml.merges", HX_GGUF_STRING);
@@ -196,6 +212,7 @@ hx_status hx_tok_load_gguf(const char *path, hx_tok **out, hx_error *e) {
     }
     hx_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);  /* explicit keys override defaults */
     hx_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos);
+    hx_gguf_get_bool(g, "tokenizer.ggml.add_sep_token", &t->add_sep);
     hx_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
     t->specials = calloc((size_t)t->n, sizeof *t->specials);
     if (!t->specials) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto fail; }
@@ -339,11 +356,67 @@ static void bpe_encode(const hx_tok *t, const char *txt, size_t n, ivec *o) {
     for (int i = 0; i < t->n_re; i++) pcre2_match_data_free(md[i]);
 }
 
+static bool is_cjk(int32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+/* WordPiece on one word: "▁"+word, greedy longest match from each position; the whole word is [UNK] on failure. */
+static void wpm_word(const hx_tok *t, const char *w, size_t n, ivec *o) {
+    if (n == 0) return;
+    char *b = malloc(n + 3); if (!b) { o->oom = true; return; }
+    memcpy(b, "\xE2\x96\x81", 3); memcpy(b + 3, w, n);
+    size_t m = n + 3, before = o->n;
+    for (size_t i = 0; i < m;) {
+        size_t j = i + t->max_len < m ? i + t->max_len : m; int32_t id = -1;
+        for (; j > i; j--) if ((id = smap_get(&t->vocab, b + i, j - i)) >= 0) break;
+        if (id < 0) { o->n = before; break; }
+        ipush(o, id); i = j;
+    }
+    if (o->n == before) ipush(o, t->unk);
+    free(b);
+}
+
+/* BERT normalization and splitting: NFD + drop Mn when strip_accents, lowercase, drop controls,
+ * whitespace separates words, punctuation / ASCII symbols / CJK are single-character words. */
+static void wpm_encode(const hx_tok *t, const char *txt, size_t n, ivec *o) {
+    utf8proc_uint8_t *nf = NULL;
+    utf8proc_ssize_t nl = utf8proc_map((const utf8proc_uint8_t *)txt, (utf8proc_ssize_t)n, &nf,
+                                       t->strip_accents ? UTF8PROC_DECOMPOSE : 0);
+    if (nl < 0) { free(nf); nf = NULL; }  /* invalid UTF-8: fall back to the raw bytes */
+    const utf8proc_uint8_t *s = nf ? nf : (const utf8proc_uint8_t *)txt;
+    size_t sl = nf ? (size_t)nl : n;
+    char *word = malloc(sl * 2 + 8); if (!word) { free(nf); o->oom = true; return; }
+    size_t wl = 0;
+    for (size_t i = 0; i < sl;) {
+        utf8proc_int32_t c; utf8proc_ssize_t k = utf8proc_iterate(s + i, (utf8proc_ssize_t)(sl - i), &c);
+        if (k <= 0) { c = 0xFFFD; k = 1; }
+        i += (size_t)k;
+        utf8proc_category_t cat = utf8proc_category(c);
+        bool ws = c == ' ' || c == '\t' || c == '\n' || c == '\r' || cat == UTF8PROC_CATEGORY_ZS ||
+                  cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP;
+        if (ws) { wpm_word(t, word, wl, o); wl = 0; continue; }
+        if (c == 0 || c == 0xFFFD || (cat >= UTF8PROC_CATEGORY_CC && cat <= UTF8PROC_CATEGORY_CO) ||
+            cat == UTF8PROC_CATEGORY_CN) continue;
+        if (t->strip_accents && cat == UTF8PROC_CATEGORY_MN) continue;
+        if (t->lowercase) c = utf8proc_tolower(c);
+        char u[4]; utf8proc_ssize_t ul = utf8proc_encode_char(c, (utf8proc_uint8_t *)u);
+        bool punct = (cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO) ||
+                     (c < 0x7F && cat >= UTF8PROC_CATEGORY_SM && cat <= UTF8PROC_CATEGORY_SO);
+        if (punct || is_cjk(c)) { wpm_word(t, word, wl, o); wl = 0; wpm_word(t, u, (size_t)ul, o); continue; }
+        memcpy(word + wl, u, (size_t)ul); wl += (size_t)ul;
+    }
+    wpm_word(t, word, wl, o);
+    free(word); free(nf);
+}
+
 hx_status hx_tok_encode(const hx_tok *t, const char *text, size_t n, bool add_special, bool parse_special,
                         int32_t **ids, size_t *n_ids, hx_error *e) {
     *ids = NULL; *n_ids = 0;
     ivec o = {0};
-    if (add_special && t->add_bos && t->bos >= 0) ipush(&o, t->bos);
+    int32_t first = t->kind == HX_TOK_WPM && t->bos < 0 ? t->cls : t->bos;  /* BERT: [CLS] */
+    if (add_special && t->add_bos && first >= 0) ipush(&o, first);
     bool prev_special = true;
     size_t start = 0, i = 0;
     while (i <= n) {
@@ -356,7 +429,8 @@ hx_status hx_tok_encode(const hx_tok *t, const char *text, size_t n, bool add_sp
             }
         if (hit < 0 && i < n) { i++; continue; }
         if (i > start) {
-            if (t->kind == HX_TOK_SPM) spm_encode(t, text + start, i - start, t->add_space_prefix && prev_special, &o);
+            if (t->kind == HX_TOK_WPM) wpm_encode(t, text + start, i - start, &o);
+            else if (t->kind == HX_TOK_SPM) spm_encode(t, text + start, i - start, t->add_space_prefix && prev_special, &o);
             else bpe_encode(t, text + start, i - start, &o);
             prev_special = false;
         }
@@ -365,6 +439,7 @@ hx_status hx_tok_encode(const hx_tok *t, const char *text, size_t n, bool add_sp
         i += t->plen[hit]; start = i;
     }
     if (add_special && t->add_eos && t->eos >= 0) ipush(&o, t->eos);
+    if (add_special && t->add_sep && t->sep >= 0) ipush(&o, t->sep);
     if (o.oom) { free(o.v); return hx_err(e, HX_ERR_NOMEM, "tokenize: out of memory"); }
     *ids = o.v; *n_ids = o.n;
     return HX_OK;
@@ -376,7 +451,7 @@ size_t hx_tok_decode_token(const hx_tok *t, int32_t id, char *buf, size_t cap) {
     char tmp[8];
 #define PUT(c) do { if (w < cap) buf[w] = (char)(c); w++; } while (0)
     if (t->type[id] == HX_TT_CONTROL) return 0;
-    if (t->kind == HX_TOK_SPM) {
+    if (t->kind != HX_TOK_BPE) {
         unsigned v;
         if (t->type[id] == HX_TT_BYTE && n == 6 && sscanf(p, "<0x%2X>", &v) == 1) { PUT(v); return w; }
         for (size_t i = 0; i < n; i++) {
