@@ -72,10 +72,13 @@ static void run_refs(const char *sh, const char *name) {
 
 /* A JSON-lines or JSON-array file of {text, ids} checked against a GGUF tokenizer. */
 static void run_jsonl(const char *sh, const char *gguf, const char *ref, bool add_special, bool parse_special) {
+    hx_status (*load)(const char *, hx_tok **, hx_error *) = hx_tok_load_gguf;
+    if (strstr(gguf, ".model")) load = hx_tok_load_spm_model;
+    if (strstr(gguf, ".txt")) load = hx_tok_load_vocab_txt;
     char p[512], r[512];
     snprintf(p, sizeof p, "%s/%s", sh, gguf); snprintf(r, sizeof r, "%s/%s", sh, ref);
     hx_tok *t = NULL; hx_error e = {0};
-    if (hx_tok_load_gguf(p, &t, &e)) { fprintf(stderr, "%s\n", e.msg); CHECK(0); return; }
+    if (load(p, &t, &e)) { fprintf(stderr, "%s\n", e.msg); CHECK(0); return; }
     size_t n; char *js = slurp(r, &n); CHECK(js != NULL);
     int pass = 0, total = 0;
     for (char *line = js; line && *line;) {
@@ -120,5 +123,7 @@ int main(void) {
     run_jsonl(sh, "models/ref-tiny/tiny-llama3-shared.gguf", "tokenizers/refs/tok_llama3-hf.jsonl", false, true);
     run_jsonl(sh, "models/ref-tiny/tiny-qwen3-shared.gguf", "tokenizers/refs/tok_qwen3-hf.jsonl", false, true);
     run_jsonl(sh, "tokenizers/vocab-gguf/ggml-vocab-llama-spm.gguf", "tokenizers/refs/tok_llama2-spm.jsonl", false, false);
+    run_jsonl(sh, "tokenizers/llama2.tokenizer.model", "tokenizers/refs/tok_llama2-spm.jsonl", false, false);
+    run_jsonl(sh, "tokenizers/bert-base-uncased.vocab.txt", "tokenizers/refs/tok_bert-uncased.jsonl", true, false);
     return t_done("test_tok");
 }

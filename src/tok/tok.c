@@ -229,6 +229,160 @@ fail:
     return st;
 }
 
+/* Shared tail of the non-GGUF loaders: vocab map, special list, defaults. pieces/scores/types already set. */
+static hx_status tok_finish(hx_tok *t, const char *path, hx_error *e) {
+    if (!smap_init(&t->vocab, (size_t)t->n)) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
+    for (int32_t i = 0; i < t->n; i++) smap_put(&t->vocab, t->piece[i], t->plen[i], i);
+    t->specials = calloc((size_t)t->n, sizeof *t->specials);
+    if (!t->specials) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
+    for (int32_t i = 0; i < t->n; i++)
+        if ((t->type[i] == HX_TT_CONTROL || t->type[i] == HX_TT_USER) && t->plen[i] > 0) t->specials[t->n_specials++] = i;
+    g_sort_tok = t; qsort(t->specials, t->n_specials, sizeof *t->specials, cmp_spec);
+    return HX_OK;
+}
+
+static hx_status tok_alloc(hx_tok *t, size_t n, const char *path, hx_error *e) {
+    if (n == 0 || n > 0x7fffffff) return hx_err(e, HX_ERR_FORMAT, "%s: empty or oversized vocabulary", path);
+    t->n = (int32_t)n;
+    t->piece = calloc(n, sizeof *t->piece); t->plen = calloc(n, sizeof *t->plen);
+    t->score = calloc(n, sizeof *t->score); t->type = calloc(n, sizeof *t->type);
+    t->bos = t->eos = t->eot = t->unk = t->pad = t->sep = t->cls = t->mask = -1;
+    if (!t->piece || !t->plen || !t->score || !t->type) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
+    return HX_OK;
+}
+
+/* BERT vocab.txt: one token per line, id = line number. Word-initial pieces get the U+2581 marker and
+ * "##" continuations lose their prefix (the GGUF convention wpm_word expects); [X] names are control. */
+hx_status hx_tok_load_vocab_txt(const char *path, hx_tok **out, hx_error *e) {
+    *out = NULL;
+    size_t len = 0; char *buf = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return hx_err(e, HX_ERR_IO, "%s: cannot open", path);
+    if (fseek(f, 0, SEEK_END) || (len = (size_t)ftell(f), fseek(f, 0, SEEK_SET)) || !(buf = malloc(len + 1)) ||
+        fread(buf, 1, len, f) != len) { fclose(f); free(buf); return hx_err(e, HX_ERR_IO, "%s: read failed", path); }
+    fclose(f); buf[len] = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) if (buf[i] == '\n') n++;
+    if (len && buf[len - 1] != '\n') n++;
+    hx_tok *t = calloc(1, sizeof *t);
+    hx_status st = t ? tok_alloc(t, n, path, e) : hx_err(e, HX_ERR_NOMEM, "oom");
+    if (st) { free(buf); hx_tok_free(t); return st; }
+    t->kind = HX_TOK_WPM; t->add_bos = t->add_sep = true; t->lowercase = t->strip_accents = true;
+    char *line = buf;
+    for (int32_t i = 0; i < t->n; i++) {
+        char *nl = strchr(line, '\n'); size_t l = nl ? (size_t)(nl - line) : strlen(line);
+        if (l && line[l - 1] == '\r') l--;
+        bool ctl = l >= 2 && line[0] == '[' && line[l - 1] == ']';
+        char *p = malloc(l + 4);
+        if (!p) { st = hx_err(e, HX_ERR_NOMEM, "oom"); break; }
+        size_t pl = 0;
+        if (ctl) { memcpy(p, line, l); pl = l; }
+        else if (l >= 2 && line[0] == '#' && line[1] == '#') { memcpy(p, line + 2, l - 2); pl = l - 2; }
+        else { memcpy(p, "\xE2\x96\x81", 3); memcpy(p + 3, line, l); pl = l + 3; }
+        p[pl] = 0; t->piece[i] = p; t->plen[i] = pl; t->type[i] = ctl ? HX_TT_CONTROL : HX_TT_NORMAL;
+        if (pl > t->max_len) t->max_len = pl;
+        if (ctl) {
+            if (!strcmp(p, "[UNK]")) t->unk = i; else if (!strcmp(p, "[CLS]")) t->cls = t->bos = i;
+            else if (!strcmp(p, "[SEP]")) t->sep = i; else if (!strcmp(p, "[PAD]")) t->pad = i;
+            else if (!strcmp(p, "[MASK]")) t->mask = i;
+        }
+        line = nl ? nl + 1 : line + l;
+    }
+    free(buf);
+    if (!st) st = tok_finish(t, path, e);
+    if (st) { hx_tok_free(t); return st; }
+    *out = t;
+    return HX_OK;
+}
+
+/* protobuf varint with bounds; false on truncation or > 10 bytes */
+static bool pb_varint(const unsigned char *p, size_t n, size_t *i, uint64_t *v) {
+    *v = 0;
+    for (int k = 0; k < 10; k++) {
+        if (*i >= n) return false;
+        unsigned char c = p[(*i)++];
+        *v |= (uint64_t)(c & 0x7F) << (7 * k);
+        if (!(c & 0x80)) return true;
+    }
+    return false;
+}
+/* skip one field of wire type wt */
+static bool pb_skip(const unsigned char *p, size_t n, size_t *i, unsigned wt) {
+    uint64_t v;
+    switch (wt) {
+    case 0: return pb_varint(p, n, i, &v);
+    case 1: if (n - *i < 8) return false; *i += 8; return true;
+    case 2: if (!pb_varint(p, n, i, &v) || v > n - *i) return false; *i += v; return true;
+    case 5: if (n - *i < 4) return false; *i += 4; return true;
+    default: return false;
+    }
+}
+
+/* SentencePiece tokenizer.model: ModelProto field 1 = repeated SentencePiece {1: piece, 2: score f32, 3: type}. */
+hx_status hx_tok_load_spm_model(const char *path, hx_tok **out, hx_error *e) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return hx_err(e, HX_ERR_IO, "%s: cannot open", path);
+    size_t len = 0; unsigned char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) || (len = (size_t)ftell(f), fseek(f, 0, SEEK_SET)) || !(buf = malloc(len + 1)) ||
+        fread(buf, 1, len, f) != len) { fclose(f); free(buf); return hx_err(e, HX_ERR_IO, "%s: read failed", path); }
+    fclose(f);
+    hx_status st = HX_OK;
+    hx_tok *t = NULL;
+    for (int pass = 0; pass < 2 && !st; pass++) {   /* pass 0 counts pieces, pass 1 fills them */
+        size_t i = 0, cnt = 0;
+        while (i < len) {
+            size_t at = i; uint64_t key, l;
+            if (!pb_varint(buf, len, &i, &key)) { st = hx_err(e, HX_ERR_FORMAT, "%s: bad field key at byte %zu", path, at); break; }
+            if ((key >> 3) != 1 || (key & 7) != 2) {
+                if (!pb_skip(buf, len, &i, (unsigned)(key & 7))) { st = hx_err(e, HX_ERR_FORMAT, "%s: bad field at byte %zu", path, at); break; }
+                continue;
+            }
+            if (!pb_varint(buf, len, &i, &l) || l > len - i) { st = hx_err(e, HX_ERR_FORMAT, "%s: piece at byte %zu overruns the file", path, at); break; }
+            size_t end = i + (size_t)l;
+            if (pass == 1) {
+                const unsigned char *ps = NULL; size_t pl = 0; float sc = 0; int ty = HX_TT_NORMAL;
+                while (i < end) {
+                    size_t at2 = i; uint64_t k2, v;
+                    if (!pb_varint(buf, end, &i, &k2)) { st = hx_err(e, HX_ERR_FORMAT, "%s: bad piece field at byte %zu", path, at2); break; }
+                    if (k2 == ((1 << 3) | 2)) {
+                        if (!pb_varint(buf, end, &i, &v) || v > end - i) { st = hx_err(e, HX_ERR_FORMAT, "%s: piece string overruns at byte %zu", path, at2); break; }
+                        ps = buf + i; pl = (size_t)v; i += (size_t)v;
+                    } else if (k2 == ((2 << 3) | 5)) {
+                        if (end - i < 4) { st = hx_err(e, HX_ERR_FORMAT, "%s: truncated score at byte %zu", path, at2); break; }
+                        uint32_t u = (uint32_t)buf[i] | (uint32_t)buf[i + 1] << 8 | (uint32_t)buf[i + 2] << 16 | (uint32_t)buf[i + 3] << 24;
+                        memcpy(&sc, &u, 4); i += 4;
+                    } else if (k2 == ((3 << 3) | 0)) {
+                        if (!pb_varint(buf, end, &i, &v)) { st = hx_err(e, HX_ERR_FORMAT, "%s: bad type at byte %zu", path, at2); break; }
+                        ty = (int)v;
+                    } else if (!pb_skip(buf, end, &i, (unsigned)(k2 & 7))) { st = hx_err(e, HX_ERR_FORMAT, "%s: bad piece field at byte %zu", path, at2); break; }
+                }
+                if (st) break;
+                char *p = malloc(pl + 1);
+                if (!p) { st = hx_err(e, HX_ERR_NOMEM, "oom"); break; }
+                if (pl) memcpy(p, ps, pl);
+                p[pl] = 0;
+                t->piece[cnt] = p; t->plen[cnt] = pl; t->score[cnt] = sc; t->type[cnt] = ty;
+                if (ty == HX_TT_UNKNOWN && t->unk < 0) t->unk = (int32_t)cnt;
+                if (!strcmp(p, "<s>")) t->bos = (int32_t)cnt;
+                if (!strcmp(p, "</s>")) t->eos = (int32_t)cnt;
+            }
+            i = end; cnt++;
+        }
+        if (st) break;
+        if (pass == 0) {
+            t = calloc(1, sizeof *t);
+            st = t ? tok_alloc(t, cnt, path, e) : hx_err(e, HX_ERR_NOMEM, "oom");
+            if (!st) { t->kind = HX_TOK_SPM; t->add_bos = true; t->add_space_prefix = true; }
+        }
+    }
+    free(buf);
+    if (!st) st = tok_finish(t, path, e);
+    if (st) { hx_tok_free(t); return st; }
+    *out = t;
+    return HX_OK;
+}
+
 /* growable id vector */
 typedef struct { int32_t *v; size_t n, cap; bool oom; } ivec;
 static void ipush(ivec *a, int32_t x) {

@@ -14,6 +14,10 @@ typedef struct hx_tok hx_tok;
 
 /* Load from a GGUF file's tokenizer.ggml.* metadata. */
 hx_status hx_tok_load_gguf(const char *path, hx_tok **out, hx_error *e);
+/* Load a SentencePiece tokenizer.model (protobuf ModelProto). */
+hx_status hx_tok_load_spm_model(const char *path, hx_tok **out, hx_error *e);
+/* Load a BERT WordPiece vocab.txt (lowercasing, accent stripping, [CLS]/[SEP]). */
+hx_status hx_tok_load_vocab_txt(const char *path, hx_tok **out, hx_error *e);
 void hx_tok_free(hx_tok *t);
 
 /* Encode text (n bytes) into ids. *ids is malloc'ed (caller frees), *n_ids its length.

@@ -7,12 +7,12 @@
 #include "tok/tok.h"
 
 static int usage(void) {
-    fprintf(stderr, "usage: helix-bg tokenize -m FILE.gguf -p TEXT [--ids] [--no-special] [--parse-special]\n");
+    fprintf(stderr, "usage: helix-bg tokenize (-m FILE.gguf | --tokenizer tokenizer.model|vocab.txt) -p TEXT [--ids] [--no-special] [--parse-special]\n");
     return 2;
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *text = NULL;
+    const char *model = NULL, *text = NULL, *tokfile = NULL;
     bool ids_only = false, add_special = true, parse_special = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -21,14 +21,23 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--ids")) ids_only = true;
         else if (!strcmp(a, "--no-special")) add_special = false;
         else if (!strcmp(a, "--parse-special")) parse_special = true;
-        else if (!strcmp(a, "--tokenizer")) {
-            fprintf(stderr, "tokenize: --tokenizer (tokenizer.json / tokenizer.model / vocab.txt) is not built yet; use -m FILE.gguf\n");
-            return 1;
-        } else { fprintf(stderr, "tokenize: unknown or incomplete argument '%s'\n", a); return usage(); }
+        else if (!strcmp(a, "--tokenizer") && i + 1 < argc) tokfile = argv[++i];
+        else { fprintf(stderr, "tokenize: unknown or incomplete argument '%s'\n", a); return usage(); }
     }
-    if (!model || !text) return usage();
+    if ((!model == !tokfile) || !text) return usage();
     hx_tok *t = NULL; hx_error e = {0};
-    if (hx_tok_load_gguf(model, &t, &e)) { fprintf(stderr, "tokenize: %s\n", e.msg); return 1; }
+    hx_status st;
+    if (model) st = hx_tok_load_gguf(model, &t, &e);
+    else {
+        size_t l = strlen(tokfile);
+        if (l >= 5 && !strcmp(tokfile + l - 5, ".json")) {
+            fprintf(stderr, "tokenize: tokenizer.json is not supported yet; use the model's GGUF (-m) or tokenizer.model\n");
+            return 1;
+        }
+        st = (l >= 4 && !strcmp(tokfile + l - 4, ".txt")) ? hx_tok_load_vocab_txt(tokfile, &t, &e)
+                                                         : hx_tok_load_spm_model(tokfile, &t, &e);
+    }
+    if (st) { fprintf(stderr, "tokenize: %s\n", e.msg); return 1; }
     int32_t *ids = NULL; size_t n = 0;
     if (hx_tok_encode(t, text, strlen(text), add_special, parse_special, &ids, &n, &e)) {
         fprintf(stderr, "tokenize: %s\n", e.msg); hx_tok_free(t); return 1;
