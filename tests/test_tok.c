@@ -75,6 +75,7 @@ static void run_jsonl(const char *sh, const char *gguf, const char *ref, bool ad
     hx_status (*load)(const char *, hx_tok **, hx_error *) = hx_tok_load_gguf;
     if (strstr(gguf, ".model")) load = hx_tok_load_spm_model;
     if (strstr(gguf, ".txt")) load = hx_tok_load_vocab_txt;
+    if (strstr(gguf, ".json")) load = hx_tok_load_hf_json;
     char p[512], r[512];
     snprintf(p, sizeof p, "%s/%s", sh, gguf); snprintf(r, sizeof r, "%s/%s", sh, ref);
     hx_tok *t = NULL; hx_error e = {0};
@@ -109,6 +110,44 @@ static void run_jsonl(const char *sh, const char *gguf, const char *ref, bool ad
     free(js); hx_tok_free(t);
 }
 
+/* Hostile input: random bytes (invalid UTF-8 included) never crash, and streaming decode of the
+ * ids of valid text reproduces the text's bytes exactly (partial UTF-8 held back between tokens). */
+static void run_robust(const char *sh) {
+    char p[512]; const char *files[] = {"models/ref-tiny/tiny-llama3-shared.gguf", "models/stories260K.gguf",
+                                        "models/ref-tiny/tiny-bert-shared.gguf"};
+    const char *txt = "Hé said: \xF0\x9F\x98\x80 ok \xE4\xB8\xAD\xE6\x96\x87!";
+    for (int f = 0; f < 3; f++) {
+        snprintf(p, sizeof p, "%s/%s", sh, files[f]);
+        hx_tok *t = NULL; hx_error e = {0};
+        if (hx_tok_load_gguf(p, &t, &e)) { CHECK(0); continue; }
+        unsigned s = 12345;
+        for (int r = 0; r < 200; r++) {
+            char b[64]; size_t n = (size_t)(r % 64);
+            for (size_t k = 0; k < n; k++) { s = s * 1103515245u + 12345u; b[k] = (char)(s >> 16); }
+            int32_t *ids; size_t ni;
+            CHECK(hx_tok_encode(t, b, n, true, r & 1, &ids, &ni, &e) == HX_OK);
+            for (size_t k = 0; k < ni; k++) CHECK(ids[k] >= 0 && ids[k] < hx_tok_n_vocab(t));
+            free(ids);
+        }
+        if (f < 2) {
+            int32_t *ids; size_t ni;
+            CHECK(hx_tok_encode(t, txt, strlen(txt), false, false, &ids, &ni, &e) == HX_OK);
+            hx_tok_stream st = {0}; char out[256]; size_t ol = 0;
+            for (size_t k = 0; k < ni; k++) {
+                size_t w = hx_tok_stream_push(t, &st, ids[k], out + ol, sizeof out - ol);
+                for (size_t q = 0; q < w; q++) CHECK(((unsigned char)out[ol + q] & 0xC0) != 0x80 || q > 0 || ol > 0);
+                ol += w;
+            }
+            const char *want = txt; /* SPM adds the dummy-prefix space */
+            if (f == 1) { CHECK(ol >= 1 && out[0] == ' '); CHECKF(ol - 1 == strlen(want) && !memcmp(out + 1, want, ol - 1), "stream %s", files[f]); }
+            else CHECKF(ol == strlen(want) && !memcmp(out, want, ol), "stream %s", files[f]);
+            CHECK(st.n_pend == 0);
+            free(ids);
+        }
+        hx_tok_free(t);
+    }
+}
+
 int main(void) {
     const char *sh = t_require_shared();
     run_vocab(sh, "llama-spm");
@@ -123,7 +162,10 @@ int main(void) {
     run_jsonl(sh, "models/ref-tiny/tiny-llama3-shared.gguf", "tokenizers/refs/tok_llama3-hf.jsonl", false, true);
     run_jsonl(sh, "models/ref-tiny/tiny-qwen3-shared.gguf", "tokenizers/refs/tok_qwen3-hf.jsonl", false, true);
     run_jsonl(sh, "tokenizers/vocab-gguf/ggml-vocab-llama-spm.gguf", "tokenizers/refs/tok_llama2-spm.jsonl", false, false);
+    run_jsonl(sh, "tokenizers/llama3.tokenizer.json", "tokenizers/refs/tok_llama3-hf.jsonl", false, true);
+    run_jsonl(sh, "tokenizers/qwen3.tokenizer.json", "tokenizers/refs/tok_qwen3-hf.jsonl", false, true);
     run_jsonl(sh, "tokenizers/llama2.tokenizer.model", "tokenizers/refs/tok_llama2-spm.jsonl", false, false);
     run_jsonl(sh, "tokenizers/bert-base-uncased.vocab.txt", "tokenizers/refs/tok_bert-uncased.jsonl", true, false);
+    run_robust(sh);
     return t_done("test_tok");
 }

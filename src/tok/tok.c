@@ -4,6 +4,7 @@
 #include "tok/tok.h"
 #include <pcre2.h>
 #include <utf8proc.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,6 +379,106 @@ hx_status hx_tok_load_spm_model(const char *path, hx_tok **out, hx_error *e) {
     }
     free(buf);
     if (!st) st = tok_finish(t, path, e);
+    if (st) { hx_tok_free(t); return st; }
+    *out = t;
+    return HX_OK;
+}
+
+/* Find the first Split pre-tokenizer's Regex in a (possibly Sequence) pre_tokenizer. */
+static const char *json_split_regex(const cJSON *pt) {
+    if (!pt) return NULL;
+    const char *ty = cJSON_GetStringValue(cJSON_GetObjectItem(pt, "type"));
+    if (ty && !strcmp(ty, "Split"))
+        return cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(pt, "pattern"), "Regex"));
+    const cJSON *seq = cJSON_GetObjectItem(pt, "pretokenizers"), *it;
+    cJSON_ArrayForEach(it, seq) { const char *r = json_split_regex(it); if (r) return r; }
+    return NULL;
+}
+
+/* Hugging Face tokenizer.json, byte-level BPE (Llama 3, Qwen): vocab, merges ("a b" or ["a","b"]),
+ * added_tokens (special -> control, else user-defined), the Split regex compiled as is with PCRE2. */
+hx_status hx_tok_load_hf_json(const char *path, hx_tok **out, hx_error *e) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return hx_err(e, HX_ERR_IO, "%s: cannot open", path);
+    size_t len = 0; char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) || (len = (size_t)ftell(f), fseek(f, 0, SEEK_SET)) || !(buf = malloc(len + 1)) ||
+        fread(buf, 1, len, f) != len) { fclose(f); free(buf); return hx_err(e, HX_ERR_IO, "%s: read failed", path); }
+    fclose(f); buf[len] = 0;
+    cJSON *root = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    if (!root) return hx_err(e, HX_ERR_FORMAT, "%s: not valid JSON", path);
+    hx_status st = HX_OK; hx_tok *t = NULL;
+    cJSON *model = cJSON_GetObjectItem(root, "model");
+    const char *mty = cJSON_GetStringValue(cJSON_GetObjectItem(model, "type"));
+    cJSON *vocab = cJSON_GetObjectItem(model, "vocab"), *merges = cJSON_GetObjectItem(model, "merges");
+    cJSON *added = cJSON_GetObjectItem(root, "added_tokens"), *it;
+    const char *rx = json_split_regex(cJSON_GetObjectItem(root, "pre_tokenizer"));
+    if (!mty || strcmp(mty, "BPE") || !cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) {
+        st = hx_err(e, HX_ERR_UNSUPPORTED, "%s: only BPE tokenizer.json with model.vocab and model.merges is supported", path);
+        goto done;
+    }
+    if (!rx || cJSON_IsTrue(cJSON_GetObjectItem(model, "byte_fallback"))) {
+        st = hx_err(e, HX_ERR_UNSUPPORTED, "%s: only byte-level BPE with a Split regex is supported (Gemma-style SentencePiece BPE is not yet)", path);
+        goto done;
+    }
+    int64_t maxid = -1;
+    cJSON_ArrayForEach(it, vocab) { if (cJSON_IsNumber(it) && it->valuedouble > (double)maxid) maxid = (int64_t)it->valuedouble; }
+    cJSON_ArrayForEach(it, added) {
+        cJSON *id = cJSON_GetObjectItem(it, "id");
+        if (cJSON_IsNumber(id) && id->valuedouble > (double)maxid) maxid = (int64_t)id->valuedouble;
+    }
+    if (maxid < 0 || maxid >= 0x7fffffff) { st = hx_err(e, HX_ERR_FORMAT, "%s: bad token ids", path); goto done; }
+    t = calloc(1, sizeof *t);
+    st = t ? tok_alloc(t, (size_t)maxid + 1, path, e) : hx_err(e, HX_ERR_NOMEM, "oom");
+    if (st) goto done;
+    t->kind = HX_TOK_BPE;
+    init_byte_map(t);
+    for (int32_t i = 0; i < t->n; i++) t->type[i] = HX_TT_UNUSED;
+    cJSON_ArrayForEach(it, vocab) {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0) { st = hx_err(e, HX_ERR_FORMAT, "%s: vocab entry '%s' has no id", path, it->string); goto done; }
+        int32_t id = (int32_t)it->valuedouble;
+        free(t->piece[id]);
+        if (!(t->piece[id] = dupn(it->string, strlen(it->string)))) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto done; }
+        t->plen[id] = strlen(it->string); t->type[id] = HX_TT_NORMAL;
+    }
+    cJSON_ArrayForEach(it, added) {
+        cJSON *idj = cJSON_GetObjectItem(it, "id");
+        const char *c = cJSON_GetStringValue(cJSON_GetObjectItem(it, "content"));
+        if (!cJSON_IsNumber(idj) || idj->valuedouble < 0 || !c) { st = hx_err(e, HX_ERR_FORMAT, "%s: bad added_tokens entry", path); goto done; }
+        int32_t id = (int32_t)idj->valuedouble;
+        free(t->piece[id]);
+        if (!(t->piece[id] = dupn(c, strlen(c)))) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto done; }
+        t->plen[id] = strlen(c);
+        t->type[id] = cJSON_IsTrue(cJSON_GetObjectItem(it, "special")) ? HX_TT_CONTROL : HX_TT_USER;
+    }
+    for (int32_t i = 0; i < t->n; i++)
+        if (!t->piece[i] && !(t->piece[i] = dupn("", 0))) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto done; }
+    t->n_merges = (size_t)cJSON_GetArraySize(merges);
+    t->merge_str = calloc(t->n_merges ? t->n_merges : 1, sizeof *t->merge_str);
+    if (!t->merge_str || !smap_init(&t->merges, t->n_merges)) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto done; }
+    size_t mi = 0;
+    cJSON_ArrayForEach(it, merges) {
+        const char *a = NULL, *b = NULL; char *m = NULL;
+        if (cJSON_IsString(it)) m = dupn(it->valuestring, strlen(it->valuestring));
+        else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 &&
+                 (a = cJSON_GetStringValue(cJSON_GetArrayItem(it, 0))) && (b = cJSON_GetStringValue(cJSON_GetArrayItem(it, 1)))) {
+            size_t la = strlen(a), lb = strlen(b);
+            if ((m = malloc(la + lb + 2))) { memcpy(m, a, la); m[la] = ' '; memcpy(m + la + 1, b, lb + 1); }
+        } else { st = hx_err(e, HX_ERR_FORMAT, "%s: merges[%zu] is neither \"a b\" nor [\"a\",\"b\"]", path, mi); goto done; }
+        if (!m) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto done; }
+        t->merge_str[mi] = m;
+        smap_put(&t->merges, m, strlen(m), (int32_t)mi);
+        mi++;
+    }
+    t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges"));
+    int ec; PCRE2_SIZE eo;
+    t->re[0] = pcre2_compile((PCRE2_SPTR)rx, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    if (!t->re[0]) { st = hx_err(e, HX_ERR_FORMAT, "%s: pre_tokenizer regex does not compile (offset %zu)", path, (size_t)eo); goto done; }
+    t->n_re = 1;
+    st = tok_finish(t, path, e);
+done:
+    cJSON_Delete(root);
     if (st) { hx_tok_free(t); return st; }
     *out = t;
     return HX_OK;

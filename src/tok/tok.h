@@ -18,6 +18,9 @@ hx_status hx_tok_load_gguf(const char *path, hx_tok **out, hx_error *e);
 hx_status hx_tok_load_spm_model(const char *path, hx_tok **out, hx_error *e);
 /* Load a BERT WordPiece vocab.txt (lowercasing, accent stripping, [CLS]/[SEP]). */
 hx_status hx_tok_load_vocab_txt(const char *path, hx_tok **out, hx_error *e);
+/* Load a Hugging Face tokenizer.json (byte-level BPE: Llama 3, Qwen); added_tokens always matched
+ * as HF does when parse_special is set. */
+hx_status hx_tok_load_hf_json(const char *path, hx_tok **out, hx_error *e);
 void hx_tok_free(hx_tok *t);
 
 /* Encode text (n bytes) into ids. *ids is malloc'ed (caller frees), *n_ids its length.

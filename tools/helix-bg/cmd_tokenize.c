@@ -7,7 +7,7 @@
 #include "tok/tok.h"
 
 static int usage(void) {
-    fprintf(stderr, "usage: helix-bg tokenize (-m FILE.gguf | --tokenizer tokenizer.model|vocab.txt) -p TEXT [--ids] [--no-special] [--parse-special]\n");
+    fprintf(stderr, "usage: helix-bg tokenize (-m FILE.gguf | --tokenizer tokenizer.json|tokenizer.model|vocab.txt) -p TEXT [--ids] [--no-special] [--parse-special]\n");
     return 2;
 }
 
@@ -30,11 +30,8 @@ int cmd_tokenize(int argc, char **argv) {
     if (model) st = hx_tok_load_gguf(model, &t, &e);
     else {
         size_t l = strlen(tokfile);
-        if (l >= 5 && !strcmp(tokfile + l - 5, ".json")) {
-            fprintf(stderr, "tokenize: tokenizer.json is not supported yet; use the model's GGUF (-m) or tokenizer.model\n");
-            return 1;
-        }
-        st = (l >= 4 && !strcmp(tokfile + l - 4, ".txt")) ? hx_tok_load_vocab_txt(tokfile, &t, &e)
+        if (l >= 5 && !strcmp(tokfile + l - 5, ".json")) st = hx_tok_load_hf_json(tokfile, &t, &e);
+        else st = (l >= 4 && !strcmp(tokfile + l - 4, ".txt")) ? hx_tok_load_vocab_txt(tokfile, &t, &e)
                                                          : hx_tok_load_spm_model(tokfile, &t, &e);
     }
     if (st) { fprintf(stderr, "tokenize: %s\n", e.msg); return 1; }
