@@ -164,6 +164,7 @@ int main(void) {
     run_jsonl(sh, "tokenizers/vocab-gguf/ggml-vocab-llama-spm.gguf", "tokenizers/refs/tok_llama2-spm.jsonl", false, false);
     run_jsonl(sh, "tokenizers/llama3.tokenizer.json", "tokenizers/refs/tok_llama3-hf.jsonl", false, true);
     run_jsonl(sh, "tokenizers/qwen3.tokenizer.json", "tokenizers/refs/tok_qwen3-hf.jsonl", false, true);
+    run_jsonl(sh, "tokenizers/gemma3.tokenizer.json", "tokenizers/refs/tok_gemma3-hf.jsonl", false, true);
     run_jsonl(sh, "tokenizers/llama2.tokenizer.model", "tokenizers/refs/tok_llama2-spm.jsonl", false, false);
     run_jsonl(sh, "tokenizers/bert-base-uncased.vocab.txt", "tokenizers/refs/tok_bert-uncased.jsonl", true, false);
     run_robust(sh);

@@ -49,6 +49,7 @@ struct hx_tok {
     bool add_bos, add_eos, add_space_prefix;
     bool add_sep, lowercase, strip_accents;
     size_t max_len;     /* longest piece in bytes (WordPiece search bound) */
+    bool spbpe;         /* SentencePiece-style BPE by merge rank (Gemma tokenizer.json): U+2581 spaces, <0xNN> fallback */
     bool ignore_merges; /* llama3: a pre-token found whole in the vocab is emitted as is */
     pcre2_code *re[6];  /* BPE pre-tokenizer: regexes applied in sequence, each splitting every fragment */
     int n_re;
@@ -418,8 +419,9 @@ hx_status hx_tok_load_hf_json(const char *path, hx_tok **out, hx_error *e) {
         st = hx_err(e, HX_ERR_UNSUPPORTED, "%s: only BPE tokenizer.json with model.vocab and model.merges is supported", path);
         goto done;
     }
-    if (!rx || cJSON_IsTrue(cJSON_GetObjectItem(model, "byte_fallback"))) {
-        st = hx_err(e, HX_ERR_UNSUPPORTED, "%s: only byte-level BPE with a Split regex is supported (Gemma-style SentencePiece BPE is not yet)", path);
+    bool spbpe = cJSON_IsTrue(cJSON_GetObjectItem(model, "byte_fallback"));
+    if (!rx && !spbpe) {
+        st = hx_err(e, HX_ERR_UNSUPPORTED, "%s: neither byte-level BPE with a Split regex nor byte-fallback BPE", path);
         goto done;
     }
     int64_t maxid = -1;
@@ -472,6 +474,8 @@ hx_status hx_tok_load_hf_json(const char *path, hx_tok **out, hx_error *e) {
         mi++;
     }
     t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges"));
+    t->spbpe = spbpe;
+    if (spbpe) { st = tok_finish(t, path, e); goto done; }
     int ec; PCRE2_SIZE eo;
     t->re[0] = pcre2_compile((PCRE2_SPTR)rx, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
     if (!t->re[0]) { st = hx_err(e, HX_ERR_FORMAT, "%s: pre_tokenizer regex does not compile (offset %zu)", path, (size_t)eo); goto done; }
@@ -603,6 +607,35 @@ static void bpe_split(const hx_tok *t, const char *txt, size_t n, int lv, pcre2_
     if (pos < n) bpe_split(t, txt + pos, n - pos, lv + 1, md, o);
 }
 
+/* Gemma-style: spaces -> U+2581, characters as symbols, merges by rank, <0xNN> for unknown symbols. */
+static void spbpe_encode(const hx_tok *t, const char *txt, size_t n, ivec *o) {
+    char *buf = malloc(n * 3 + 1); sym *sy = malloc((n + 1) * sizeof *sy); char *pair = malloc(n * 3 + 2);
+    if (!buf || !sy || !pair) { free(buf); free(sy); free(pair); o->oom = true; return; }
+    size_t bl = 0, ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (txt[i] == ' ') { memcpy(buf + bl, "\xE2\x96\x81", 3); bl += 3; } else buf[bl++] = txt[i];
+    }
+    for (size_t i = 0; i < bl;) {
+        size_t l = (size_t)utf8_len((unsigned char)buf[i]); if (i + l > bl) l = bl - i;
+        sy[ns].off = i; sy[ns].len = l; ns++; i += l;
+    }
+    for (;;) {
+        size_t best = (size_t)-1; int32_t br = 0;
+        for (size_t i = 0; i + 1 < ns; i++) {
+            size_t a = sy[i].len, b = sy[i + 1].len;
+            memcpy(pair, buf + sy[i].off, a); pair[a] = ' '; memcpy(pair + a + 1, buf + sy[i + 1].off, b);
+            int32_t r = smap_get(&t->merges, pair, a + b + 1);
+            if (r >= 0 && (best == (size_t)-1 || r < br)) { best = i; br = r; }
+        }
+        if (best == (size_t)-1) break;
+        sy[best].len += sy[best + 1].len;
+        memmove(sy + best + 1, sy + best + 2, (ns - best - 2) * sizeof *sy);
+        ns--;
+    }
+    for (size_t i = 0; i < ns; i++) spm_emit(t, buf + sy[i].off, sy[i].len, o);
+    free(buf); free(sy); free(pair);
+}
+
 static void bpe_encode(const hx_tok *t, const char *txt, size_t n, ivec *o) {
     pcre2_match_data *md[6] = {0};
     for (int i = 0; i < t->n_re; i++)
@@ -686,6 +719,7 @@ hx_status hx_tok_encode(const hx_tok *t, const char *text, size_t n, bool add_sp
         if (i > start) {
             if (t->kind == HX_TOK_WPM) wpm_encode(t, text + start, i - start, &o);
             else if (t->kind == HX_TOK_SPM) spm_encode(t, text + start, i - start, t->add_space_prefix && prev_special, &o);
+            else if (t->spbpe) spbpe_encode(t, text + start, i - start, &o);
             else bpe_encode(t, text + start, i - start, &o);
             prev_special = false;
         }
@@ -706,7 +740,7 @@ size_t hx_tok_decode_token(const hx_tok *t, int32_t id, char *buf, size_t cap) {
     char tmp[8];
 #define PUT(c) do { if (w < cap) buf[w] = (char)(c); w++; } while (0)
     if (t->type[id] == HX_TT_CONTROL) return 0;
-    if (t->kind != HX_TOK_BPE) {
+    if (t->kind != HX_TOK_BPE || t->spbpe) {
         unsigned v;
         if (t->type[id] == HX_TT_BYTE && n == 6 && sscanf(p, "<0x%2X>", &v) == 1) { PUT(v); return w; }
         for (size_t i = 0; i < n; i++) {
