@@ -168,5 +168,24 @@ int main(void) {
     run_jsonl(sh, "tokenizers/llama2.tokenizer.model", "tokenizers/refs/tok_llama2-spm.jsonl", false, false);
     run_jsonl(sh, "tokenizers/bert-base-uncased.vocab.txt", "tokenizers/refs/tok_bert-uncased.jsonl", true, false);
     run_robust(sh);
+    {   /* WordPiece: a word over 100 characters is [UNK]; truncation keeps [SEP] */
+        char p[512]; snprintf(p, sizeof p, "%s/tokenizers/bert-base-uncased.vocab.txt", sh);
+        hx_tok *t = NULL; hx_error e = {0};
+        CHECK(hx_tok_load_vocab_txt(p, &t, &e) == HX_OK);
+        if (t) {
+            char w[160]; memset(w, 'a', 101); w[101] = 0;
+            int32_t *ids; size_t n;
+            CHECK(hx_tok_encode(t, w, strlen(w), true, false, &ids, &n, &e) == HX_OK);
+            CHECK(n == 3 && ids[0] == 101 && ids[1] == 100 && ids[2] == 102);
+            free(ids);
+            const char *txt = "the quick brown fox jumps over the lazy dog again and again";
+            CHECK(hx_tok_encode(t, txt, strlen(txt), true, false, &ids, &n, &e) == HX_OK);
+            int32_t first[8]; memcpy(first, ids, sizeof first);
+            size_t m = hx_tok_truncate(t, ids, n, 8);
+            CHECK(n > 8 && m == 8 && ids[7] == 102 && !memcmp(ids, first, 7 * sizeof *ids));
+            free(ids);
+            hx_tok_free(t);
+        }
+    }
     return t_done("test_tok");
 }

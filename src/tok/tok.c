@@ -61,6 +61,24 @@ int32_t hx_tok_n_vocab(const hx_tok *t) { return t->n; }
 int32_t hx_tok_bos(const hx_tok *t) { return t->bos; }
 int32_t hx_tok_eos(const hx_tok *t) { return t->eos; }
 int32_t hx_tok_eot(const hx_tok *t) { return t->eot; }
+int32_t hx_tok_unk(const hx_tok *t) { return t->unk; }
+int32_t hx_tok_pad(const hx_tok *t) { return t->pad; }
+int32_t hx_tok_sep(const hx_tok *t) { return t->sep; }
+int32_t hx_tok_cls(const hx_tok *t) { return t->cls; }
+int32_t hx_tok_mask(const hx_tok *t) { return t->mask; }
+bool hx_tok_adds_bos(const hx_tok *t) { return t->add_bos; }
+bool hx_tok_adds_eos(const hx_tok *t) { return t->add_eos; }
+bool hx_tok_add_space_prefix(const hx_tok *t) { return t->add_space_prefix; }
+bool hx_tok_is_eog(const hx_tok *t, int32_t id) { return id >= 0 && (id == t->eos || id == t->eot); }
+
+/* Cut ids to at most max_len keeping a trailing separator/EOS (BERT truncation keeps [SEP]); returns new length. */
+size_t hx_tok_truncate(const hx_tok *t, int32_t *ids, size_t n, size_t max_len) {
+    if (n <= max_len || max_len == 0) return n <= max_len ? n : 0;
+    int32_t last = ids[n - 1];
+    bool keep = last >= 0 && (last == t->sep || last == t->eos);
+    if (keep) ids[max_len - 1] = last;
+    return max_len;
+}
 hx_tok_kind hx_tok_kind_of(const hx_tok *t) { return t->kind; }
 int hx_tok_type(const hx_tok *t, int32_t id) { return id >= 0 && id < t->n ? t->type[id] : 0; }
 const char *hx_tok_piece(const hx_tok *t, int32_t id) { return id >= 0 && id < t->n ? t->piece[id] : NULL; }
@@ -653,6 +671,9 @@ static bool is_cjk(int32_t c) {
 /* WordPiece on one word: "▁"+word, greedy longest match from each position; the whole word is [UNK] on failure. */
 static void wpm_word(const hx_tok *t, const char *w, size_t n, ivec *o) {
     if (n == 0) return;
+    size_t ncp = 0;
+    for (size_t i = 0; i < n; i++) ncp += ((unsigned char)w[i] & 0xC0) != 0x80;
+    if (ncp > 100) { ipush(o, t->unk); return; }  /* HF max_input_chars_per_word */
     char *b = malloc(n + 3); if (!b) { o->oom = true; return; }
     memcpy(b, "\xE2\x96\x81", 3); memcpy(b + 3, w, n);
     size_t m = n + 3, before = o->n;

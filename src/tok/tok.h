@@ -35,6 +35,17 @@ int32_t hx_tok_n_vocab(const hx_tok *t);
 int32_t hx_tok_bos(const hx_tok *t);
 int32_t hx_tok_eos(const hx_tok *t);
 int32_t hx_tok_eot(const hx_tok *t);
+int32_t hx_tok_unk(const hx_tok *t);
+int32_t hx_tok_pad(const hx_tok *t);
+int32_t hx_tok_sep(const hx_tok *t);
+int32_t hx_tok_cls(const hx_tok *t);
+int32_t hx_tok_mask(const hx_tok *t);   /* all: -1 when absent */
+bool hx_tok_adds_bos(const hx_tok *t);
+bool hx_tok_adds_eos(const hx_tok *t);
+bool hx_tok_add_space_prefix(const hx_tok *t);
+bool hx_tok_is_eog(const hx_tok *t, int32_t id);  /* EOS or EOT: generation stops */
+/* Cut ids to at most max_len keeping a trailing [SEP]/EOS; returns the new length. */
+size_t hx_tok_truncate(const hx_tok *t, int32_t *ids, size_t n, size_t max_len);
 hx_tok_kind hx_tok_kind_of(const hx_tok *t);
 int hx_tok_type(const hx_tok *t, int32_t id);
 
