@@ -1,5 +1,6 @@
 /* test_tok.c — golden tokenization: llama.cpp's vocab test cases (../shared/tokenizers/vocab-gguf). */
 #include "test_util.h"
+#include <unistd.h>
 #include "tok/tok.h"
 #include "core/core.h"
 #include <cjson/cJSON.h>
@@ -168,6 +169,23 @@ int main(void) {
     run_jsonl(sh, "tokenizers/llama2.tokenizer.model", "tokenizers/refs/tok_llama2-spm.jsonl", false, false);
     run_jsonl(sh, "tokenizers/bert-base-uncased.vocab.txt", "tokenizers/refs/tok_bert-uncased.jsonl", true, false);
     run_robust(sh);
+    {   /* truncated / corrupted tokenizer.model: an error or a valid load, never a crash */
+        char p[512]; snprintf(p, sizeof p, "%s/tokenizers/llama2.tokenizer.model", sh);
+        size_t n; char *b = slurp(p, &n); CHECK(b != NULL);
+        char tmp[] = "/tmp/hx_tok_trunc_XXXXXX"; int fd = mkstemp(tmp); CHECK(fd >= 0);
+        for (int k = 0; b && fd >= 0 && k < 24; k++) {
+            size_t cut = k < 12 ? (size_t)k * 7 : n / (size_t)(k - 10);
+            if (k >= 18) { b[(size_t)k * 4099 % n] ^= 0x55; cut = n; }
+            FILE *f = fopen(tmp, "wb"); fwrite(b, 1, cut, f); fclose(f);
+            hx_tok *t = NULL; hx_error e = {0};
+            hx_status st = hx_tok_load_spm_model(tmp, &t, &e);
+            CHECK((st == HX_OK) == (t != NULL));
+            CHECK(st == HX_OK || e.msg[0]);
+            hx_tok_free(t);
+        }
+        if (fd >= 0) { close(fd); unlink(tmp); }
+        free(b);
+    }
     {   /* WordPiece: a word over 100 characters is [UNK]; truncation keeps [SEP] */
         char p[512]; snprintf(p, sizeof p, "%s/tokenizers/bert-base-uncased.vocab.txt", sh);
         hx_tok *t = NULL; hx_error e = {0};
