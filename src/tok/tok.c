@@ -138,13 +138,11 @@ static const char *const *pre_regexes(const char *pre, bool *is_llama3) {
     return gpt2;
 }
 
-static int cmp_special_len(const void *a, const void *b, void *ctx);
-static const hx_tok *g_sort_tok;
-static int cmp_spec(const void *a, const void *b) {
-    const hx_tok *t = g_sort_tok; int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+/* longest special token first (then lower id), so matching prefers e.g. "<|im_start|>" over "<|im" */
+static int cmp_spec(const void *a, const void *b, void *ctx) {
+    const hx_tok *t = ctx; int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return t->plen[x] < t->plen[y] ? 1 : t->plen[x] > t->plen[y] ? -1 : (x > y) - (x < y);
 }
-static int cmp_special_len(const void *a, const void *b, void *ctx) { (void)a; (void)b; (void)ctx; return 0; }
 
 static char *dupn(const char *s, size_t n) {
     char *p = malloc(n + 1); if (!p) return NULL; memcpy(p, s, n); p[n] = 0; return p;
@@ -238,8 +236,7 @@ hx_status hx_tok_load_gguf(const char *path, hx_tok **out, hx_error *e) {
     if (!t->specials) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto fail; }
     for (int32_t i = 0; i < t->n; i++)
         if ((t->type[i] == HX_TT_CONTROL || t->type[i] == HX_TT_USER) && t->plen[i] > 0) t->specials[t->n_specials++] = i;
-    g_sort_tok = t; qsort(t->specials, t->n_specials, sizeof *t->specials, cmp_spec);
-    (void)cmp_special_len;
+    qsort_r(t->specials, t->n_specials, sizeof *t->specials, cmp_spec, t);
     hx_gguf_close(g);
     *out = t;
     return HX_OK;
@@ -257,7 +254,7 @@ static hx_status tok_finish(hx_tok *t, const char *path, hx_error *e) {
     if (!t->specials) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
     for (int32_t i = 0; i < t->n; i++)
         if ((t->type[i] == HX_TT_CONTROL || t->type[i] == HX_TT_USER) && t->plen[i] > 0) t->specials[t->n_specials++] = i;
-    g_sort_tok = t; qsort(t->specials, t->n_specials, sizeof *t->specials, cmp_spec);
+    qsort_r(t->specials, t->n_specials, sizeof *t->specials, cmp_spec, t);
     return HX_OK;
 }
 
