@@ -1,7 +1,56 @@
-/* cmd_tokenize.c — helix-bg tokenize (placeholder until issue 3 lands it). */
+/* cmd_tokenize.c — helix-bg tokenize -m FILE.gguf -p TEXT [--ids] [--no-special] [--parse-special]:
+ * prints the token ids of TEXT (like llama-tokenize), for tests and prompt debugging. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "cli.h"
+#include "tok/tok.h"
+
+static int usage(void) {
+    fprintf(stderr, "usage: helix-bg tokenize (-m FILE.gguf | --tokenizer tokenizer.json|tokenizer.model|vocab.txt) -p TEXT [--ids] [--no-special] [--parse-special]\n");
+    return 2;
+}
 
 int cmd_tokenize(int argc, char **argv) {
-    (void)argc; (void)argv;
-    return cli_not_built("tokenize", "3");
+    const char *model = NULL, *text = NULL, *tokfile = NULL;
+    bool ids_only = false, add_special = true, parse_special = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
+        else if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && i + 1 < argc) text = argv[++i];
+        else if (!strcmp(a, "--ids")) ids_only = true;
+        else if (!strcmp(a, "--no-special")) add_special = false;
+        else if (!strcmp(a, "--parse-special")) parse_special = true;
+        else if (!strcmp(a, "--tokenizer") && i + 1 < argc) tokfile = argv[++i];
+        else { fprintf(stderr, "tokenize: unknown or incomplete argument '%s'\n", a); return usage(); }
+    }
+    if ((!model == !tokfile) || !text) return usage();
+    hx_tok *t = NULL; hx_error e = {0};
+    hx_status st;
+    if (model) st = hx_tok_load_gguf(model, &t, &e);
+    else {
+        size_t l = strlen(tokfile);
+        if (l >= 5 && !strcmp(tokfile + l - 5, ".json")) st = hx_tok_load_hf_json(tokfile, &t, &e);
+        else st = (l >= 4 && !strcmp(tokfile + l - 4, ".txt")) ? hx_tok_load_vocab_txt(tokfile, &t, &e)
+                                                         : hx_tok_load_spm_model(tokfile, &t, &e);
+    }
+    if (st) { fprintf(stderr, "tokenize: %s\n", e.msg); return 1; }
+    int32_t *ids = NULL; size_t n = 0;
+    if (hx_tok_encode(t, text, strlen(text), add_special, parse_special, &ids, &n, &e)) {
+        fprintf(stderr, "tokenize: %s\n", e.msg); hx_tok_free(t); return 1;
+    }
+    if (ids_only) {
+        printf("[");
+        for (size_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
+        printf("]\n");
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            char buf[512]; size_t l = hx_tok_decode_token(t, ids[i], buf, sizeof buf);
+            if (l > sizeof buf) l = sizeof buf;
+            if (hx_tok_type(t, ids[i]) == HX_TT_CONTROL) { const char *p = hx_tok_piece(t, ids[i]); l = strlen(p); if (l > sizeof buf) l = sizeof buf; memcpy(buf, p, l); }
+            printf("%6d -> '%.*s'\n", ids[i], (int)l, buf);
+        }
+    }
+    free(ids); hx_tok_free(t);
+    return 0;
 }
