@@ -9,8 +9,10 @@
  * and decode tokens/s to stderr. --json prints one object instead:
  * {prompt_ids, generated_ids, text, timings{load_s, prompt_tokens,
  * prompt_tok_per_s, gen_tokens, decode_tok_per_s}}. Stops at EOS/EOT.
- * Until the tokenizer module lands, -p is refused and text is decoded from the
- * GGUF token strings (SentencePiece '▁' / <0xNN>, or GPT-2 byte-level). */
+ * -p TEXT is tokenized with the model's own tokenizer (BOS as the model adds
+ * it, special tokens written in the text parsed); output is decoded with it,
+ * holding back partial UTF-8 between tokens. Greedy by default (token-exact
+ * comparisons); --temp > 0 turns on the sampling chain of run/sampler.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,8 @@
 #include "cli.h"
 #include "core/core.h"
 #include "quant/quant.h"
+#include "run/sampler.h"
+#include "tok/tok.h"
 
 /* GPT-2 byte-level: code point -> byte (inverse of bytes_to_unicode). */
 static int gpt2_byte(uint32_t cp) {
@@ -77,7 +81,9 @@ static size_t token_text(const hx_gguf_value *toks, bool gpt2, int id, char *out
 
 static int usage(void) {
     fprintf(stderr, "usage: helix-bg generate -m FILE (--prompt-ids 1,2,3 | -p TEXT) [-n N] [-t N] [-c N]\n"
-                    "                         [--kv f16|f32] [--exact] [--json] [--dump DIR]\n");
+                    "                         [--kv f16|f32] [--exact] [--json] [--dump DIR] [--stop STR]\n"
+                    "  sampling (greedy unless --temp > 0): --temp T --top-k K --top-p P --min-p P\n"
+                    "    --repeat-penalty R --repeat-last-n N --frequency-penalty F --presence-penalty P --seed S\n");
     return 2;
 }
 
@@ -88,13 +94,26 @@ static int argmax(const float *x, int n) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *ids_arg = NULL, *text = NULL, *dump = NULL;
+    const char *model = NULL, *ids_arg = NULL, *text = NULL, *dump = NULL, *stop = NULL;
     int n_predict = 64, n_threads = 0, n_ctx = 0, kv = HX_TYPE_F16;
     bool json = false, exact = false;
+    hx_sampler_params sp = hx_sampler_defaults();
+    sp.temp = 0; /* greedy unless asked */
+    sp.repeat_penalty = 1.0f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
         if (!strcmp(a, "-m") && has) model = argv[++i];
+        else if (!strcmp(a, "--temp") && has) sp.temp = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--top-k") && has) sp.top_k = atoi(argv[++i]);
+        else if (!strcmp(a, "--top-p") && has) sp.top_p = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--min-p") && has) sp.min_p = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--repeat-penalty") && has) sp.repeat_penalty = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--repeat-last-n") && has) sp.penalty_last_n = atoi(argv[++i]);
+        else if (!strcmp(a, "--frequency-penalty") && has) sp.freq_penalty = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--presence-penalty") && has) sp.presence_penalty = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--seed") && has) sp.seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--stop") && has) stop = argv[++i];
         else if (!strcmp(a, "--prompt-ids") && has) ids_arg = argv[++i];
         else if (!strcmp(a, "-p") && has) text = argv[++i];
         else if (!strcmp(a, "-n") && has) n_predict = atoi(argv[++i]);
@@ -110,20 +129,37 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--exact")) exact = true;
         else return usage();
     }
-    if (!model || (!ids_arg && !text) || n_predict < 0) return usage();
-    if (text && !ids_arg) {
-        fprintf(stderr, "generate: -p needs the tokenizer module, not built in this version; use --prompt-ids\n");
-        return 2;
+    if (!model || (!ids_arg == !text) || n_predict < 0 || sp.temp < 0 || sp.top_p <= 0 || sp.min_p < 0 ||
+        sp.repeat_penalty <= 0)
+        return usage();
+    /* the model's tokenizer: for -p, and to decode the output */
+    hx_error e = {0};
+    hx_tok *tok = NULL;
+    if (hx_tok_load_gguf(model, &tok, &e) != HX_OK) {
+        if (text) { fprintf(stderr, "generate: %s\n", e.msg); return 1; }
+        tok = NULL; /* --prompt-ids on a file without a usable tokenizer: decode from token strings */
+    }
+    int n_prompt = 0, cap = 16;
+    int32_t *prompt = NULL;
+    if (text) {
+        size_t n_ids = 0;
+        if (hx_tok_encode(tok, text, strlen(text), true, true, &prompt, &n_ids, &e) != HX_OK) {
+            fprintf(stderr, "generate: %s\n", e.msg);
+            hx_tok_free(tok);
+            return 1;
+        }
+        n_prompt = (int)n_ids;
+    } else {
+        prompt = malloc(sizeof(int32_t) * cap);
     }
     /* parse ids */
-    int n_prompt = 0, cap = 16;
-    int32_t *prompt = malloc(sizeof(int32_t) * cap);
-    for (const char *p = ids_arg; prompt && *p;) {
+    for (const char *p = ids_arg; ids_arg && prompt && *p;) {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p || v < 0 || v > INT32_MAX) {
             fprintf(stderr, "generate: --prompt-ids: bad id at '%s'\n", p);
             free(prompt);
+            hx_tok_free(tok);
             return 2;
         }
         if (n_prompt == cap) {
@@ -133,15 +169,14 @@ int cmd_generate(int argc, char **argv) {
         }
         prompt[n_prompt++] = (int32_t)v;
         p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') { fprintf(stderr, "generate: --prompt-ids: expected ',' at '%s'\n", end); free(prompt); return 2; }
+        if (*end && *end != ',') { fprintf(stderr, "generate: --prompt-ids: expected ',' at '%s'\n", end); free(prompt); hx_tok_free(tok); return 2; }
     }
-    if (!prompt || n_prompt == 0) { fprintf(stderr, "generate: empty prompt\n"); free(prompt); return 2; }
+    if (!prompt || n_prompt == 0) { fprintf(stderr, "generate: empty prompt\n"); free(prompt); hx_tok_free(tok); return 2; }
 
-    hx_error e = {0};
     double t0 = hx_now_s();
     hx_model *m = NULL;
     hx_gguf_open_opts go = { .prefault = true };
-    if (hx_model_load(model, &go, &m, &e) != HX_OK) { fprintf(stderr, "generate: %s\n", e.msg); free(prompt); return 1; }
+    if (hx_model_load(model, &go, &m, &e) != HX_OK) { fprintf(stderr, "generate: %s\n", e.msg); free(prompt); hx_tok_free(tok); return 1; }
     if (n_ctx <= 0) {
         n_ctx = n_prompt + n_predict;
         if (n_ctx < 512) n_ctx = 512;
@@ -169,7 +204,10 @@ int cmd_generate(int argc, char **argv) {
     char *out = malloc(text_cap);
     int n_gen = 0;
     double t_prompt = 0, t_decode = 0;
-    if (!logits || !gen || !out) { fprintf(stderr, "generate: out of memory\n"); rc = 1; goto done; }
+    hx_sampler *smp = hx_sampler_new(&sp, V);
+    hx_tok_stream ts = {0};
+    if (!logits || !gen || !out || !smp) { fprintf(stderr, "generate: out of memory\n"); rc = 1; goto done; }
+    for (int i = 0; i < n_prompt; i++) hx_sampler_accept(smp, prompt[i]);
     double t1 = hx_now_s();
     if (hx_cpu_forward(c, prompt, n_prompt, 0, logits, false, &e) != HX_OK) {
         fprintf(stderr, "generate: %s\n", e.msg);
@@ -180,12 +218,17 @@ int cmd_generate(int argc, char **argv) {
     t1 = hx_now_s();
     int pos = n_prompt;
     for (int g = 0; g < n_predict; g++) {
-        int32_t t = argmax(logits, V);
-        if ((uint64_t)t == eos || (uint64_t)t == eot) break;
+        int32_t t = sp.temp > 0 ? hx_sampler_sample(smp, logits) : argmax(logits, V);
+        if ((uint64_t)t == eos || (uint64_t)t == eot || (tok && hx_tok_is_eog(tok, t))) break;
         gen[n_gen++] = t;
-        size_t k = token_text(toks, gpt2, t, out + text_len, text_cap - text_len - 1);
+        hx_sampler_accept(smp, t);
+        size_t room = text_cap - text_len - 1;
+        size_t k = tok ? hx_tok_stream_push(tok, &ts, t, out + text_len, room) : token_text(toks, gpt2, t, out + text_len, room);
+        if (k > room) k = room;
         if (!json) { fwrite(out + text_len, 1, k, stdout); fflush(stdout); }
         text_len += k;
+        out[text_len] = 0;
+        if (stop && *stop && strstr(out, stop)) break;
         if (g + 1 == n_predict) break;
         if (hx_cpu_forward(c, &t, 1, pos++, logits, false, &e) != HX_OK) {
             fprintf(stderr, "\ngenerate: %s\n", e.msg);
@@ -219,6 +262,8 @@ int cmd_generate(int argc, char **argv) {
     fprintf(stderr, "load %.3f s | prompt %d tokens, %.1f tok/s | decode %d tokens, %.1f tok/s\n", t_load, n_prompt,
             pps, n_gen, dps);
 done:
+    hx_sampler_free(smp);
+    hx_tok_free(tok);
     free(out); free(gen); free(logits); free(prompt);
     hx_cpu_ctx_free(c);
     hx_model_free(m);
