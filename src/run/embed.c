@@ -5,7 +5,7 @@
 #include "core/core.h"
 #include "core/pool.h"
 #include "model/model.h"
-#include "tok/wordpiece.h"
+#include "tok/tok.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 
 struct hx_embedder {
     hx_model *model;
-    hx_wordpiece *tok;
+    hx_tok *tok;
     hx_pool *pool;
     int max_tokens;
     char fingerprint[256];
@@ -31,11 +31,17 @@ hx_status hx_embedder_open(const char *path, int n_threads, hx_embedder **out, h
         hx_embedder_free(em);
         return st;
     }
-    st = em->model->gguf ? hx_wordpiece_from_gguf(em->model->gguf, &em->tok, e) : hx_wordpiece_load(path, &em->tok, e);
+    if (em->model->gguf) {
+        st = hx_tok_load_gguf(path, &em->tok, e);
+    } else {
+        char vocab[1100];
+        snprintf(vocab, sizeof vocab, "%s/vocab.txt", path);
+        st = hx_tok_load_vocab_txt(vocab, &em->tok, e);
+    }
     if (st) { hx_embedder_free(em); return st; }
-    if (hx_wordpiece_n_vocab(em->tok) != em->model->cfg.n_vocab) {
-        st = hx_err(e, HX_ERR_FORMAT, "%s: tokenizer has %d tokens, model %d", path, hx_wordpiece_n_vocab(em->tok),
-                    em->model->cfg.n_vocab);
+    if (hx_tok_kind_of(em->tok) != HX_TOK_WPM || hx_tok_n_vocab(em->tok) != em->model->cfg.n_vocab) {
+        st = hx_err(e, HX_ERR_FORMAT, "%s: tokenizer is not WordPiece or has %d tokens for a model of %d", path,
+                    hx_tok_n_vocab(em->tok), em->model->cfg.n_vocab);
         hx_embedder_free(em);
         return st;
     }
@@ -57,7 +63,7 @@ hx_status hx_embedder_open(const char *path, int n_threads, hx_embedder **out, h
 void hx_embedder_free(hx_embedder *em) {
     if (!em) return;
     hx_model_free(em->model);
-    hx_wordpiece_free(em->tok);
+    hx_tok_free(em->tok);
     hx_pool_free(em->pool);
     free(em);
 }
@@ -89,7 +95,13 @@ hx_status hx_embed(hx_embedder *em, const char *const *texts, int n, float *out,
         it[i].index = i;
         it[i].ids = ids + (size_t)i * M;
         const char *t = texts[i] ? texts[i] : "";
-        it[i].len = hx_wordpiece_encode(em->tok, t, strlen(t), true, it[i].ids, M);
+        int32_t *tid = NULL;
+        size_t nt = 0;
+        if ((st = hx_tok_encode(em->tok, t, strlen(t), true, false, &tid, &nt, e))) goto done;
+        nt = hx_tok_truncate(em->tok, tid, nt, (size_t)M); /* keeps the closing [SEP] */
+        memcpy(it[i].ids, tid, nt * sizeof *tid);
+        it[i].len = (int)nt;
+        free(tid);
     }
     qsort(it, (size_t)n, sizeof *it, by_len);
     for (int b = 0; b < n;) {
