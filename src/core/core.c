@@ -142,17 +142,23 @@ hx_status hx_write_file_atomic(const char *path, const void *buf, size_t n, hx_e
         }
         p += w; left -= (size_t)w;
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        hx_status s = hx_err(e, HX_ERR_IO, "%s: fsync/close failed: %s", tmp, strerror(errno));
-        unlink(tmp); free(tmp);
-        return s;
+    hx_status s = hx_commit_file(fd, tmp, path, e);
+    free(tmp);
+    return s;
+}
+
+hx_status hx_commit_file(int fd, const char *tmp, const char *path, hx_error *e) {
+    int r_sync = fsync(fd), r_errno = errno;
+    int r_close = close(fd);
+    if (r_sync != 0 || r_close != 0) {
+        unlink(tmp);
+        return hx_err(e, HX_ERR_IO, "%s: fsync/close failed: %s", tmp, strerror(r_sync ? r_errno : errno));
     }
     if (rename(tmp, path) != 0) {
         hx_status s = hx_err(e, HX_ERR_IO, "%s: rename failed: %s", path, strerror(errno));
-        unlink(tmp); free(tmp);
+        unlink(tmp);
         return s;
     }
-    free(tmp);
     /* make the rename durable */
     char *dcopy = strdup(path);
     if (dcopy) {

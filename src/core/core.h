@@ -67,6 +67,9 @@ double hx_now_s(void); /* monotonic seconds */
 /* ---- files ---- */
 /* Write buf to path atomically: path.tmp, fsync, rename, fsync dir. */
 hx_status hx_write_file_atomic(const char *path, const void *buf, size_t n, hx_error *e);
+/* The end of every atomic write: fsync and close fd (open on tmp), rename tmp
+ * over path, fsync the directory. On failure tmp is removed. fd is closed either way. */
+hx_status hx_commit_file(int fd, const char *tmp, const char *path, hx_error *e);
 /* Read a whole file into a malloc'd NUL-terminated buffer. */
 hx_status hx_read_file(const char *path, char **out, size_t *n, hx_error *e);
 

@@ -462,25 +462,7 @@ hx_status hx_gguf_writer_write(hx_gguf_writer *w, const char *path, hx_error *e)
         close(fd); unlink(tmp); free(tmp);
         return st;
     }
-    int r_sync = fsync(fd), r_errno = errno;
-    int r_close = close(fd);
-    if (r_sync != 0 || r_close != 0) {
-        st = hx_err(e, HX_ERR_IO, "%s: fsync/close failed: %s", tmp, strerror(r_sync ? r_errno : errno));
-        unlink(tmp); free(tmp);
-        return st;
-    }
-    if (rename(tmp, path) != 0) {
-        st = hx_err(e, HX_ERR_IO, "%s: rename failed: %s", path, strerror(errno));
-        unlink(tmp); free(tmp);
-        return st;
-    }
+    st = hx_commit_file(fd, tmp, path, e);
     free(tmp);
-    /* make the rename durable */
-    char *dcopy = strdup(path);
-    if (dcopy) {
-        int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) { fsync(dfd); close(dfd); }
-        free(dcopy);
-    }
-    return HX_OK;
+    return st;
 }
