@@ -184,14 +184,8 @@ done:
     return st;
 }
 
-static const kb_entry *entry_at(const kb_log *log, uint64_t off) {
-    size_t lo = 0, hi = log->n;
-    while (lo < hi) { size_t m = (lo + hi) / 2; if (log->e[m].offset < off) lo = m + 1; else hi = m; }
-    return &log->e[lo];
-}
-
 static cJSON *pair_json(const kb_log *log, const kb_pair *p) {
-    const kb_entry *a = entry_at(log, p->a), *b = entry_at(log, p->b);
+    const kb_entry *a = kb_log_find(log, p->a), *b = kb_log_find(log, p->b);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "a", (double)p->a);
     cJSON_AddNumberToObject(o, "b", (double)p->b);
@@ -239,13 +233,13 @@ void kb_print_summary(FILE *f, const kb_log *log, const kb_insights *in, size_t 
     fprintf(f, "%zu entries in %d topics\n", n_live, in->n_topics);
     fprintf(f, "\nnear-duplicates (%d):\n", in->n_dups);
     for (int i = 0; i < in->n_dups; i++) {
-        const kb_entry *a = entry_at(log, in->dups[i].a), *b = entry_at(log, in->dups[i].b);
+        const kb_entry *a = kb_log_find(log, in->dups[i].a), *b = kb_log_find(log, in->dups[i].b);
         fprintf(f, "  %.3f  @%llu \"%.50s\"  ~  @%llu \"%.50s\"\n", in->dups[i].sim, (unsigned long long)a->offset,
                 label(a), (unsigned long long)b->offset, label(b));
     }
     fprintf(f, "\ncross-links (%d):\n", in->n_links);
     for (int i = 0; i < in->n_links; i++) {
-        const kb_entry *a = entry_at(log, in->links[i].a), *b = entry_at(log, in->links[i].b);
+        const kb_entry *a = kb_log_find(log, in->links[i].a), *b = kb_log_find(log, in->links[i].b);
         fprintf(f, "  %.3f  [%s] \"%.40s\"  <->  [%s] \"%.40s\"\n", in->links[i].sim, a->topic, label(a), b->topic, label(b));
     }
     fprintf(f, "\ntopic overlaps (%d):\n", in->n_overlaps);

@@ -53,7 +53,7 @@ static bool log_push(kb_log *log, kb_entry en) {
     return true;
 }
 
-static kb_entry *find_entry(kb_log *log, uint64_t off) {
+kb_entry *kb_log_find(const kb_log *log, uint64_t off) {
     size_t lo = 0, hi = log->n; /* offsets increase: binary search */
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -89,7 +89,7 @@ static hx_status parse_line(kb_log *log, const char *path, const char *line, siz
         if (!cJSON_IsNumber(del) || del->valuedouble < 0 || del->valuedouble != floor(del->valuedouble)) {
             malformed(log, path, off, "\"delete\" is not a byte offset");
         } else {
-            kb_entry *t = find_entry(log, (uint64_t)del->valuedouble);
+            kb_entry *t = kb_log_find(log, (uint64_t)del->valuedouble);
             if (!t) HX_INFO("%s: offset %llu: delete of %.0f, which is no entry; ignored", path, (unsigned long long)off, del->valuedouble);
             else t->deleted = true; /* deleting twice is harmless */
         }

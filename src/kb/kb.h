@@ -37,6 +37,8 @@ typedef struct kb_log {
 hx_status kb_log_read(kb_log *log, const char *path, hx_error *e);
 void kb_log_free(kb_log *log);
 size_t kb_log_live(const kb_log *log);
+/* The entry with id off (binary search: ids increase), or NULL. */
+kb_entry *kb_log_find(const kb_log *log, uint64_t off);
 /* The text to embed: title + "\n" + text, or text. Caller frees. */
 char *kb_entry_text(const kb_entry *en);
 

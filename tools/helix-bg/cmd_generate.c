@@ -87,12 +87,6 @@ static int usage(void) {
     return 2;
 }
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
-    return b;
-}
-
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *ids_arg = NULL, *text = NULL, *dump = NULL, *stop = NULL;
     int n_predict = 64, n_threads = 0, n_ctx = 0, kv = HX_TYPE_F16;
@@ -218,7 +212,7 @@ int cmd_generate(int argc, char **argv) {
     t1 = hx_now_s();
     int pos = n_prompt;
     for (int g = 0; g < n_predict; g++) {
-        int32_t t = sp.temp > 0 ? hx_sampler_sample(smp, logits) : argmax(logits, V);
+        int32_t t = sp.temp > 0 ? hx_sampler_sample(smp, logits) : hx_argmax(logits, V);
         if ((uint64_t)t == eos || (uint64_t)t == eot || (tok && hx_tok_is_eog(tok, t))) break;
         gen[n_gen++] = t;
         hx_sampler_accept(smp, t);
