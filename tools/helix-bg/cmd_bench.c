@@ -6,6 +6,9 @@
 #include "core/core.h"
 #include "model/model.h"
 #include "quant/quant.h"
+#ifdef HX_HAVE_CUDA
+#include "backend/cuda/cuda.h"
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@ static void usage(FILE *f) {
         "  -r N          repetitions (default 3)\n"
         "  -t N          threads (default: all CPUs)\n"
         "  --kv f16|f32  KV cache type (default f16)\n"
+        "  --device cpu|cuda  backend (default cpu); cuda decodes with greedy argmax on the GPU\n"
         "  --json        one JSON object per test on stdout\n"
         "  --synth P:M   benchmark a random-weight model of preset P in mix M\n"
         "                (written by 'helix-bg synth' to a temporary file)\n");
@@ -76,10 +80,20 @@ static const char *main_type(const hx_model *m) {
     return hx_type_name(best);
 }
 
+/* One forward on whichever backend is open. */
+static hx_status fwd(hx_cpu_ctx *c, void *g, const int32_t *t, int n, int pos, float *logits, bool all, hx_error *e) {
+#ifdef HX_HAVE_CUDA
+    if (g) return hx_cuda_forward((hx_cuda_ctx *)g, t, n, pos, logits, all, e);
+#else
+    (void)g;
+#endif
+    return hx_cpu_forward(c, t, n, pos, logits, all, e);
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *path = NULL, *synth = NULL;
     int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, kv = HX_TYPE_F16;
-    bool json = false;
+    bool json = false, gpu = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -99,10 +113,14 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--device") && more) {
             const char *d = argv[++i];
-            if (strcmp(d, "cpu")) { fprintf(stderr, "helix-bg bench: device '%s' is not available in this build (CUDA backend: issue 4)\n", d); return 2; }
+            if (!strcmp(d, "cuda")) gpu = true;
+            else if (strcmp(d, "cpu")) { fprintf(stderr, "helix-bg bench: --device takes cpu or cuda, not '%s'\n", d); return 2; }
         }
         else { fprintf(stderr, "helix-bg bench: unknown or incomplete option '%s'\n", a); usage(stderr); return 2; }
     }
+#ifndef HX_HAVE_CUDA
+    if (gpu) { fprintf(stderr, "helix-bg bench: this build has no CUDA backend (configure with nvcc on PATH)\n"); return 2; }
+#endif
     if (!path == !synth) { fprintf(stderr, "helix-bg bench: give exactly one of -m FILE or --synth PRESET:MIX\n"); usage(stderr); return 2; }
     if (n_prompt < 0 || n_gen < 0 || reps < 1 || reps > 1000 || threads < 0 || (n_prompt == 0 && n_gen == 0)) {
         fprintf(stderr, "helix-bg bench: need -p >= 0, -n >= 0 (not both 0), 1 <= -r <= 1000, -t >= 0\n");
@@ -120,10 +138,22 @@ int cmd_bench(int argc, char **argv) {
     float *logits = NULL;
     int32_t *toks = NULL;
     double *pp = NULL, *tg = NULL;
+    void *gp = NULL; /* the CUDA context when --device cuda */
+#ifdef HX_HAVE_CUDA
+    hx_cuda_ctx *gctx = NULL;
+#endif
     hx_gguf_open_opts oo = {.prefault = true};
     if (hx_model_load(path, &oo, &m, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
     int n_ctx = n_prompt + n_gen + 8;
     hx_cpu_opts co = {.n_ctx = n_ctx, .kv_type = kv, .n_threads = threads};
+#ifdef HX_HAVE_CUDA
+    if (gpu) {
+        if (kv != HX_TYPE_F16) { fprintf(stderr, "helix-bg bench: the CUDA KV cache is f16\n"); goto done; }
+        hx_cuda_opts go = {.device = -1, .n_ctx = n_ctx};
+        if (hx_cuda_ctx_new(m, &go, &gctx, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
+        gp = gctx;
+    } else
+#endif
     if (hx_cpu_ctx_new(m, &co, &ctx, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
     int nv = m->cfg.n_vocab;
     logits = malloc((size_t)nv * sizeof *logits);
@@ -133,24 +163,40 @@ int cmd_bench(int argc, char **argv) {
     if (!logits || !toks || !pp || !tg) { fprintf(stderr, "helix-bg bench: out of memory\n"); goto done; }
     hx_rng rng;
     hx_rng_seed(&rng, 1234);
-    for (int i = 0; i < n_prompt; i++) toks[i] = (int32_t)(hx_rng_u64(&rng) % (uint64_t)nv);
-    /* warm-up: a short prefill and a decode step */
-    hx_cpu_truncate(ctx, 0);
-    if (hx_cpu_forward(ctx, toks, n_prompt > 8 ? 8 : (n_prompt ? n_prompt : 1), 0, logits, false, &e) != HX_OK) {
+    for (int i = 0; i < (n_prompt > 1 ? n_prompt : 1); i++) toks[i] = (int32_t)(hx_rng_u64(&rng) % (uint64_t)nv);
+    /* warm-up: a short prefill (on the GPU the full one: first-call allocations and cuBLAS set-up) */
+    if (ctx) hx_cpu_truncate(ctx, 0);
+    int n_warm = gp && n_prompt > 0 ? n_prompt : n_prompt > 8 ? 8 : (n_prompt ? n_prompt : 1);
+    if (fwd(ctx, gp, toks, n_warm, 0, logits, false, &e) != HX_OK) {
         fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done;
     }
+#ifdef HX_HAVE_CUDA
+    if (gctx && n_gen > 0) { /* capture the decode graph outside the timing */
+        int32_t next;
+        if (hx_cuda_decode_greedy(gctx, toks[0], 0, &next, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
+    }
+#endif
     for (int r = 0; r < reps; r++) {
         if (n_prompt > 0) {
-            hx_cpu_truncate(ctx, 0);
+            if (ctx) hx_cpu_truncate(ctx, 0);
             double t0 = hx_now_s();
-            if (hx_cpu_forward(ctx, toks, n_prompt, 0, logits, false, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
+            if (fwd(ctx, gp, toks, n_prompt, 0, logits, false, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
             pp[r] = n_prompt / (hx_now_s() - t0);
         }
         if (n_gen > 0) {
-            hx_cpu_truncate(ctx, 0);
+            if (ctx) hx_cpu_truncate(ctx, 0);
             int32_t tok = toks[0];
             double t0 = hx_now_s();
             for (int i = 0; i < n_gen; i++) {
+#ifdef HX_HAVE_CUDA
+                if (gctx) {
+                    /* GPU: one graph launch + greedy argmax on the device + 4-byte copy back per token */
+                    int32_t next;
+                    if (hx_cuda_decode_greedy(gctx, tok, i, &next, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
+                    tok = next;
+                    continue;
+                }
+#endif
                 if (hx_cpu_forward(ctx, &tok, 1, i, logits, false, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
                 tok = (int32_t)(hx_rng_u64(&rng) % (uint64_t)nv);
             }
@@ -173,9 +219,11 @@ int cmd_bench(int argc, char **argv) {
         char test[32];
         snprintf(test, sizeof test, "%s%d", k == 0 ? "pp" : "tg", n);
         if (json)
-            printf("{\"engine\": \"helix\", \"device\": \"cpu\", \"model\": \"%s\", \"mix\": \"%s\", \"size_bytes\": %llu, "
+            printf("{\"engine\": \"helix\", \"device\": \"%s\", \"model\": \"%s\", \"mix\": \"%s\", \"size_bytes\": %llu, "
                    "\"threads\": %d, \"test\": \"%s\", \"reps\": %d, \"tokens_per_s\": %.3f, \"stddev\": %.3f}\n",
-                   name, mix, (unsigned long long)m->gguf->file_size, nt, test, reps, mean, sd);
+                   gpu ? "cuda" : "cpu", name, mix, (unsigned long long)m->gguf->file_size, nt, test, reps, mean, sd);
+        else if (gpu)
+            printf("| %-32s | %8.2f MiB | %-5s | %4s | %-7s | %10.2f ± %7.2f |\n", name, size_mib, mix, "cuda", test, mean, sd);
         else
             printf("| %-32s | %8.2f MiB | %-5s | %4d | %-7s | %10.2f ± %7.2f |\n", name, size_mib, mix, nt, test, mean, sd);
     }
@@ -183,6 +231,9 @@ int cmd_bench(int argc, char **argv) {
 done:
     free(logits); free(toks); free(pp); free(tg);
     hx_cpu_ctx_free(ctx);
+#ifdef HX_HAVE_CUDA
+    hx_cuda_ctx_free(gctx);
+#endif
     hx_model_free(m);
     if (synth_path[0]) unlink(synth_path);
     return rc;

@@ -1,7 +1,14 @@
-/* cmd_generate.c — helix-bg generate: greedy text generation on the CPU.
+/* cmd_generate.c — helix-bg generate: text generation on the CPU or the GPU.
  *
  *   helix-bg generate -m FILE (--prompt-ids 1,2,3 | -p TEXT) [-n N] [-t N] [-c N]
  *                     [--kv f16|f32] [--exact] [--json] [--dump DIR]
+ *                     [--device auto|cpu|cuda] [-ngl N]
+ *
+ * --device auto (default) runs on CUDA when this build has it and a GPU is
+ * usable, else on the CPU (saying why on stderr); --device cuda fails instead
+ * of falling back. -ngl N (llama.cpp's flag): N > 0 means cuda, 0 means cpu;
+ * there is no partial offload. On CUDA, greedy decoding picks the token on the
+ * GPU (one graph launch per token); sampling copies the logits back.
  *
  * By default the CPU path rounds like llama.cpp (ggml_compat) so greedy
  * output matches it token for token; --exact uses plain f32 math instead.
@@ -20,6 +27,9 @@
 #include <cjson/cJSON.h>
 
 #include "backend/cpu/forward.h"
+#ifdef HX_HAVE_CUDA
+#include "backend/cuda/cuda.h"
+#endif
 #include "cli.h"
 #include "core/core.h"
 #include "quant/quant.h"
@@ -82,15 +92,27 @@ static size_t token_text(const hx_gguf_value *toks, bool gpt2, int id, char *out
 static int usage(void) {
     fprintf(stderr, "usage: helix-bg generate -m FILE (--prompt-ids 1,2,3 | -p TEXT) [-n N] [-t N] [-c N]\n"
                     "                         [--kv f16|f32] [--exact] [--json] [--dump DIR] [--stop STR]\n"
+                    "                         [--device auto|cpu|cuda] [-ngl N]\n"
                     "  sampling (greedy unless --temp > 0): --temp T --top-k K --top-p P --min-p P\n"
                     "    --repeat-penalty R --repeat-last-n N --frequency-penalty F --presence-penalty P --seed S\n");
     return 2;
+}
+
+/* One forward (logits of the last token) on whichever backend is open. */
+static hx_status fwd(hx_cpu_ctx *c, void *gc, const int32_t *t, int n, int pos, float *logits, hx_error *e) {
+#ifdef HX_HAVE_CUDA
+    if (gc) return hx_cuda_forward(gc, t, n, pos, logits, false, e);
+#else
+    (void)gc;
+#endif
+    return hx_cpu_forward(c, t, n, pos, logits, false, e);
 }
 
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *ids_arg = NULL, *text = NULL, *dump = NULL, *stop = NULL;
     int n_predict = 64, n_threads = 0, n_ctx = 0, kv = HX_TYPE_F16;
     bool json = false, exact = false;
+    const char *device = "auto";
     hx_sampler_params sp = hx_sampler_defaults();
     sp.temp = 0; /* greedy unless asked */
     sp.repeat_penalty = 1.0f;
@@ -121,6 +143,8 @@ int cmd_generate(int argc, char **argv) {
             else return usage();
         } else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--exact")) exact = true;
+        else if (!strcmp(a, "--device") && has) device = argv[++i];
+        else if (!strcmp(a, "-ngl") && has) device = atoi(argv[++i]) > 0 ? "cuda" : "cpu";
         else return usage();
     }
     if (!model || (!ids_arg == !text) || n_predict < 0 || sp.temp < 0 || sp.top_p <= 0 || sp.min_p < 0 ||
@@ -176,9 +200,36 @@ int cmd_generate(int argc, char **argv) {
         if (n_ctx < 512) n_ctx = 512;
         if (m->cfg.n_ctx_train > 0 && n_ctx > m->cfg.n_ctx_train) n_ctx = m->cfg.n_ctx_train;
     }
-    hx_cpu_opts o = { .n_ctx = n_ctx, .kv_type = kv, .kv_f32 = kv == HX_TYPE_F32, .ggml_compat = !exact, .n_threads = n_threads, .dump_dir = dump };
+    if (strcmp(device, "auto") && strcmp(device, "cpu") && strcmp(device, "cuda")) {
+        fprintf(stderr, "generate: --device takes auto, cpu or cuda, not '%s'\n", device);
+        hx_model_free(m); free(prompt); hx_tok_free(tok);
+        return 2;
+    }
     hx_cpu_ctx *c = NULL;
-    if (hx_cpu_ctx_new(m, &o, &c, &e) != HX_OK) {
+    void *gc = NULL; /* hx_cuda_ctx when running on the GPU */
+#ifdef HX_HAVE_CUDA
+    if (strcmp(device, "cpu")) {
+        hx_cuda_opts go = { .device = -1, .n_ctx = n_ctx, .dump_dir = dump };
+        hx_cuda_ctx *g = NULL;
+        if (kv != HX_TYPE_F16) hx_err(&e, HX_ERR_UNSUPPORTED, "the CUDA KV cache is f16 (--kv f32 is CPU only)");
+        else hx_cuda_ctx_new(m, &go, &g, &e);
+        if (!g && !strcmp(device, "cuda")) {
+            fprintf(stderr, "generate: --device cuda: %s\n", e.msg);
+            hx_model_free(m); free(prompt); hx_tok_free(tok);
+            return 1;
+        }
+        if (!g) fprintf(stderr, "generate: running on the CPU (%s)\n", e.msg);
+        gc = g;
+    }
+#else
+    if (!strcmp(device, "cuda")) {
+        fprintf(stderr, "generate: --device cuda: this build has no CUDA backend (nvcc was not found at configure time)\n");
+        hx_model_free(m); free(prompt); hx_tok_free(tok);
+        return 1;
+    }
+#endif
+    hx_cpu_opts o = { .n_ctx = n_ctx, .kv_type = kv, .kv_f32 = kv == HX_TYPE_F32, .ggml_compat = !exact, .n_threads = n_threads, .dump_dir = dump };
+    if (!gc && hx_cpu_ctx_new(m, &o, &c, &e) != HX_OK) {
         fprintf(stderr, "generate: %s\n", e.msg);
         hx_model_free(m); free(prompt);
         return 1;
@@ -203,7 +254,7 @@ int cmd_generate(int argc, char **argv) {
     if (!logits || !gen || !out || !smp) { fprintf(stderr, "generate: out of memory\n"); rc = 1; goto done; }
     for (int i = 0; i < n_prompt; i++) hx_sampler_accept(smp, prompt[i]);
     double t1 = hx_now_s();
-    if (hx_cpu_forward(c, prompt, n_prompt, 0, logits, false, &e) != HX_OK) {
+    if (fwd(c, gc, prompt, n_prompt, 0, logits, &e) != HX_OK) {
         fprintf(stderr, "generate: %s\n", e.msg);
         rc = 1;
         goto done;
@@ -211,8 +262,8 @@ int cmd_generate(int argc, char **argv) {
     t_prompt = hx_now_s() - t1;
     t1 = hx_now_s();
     int pos = n_prompt;
+    int32_t t = sp.temp > 0 ? hx_sampler_sample(smp, logits) : hx_argmax(logits, V);
     for (int g = 0; g < n_predict; g++) {
-        int32_t t = sp.temp > 0 ? hx_sampler_sample(smp, logits) : hx_argmax(logits, V);
         if ((uint64_t)t == eos || (uint64_t)t == eot || (tok && hx_tok_is_eog(tok, t))) break;
         gen[n_gen++] = t;
         hx_sampler_accept(smp, t);
@@ -224,11 +275,22 @@ int cmd_generate(int argc, char **argv) {
         out[text_len] = 0;
         if (stop && *stop && strstr(out, stop)) break;
         if (g + 1 == n_predict) break;
-        if (hx_cpu_forward(c, &t, 1, pos++, logits, false, &e) != HX_OK) {
+#ifdef HX_HAVE_CUDA
+        if (gc && sp.temp <= 0) { /* greedy on the GPU: only the token comes back */
+            if (hx_cuda_decode_greedy(gc, t, pos++, &t, &e) != HX_OK) {
+                fprintf(stderr, "\ngenerate: %s\n", e.msg);
+                rc = 1;
+                break;
+            }
+            continue;
+        }
+#endif
+        if (fwd(c, gc, &t, 1, pos++, logits, &e) != HX_OK) {
             fprintf(stderr, "\ngenerate: %s\n", e.msg);
             rc = 1;
             break;
         }
+        t = sp.temp > 0 ? hx_sampler_sample(smp, logits) : hx_argmax(logits, V);
     }
     t_decode = hx_now_s() - t1;
     out[text_len] = 0;
@@ -240,6 +302,7 @@ int cmd_generate(int argc, char **argv) {
         cJSON_AddItemToObject(j, "prompt_ids", cJSON_CreateIntArray(prompt, n_prompt));
         cJSON_AddItemToObject(j, "generated_ids", cJSON_CreateIntArray(gen, n_gen));
         cJSON_AddStringToObject(j, "text", out);
+        cJSON_AddStringToObject(j, "device", gc ? "cuda" : "cpu");
         cJSON *tm = cJSON_AddObjectToObject(j, "timings");
         cJSON_AddNumberToObject(tm, "load_s", t_load);
         cJSON_AddNumberToObject(tm, "prompt_tokens", n_prompt);
@@ -253,13 +316,16 @@ int cmd_generate(int argc, char **argv) {
     } else {
         printf("\n");
     }
-    fprintf(stderr, "load %.3f s | prompt %d tokens, %.1f tok/s | decode %d tokens, %.1f tok/s\n", t_load, n_prompt,
-            pps, n_gen, dps);
+    fprintf(stderr, "%s | load %.3f s | prompt %d tokens, %.1f tok/s | decode %d tokens, %.1f tok/s\n",
+            gc ? "cuda" : "cpu", t_load, n_prompt, pps, n_gen, dps);
 done:
     hx_sampler_free(smp);
     hx_tok_free(tok);
     free(out); free(gen); free(logits); free(prompt);
     hx_cpu_ctx_free(c);
+#ifdef HX_HAVE_CUDA
+    hx_cuda_ctx_free(gc);
+#endif
     hx_model_free(m);
     return rc;
 }

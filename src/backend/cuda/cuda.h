@@ -3,7 +3,11 @@
  * Every function returns hx_status and fills hx_error; nothing aborts the host. */
 #ifndef HX_BACKEND_CUDA_H
 #define HX_BACKEND_CUDA_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include "helix.h"
+#include "model/model.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -23,6 +27,53 @@ hx_status hx_cuda_device_count(int *n, hx_error *e);
 
 /* Picks device `index` (-1: device 0), makes it current and fills *dev. */
 hx_status hx_cuda_init(int index, hx_cuda_device *dev, hx_error *e);
+
+/* ---- the decoder on the GPU ----
+ * Weights are uploaded once, as stored (quantized); every matrix kernel reads
+ * them quantized. Hidden state, KV cache (f16) and logits stay on the device;
+ * a greedy decode step is one CUDA graph launch plus a 4-byte copy back. */
+typedef struct hx_cuda_ctx hx_cuda_ctx;
+
+typedef struct hx_cuda_opts {
+    int device;              /* CUDA ordinal; -1 = 0 */
+    int n_ctx;               /* KV cache length; 0 = min(n_ctx_train, 4096) */
+    bool no_graph;           /* launch decode kernels one by one instead of replaying a graph */
+    const char *dump_dir;    /* per-layer dumps, same format as the CPU path (forward.c); NULL = env HX_DUMP */
+    const int *dump_positions; int n_dump_positions;
+} hx_cuda_opts;
+
+/* Loads the model onto the device. Fails with HX_ERR_DEVICE (no GPU, too little
+ * memory) or HX_ERR_UNSUPPORTED (an architecture or weight type the GPU path
+ * lacks) and a message saying which. */
+hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *o, hx_cuda_ctx **out, hx_error *e);
+void hx_cuda_ctx_free(hx_cuda_ctx *c);
+/* Same contract as hx_cpu_forward: tokens[0..n) at positions pos..pos+n-1;
+ * logits (host) gets n_vocab floats for the last token, or n * n_vocab when
+ * all_logits; logits may be NULL (prefill only). */
+hx_status hx_cuda_forward(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
+                          hx_error *e);
+/* One decode step with greedy sampling on the GPU: runs `token` at `pos` and
+ * returns the argmax of its logits in *next. Uses a CUDA graph (captured on
+ * first use) unless no_graph. */
+hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int pos, int32_t *next, hx_error *e);
+void hx_cuda_truncate(hx_cuda_ctx *c, int pos);
+int hx_cuda_n_ctx(const hx_cuda_ctx *c);
+/* Load statistics: bytes of weights uploaded and seconds taken. */
+void hx_cuda_load_stats(const hx_cuda_ctx *c, size_t *bytes, double *seconds);
+
+/* ---- measurements and kernel checks (gpu-test, tests) ---- */
+/* Device-to-device copy of `bytes`: GB/s counting bytes read plus written, median of reps. */
+hx_status hx_cuda_copy_bandwidth(size_t bytes, int reps, double *gbps, hx_error *e);
+/* cuBLAS f16 GEMM (m x n x k, f32 accumulate): TFLOP/s, median of reps. */
+hx_status hx_cuda_gemm_tflops(int m, int n, int k, int reps, double *tflops, hx_error *e);
+/* Y (n, rows) = X (n, cols) W^T on the GPU with the forward's kernels, W given
+ * in `type` on the host (rows x row_bytes). Y is poisoned (NaN) before the run.
+ * When ms is not NULL, the product is also timed: median milliseconds of reps
+ * runs after warm-up, with CUDA events. */
+hx_status hx_cuda_linear_check(int type, int rows, int cols, const void *w, int n, const float *x, float *y,
+                               int reps, double *ms, hx_error *e);
+/* Whether the GPU kernels handle weights of this type. */
+bool hx_cuda_type_supported(int type);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,635 @@
+// forward.cu — the decoder recipe of src/backend/cpu/forward.c on the GPU.
+//
+// Per layer (x the residual stream, (n, n_embd) f32 on the device):
+//   h = RMSNorm(x)*attn_norm; q,k,v = W h (+b); [qk_norm]; RoPE + KV store (f16);
+//   a = attention; x += Wo a (fused into the matvec unless post_norms);
+//   h = RMSNorm(x)*ffn_norm; g = act(Wg h) * (Wu h); x += Wd g.
+// No host synchronization inside a forward: the position lives in device
+// memory (d_pos), so a greedy decode step is captured once into a CUDA graph
+// and replayed; the host copies 8 bytes in (token, position) and 4 bytes out.
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <vector>
+#include <algorithm>
+
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/kernels.cuh"
+extern "C" {
+#include "core/core.h"
+#include "quant/quant.h"
+}
+
+// Fills e with "file:line: what: error string" and returns HX_ERR_DEVICE.
+static hx_status cfail(hx_error *e, cudaError_t rc, const char *file, int line, const char *what) {
+    if (e) {
+        e->status = HX_ERR_DEVICE;
+        snprintf(e->msg, sizeof e->msg, "cuda: %s:%d: %s: %s", file, line, what, cudaGetErrorString(rc));
+    }
+    return HX_ERR_DEVICE;
+}
+#define CK(call) do { cudaError_t rc_ = (call); \
+    if (rc_ != cudaSuccess) return cfail(e, rc_, __FILE__, __LINE__, #call); } while (0)
+
+struct dlayer {
+    hx_dmat wq, wk, wv, wo, gate, up, down;
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm, *post_attn, *post_ffn;
+    float *bq, *bk, *bv, *bo, *up_b, *down_b;
+};
+
+struct hx_cuda_ctx {
+    const hx_model *m;
+    hx_model_config cfg;
+    int n_ctx;
+    bool use_graph;
+    cudaStream_t st;
+    hx_gemm_scratch gs;
+    uint8_t *wbuf;                 // every weight matrix, as stored
+    size_t wbytes;
+    double load_s;
+    std::vector<void *> small;     // norm / bias vectors (f32)
+    hx_dmat tok_embd, output;
+    float *out_norm;
+    std::vector<dlayer> L;
+    std::vector<__half *> kc, vc;  // per layer (n_ctx, n_head_kv*head_dim)
+    int cap;                       // tokens the scratch holds
+    float *x, *h, *q, *k, *v, *att, *o, *gate, *up;
+    float *logits; int logits_rows;
+    int *d_tok, *d_pos;
+    unsigned long long *d_next;    // argmax key
+    int *h_io;                     // pinned: [0] token, [1] pos, [2..3] argmax key
+    cudaGraphExec_t graph;
+    bool graph_ready;
+    int n_past;
+    char *dump_dir;
+    std::vector<int> dump_pos;
+};
+
+// ---- upload ----
+
+// Norm / bias vector of n elements as f32 on the device (NULL when absent).
+static hx_status upload_vec(hx_cuda_ctx *c, const hx_tensor *t, int64_t n, float **out, hx_error *e) {
+    *out = NULL;
+    if (!t->data) return HX_OK;
+    std::vector<float> tmp((size_t)n);
+    hx_dequantize_row(t->type, t->data, tmp.data(), n);
+    void *d = NULL;
+    CK(cudaMalloc(&d, sizeof(float) * n));
+    c->small.push_back(d);
+    CK(cudaMemcpy(d, tmp.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
+    *out = (float *)d;
+    return HX_OK;
+}
+
+struct pending { const hx_tensor *t; hx_dmat *dst; size_t off, bytes; };
+
+static hx_status plan_mat(const hx_tensor *t, hx_dmat *dst, std::vector<pending> &plan, size_t *total, hx_error *e) {
+    if (!t->data) return hx_err(e, HX_ERR_FORMAT, "cuda: weight '%s' missing", t->name ? t->name : "?");
+    if (!hx_k_type_supported(t->type))
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: tensor '%s' has type %s, which the GPU kernels do not handle",
+                      t->name ? t->name : "?", hx_type_name(t->type));
+    bool plain = t->type == HX_TYPE_F32 || t->type == HX_TYPE_F16 || t->type == HX_TYPE_BF16;
+    if (t->ne[0] % 32 != 0 && !plain)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: tensor '%s' rows of %lld elements (the GPU kernels need a multiple of 32)",
+                      t->name ? t->name : "?", (long long)t->ne[0]);
+    dst->type = t->type;
+    dst->cols = (int)t->ne[0];
+    dst->rows = (int)(t->ne[1] * (t->ne[2] > 0 ? t->ne[2] : 1) * (t->ne[3] > 0 ? t->ne[3] : 1));
+    dst->row_bytes = hx_row_size(t->type, t->ne[0]);
+    size_t bytes = dst->row_bytes * (size_t)dst->rows;
+    // tied output: the same tensor already planned
+    for (auto &p : plan)
+        if (p.t->data == t->data) { plan.push_back({t, dst, p.off, 0}); return HX_OK; }
+    size_t off = (*total + 255) & ~(size_t)255;
+    plan.push_back({t, dst, off, bytes});
+    *total = off + bytes;
+    return HX_OK;
+}
+
+// Copies host ranges to the device through two pinned staging buffers, so the
+// memcpy out of the mapping (page faults, disk) overlaps the PCIe transfer.
+static hx_status upload_all(hx_cuda_ctx *c, std::vector<pending> &plan, hx_error *e) {
+    const size_t CH = (size_t)32 << 20;
+    uint8_t *stage[2] = {NULL, NULL};
+    cudaEvent_t done[2];
+    CK(cudaMallocHost((void **)&stage[0], CH));
+    hx_status s = HX_OK;
+    cudaError_t rc = cudaMallocHost((void **)&stage[1], CH);
+    if (rc != cudaSuccess) { cudaFreeHost(stage[0]); return cfail(e, rc, __FILE__, __LINE__, "cudaMallocHost"); }
+    cudaEventCreateWithFlags(&done[0], cudaEventDisableTiming);
+    cudaEventCreateWithFlags(&done[1], cudaEventDisableTiming);
+    bool used[2] = {false, false};
+    int k = 0;
+    for (auto &p : plan) {
+        p.dst->d = c->wbuf + p.off;
+        for (size_t o = 0; o < p.bytes && s == HX_OK; o += CH) {
+            size_t len = p.bytes - o < CH ? p.bytes - o : CH;
+            if (used[k]) cudaEventSynchronize(done[k]);
+            memcpy(stage[k], (const uint8_t *)p.t->data + o, len);
+            rc = cudaMemcpyAsync(c->wbuf + p.off + o, stage[k], len, cudaMemcpyHostToDevice, c->st);
+            if (rc == cudaSuccess) rc = cudaEventRecord(done[k], c->st);
+            if (rc != cudaSuccess) s = cfail(e, rc, __FILE__, __LINE__, "upload");
+            used[k] = true;
+            k ^= 1;
+        }
+        if (s) break;
+    }
+    rc = cudaStreamSynchronize(c->st);
+    if (rc != cudaSuccess && s == HX_OK) s = cfail(e, rc, __FILE__, __LINE__, "upload sync");
+    cudaEventDestroy(done[0]); cudaEventDestroy(done[1]);
+    cudaFreeHost(stage[0]); cudaFreeHost(stage[1]);
+    return s;
+}
+
+extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
+    if (!c) return;
+    if (c->graph_ready) cudaGraphExecDestroy(c->graph);
+    for (auto p : c->small) cudaFree(p);
+    for (auto p : c->kc) cudaFree(p);
+    for (auto p : c->vc) cudaFree(p);
+    float *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->o, c->gate, c->up, c->logits};
+    for (float *b : bufs) if (b) cudaFree(b);
+    if (c->d_tok) cudaFree(c->d_tok);
+    if (c->d_pos) cudaFree(c->d_pos);
+    if (c->d_next) cudaFree(c->d_next);
+    if (c->h_io) cudaFreeHost(c->h_io);
+    if (c->gs.wh) cudaFree(c->gs.wh);
+    if (c->gs.xh) cudaFree(c->gs.xh);
+    if (c->gs.blas) cublasDestroy(c->gs.blas);
+    if (c->wbuf) cudaFree(c->wbuf);
+    if (c->st) cudaStreamDestroy(c->st);
+    free(c->dump_dir);
+    delete c;
+}
+
+static hx_status ensure_scratch(hx_cuda_ctx *c, int n, hx_error *e) {
+    if (n <= c->cap) return HX_OK;
+    const hx_model_config *cfg = &c->cfg;
+    size_t nq = (size_t)cfg->n_head * cfg->head_dim, nkv = (size_t)cfg->n_head_kv * cfg->head_dim;
+    size_t emb = (size_t)cfg->n_embd, ff = (size_t)cfg->n_ff;
+    float **bufs[] = {&c->x, &c->h, &c->q, &c->k, &c->v, &c->att, &c->o, &c->gate, &c->up};
+    size_t dims[] = {emb, emb > nq ? emb : nq, nq, nkv, nkv, nq, emb, ff, ff};
+    CK(cudaStreamSynchronize(c->st));
+    for (int i = 0; i < 9; i++) {
+        if (*bufs[i]) cudaFree(*bufs[i]);
+        *bufs[i] = NULL;
+        CK(cudaMalloc((void **)bufs[i], sizeof(float) * dims[i] * n));
+    }
+    if (c->d_tok) cudaFree(c->d_tok);
+    c->d_tok = NULL;
+    CK(cudaMalloc((void **)&c->d_tok, sizeof(int) * n));
+    c->cap = n;
+    if (c->graph_ready) { cudaGraphExecDestroy(c->graph); c->graph_ready = false; } // buffers moved
+    return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts, hx_cuda_ctx **out, hx_error *e) {
+    *out = NULL;
+    const hx_model_config *cfg = &m->cfg;
+    if (cfg->arch == HX_ARCH_BERT)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: %s is an encoder; the GPU decoder does not apply", cfg->arch_name);
+    if (cfg->n_layer <= 0 || cfg->n_embd <= 0 || cfg->n_head <= 0 || cfg->n_head_kv <= 0 ||
+        cfg->n_head % cfg->n_head_kv != 0 || cfg->head_dim <= 0 || cfg->head_dim % 2 != 0 || cfg->head_dim > 1024 ||
+        cfg->n_vocab <= 0 || cfg->n_ff <= 0)
+        return hx_err(e, HX_ERR_FORMAT, "cuda: unusable config (layers %d, embd %d, heads %d/%d, head_dim %d)",
+                      cfg->n_layer, cfg->n_embd, cfg->n_head, cfg->n_head_kv, cfg->head_dim);
+    hx_cuda_opts o = opts ? *opts : hx_cuda_opts{-1, 0, false, NULL, NULL, 0};
+    hx_cuda_device dev;
+    hx_status s = hx_cuda_init(o.device, &dev, e);
+    if (s) return s;
+    hx_cuda_ctx *c = new hx_cuda_ctx();
+    c->m = m;
+    c->cfg = *cfg;
+    c->n_ctx = o.n_ctx > 0 ? o.n_ctx : (cfg->n_ctx_train > 0 && cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
+    c->use_graph = !o.no_graph && !getenv("HX_CUDA_NO_GRAPH");
+    double t0 = hx_now_s();
+#define FAIL(x) do { hx_status s_ = (x); if (s_) { hx_cuda_ctx_free(c); return s_; } } while (0)
+#define FAILC(call) do { cudaError_t rc_ = (call); \
+    if (rc_ != cudaSuccess) { hx_cuda_ctx_free(c); return cfail(e, rc_, __FILE__, __LINE__, #call); } } while (0)
+    FAILC(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
+    if (cublasCreate(&c->gs.blas) != CUBLAS_STATUS_SUCCESS) {
+        hx_cuda_ctx_free(c);
+        return hx_err(e, HX_ERR_DEVICE, "cuda: cublasCreate failed");
+    }
+    // plan the weight buffer
+    std::vector<pending> plan;
+    size_t total = 0;
+    c->L.resize(cfg->n_layer);
+    FAIL(plan_mat(&m->tok_embd, &c->tok_embd, plan, &total, e));
+    FAIL(plan_mat(&m->output, &c->output, plan, &total, e));
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const hx_layer_weights *W = &m->layers[l];
+        dlayer *D = &c->L[l];
+        FAIL(plan_mat(&W->wq, &D->wq, plan, &total, e));
+        FAIL(plan_mat(&W->wk, &D->wk, plan, &total, e));
+        FAIL(plan_mat(&W->wv, &D->wv, plan, &total, e));
+        FAIL(plan_mat(&W->wo, &D->wo, plan, &total, e));
+        FAIL(plan_mat(&W->ffn_gate, &D->gate, plan, &total, e));
+        FAIL(plan_mat(&W->ffn_up, &D->up, plan, &total, e));
+        FAIL(plan_mat(&W->ffn_down, &D->down, plan, &total, e));
+    }
+    size_t free_b = 0, total_b = 0;
+    FAILC(cudaMemGetInfo(&free_b, &total_b));
+    size_t kv_bytes = (size_t)cfg->n_layer * 2 * c->n_ctx * cfg->n_head_kv * cfg->head_dim * sizeof(__half);
+    if (total + kv_bytes + ((size_t)256 << 20) > free_b) {
+        hx_cuda_ctx_free(c);
+        return hx_err(e, HX_ERR_DEVICE, "cuda: %s: model %.2f GiB + KV cache %.2f GiB do not fit in %.2f GiB free on the GPU",
+                      dev.name, total / 1073741824.0, kv_bytes / 1073741824.0, free_b / 1073741824.0);
+    }
+    FAILC(cudaMalloc((void **)&c->wbuf, total ? total : 1));
+    c->wbytes = total;
+    FAIL(upload_all(c, plan, e));
+    // small vectors
+    int D = cfg->n_embd, hd = cfg->head_dim;
+    FAIL(upload_vec(c, &m->output_norm, D, &c->out_norm, e));
+    if (!c->out_norm) { hx_cuda_ctx_free(c); return hx_err(e, HX_ERR_FORMAT, "cuda: output_norm missing"); }
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const hx_layer_weights *W = &m->layers[l];
+        dlayer *Dl = &c->L[l];
+        FAIL(upload_vec(c, &W->attn_norm, D, &Dl->attn_norm, e));
+        FAIL(upload_vec(c, &W->ffn_norm, D, &Dl->ffn_norm, e));
+        if (!Dl->attn_norm || !Dl->ffn_norm) {
+            hx_cuda_ctx_free(c);
+            return hx_err(e, HX_ERR_FORMAT, "cuda: layer %d: norm weights missing", l);
+        }
+        FAIL(upload_vec(c, &W->q_norm, hd, &Dl->q_norm, e));
+        FAIL(upload_vec(c, &W->k_norm, hd, &Dl->k_norm, e));
+        if (cfg->qk_norm && (!Dl->q_norm || !Dl->k_norm)) {
+            hx_cuda_ctx_free(c);
+            return hx_err(e, HX_ERR_FORMAT, "cuda: layer %d: q/k norm weights missing", l);
+        }
+        FAIL(upload_vec(c, &W->attn_post_norm, D, &Dl->post_attn, e));
+        FAIL(upload_vec(c, &W->ffn_post_norm, D, &Dl->post_ffn, e));
+        if (cfg->post_norms && (!Dl->post_attn || !Dl->post_ffn)) {
+            hx_cuda_ctx_free(c);
+            return hx_err(e, HX_ERR_FORMAT, "cuda: layer %d: post norms missing", l);
+        }
+        FAIL(upload_vec(c, &W->bq, Dl->wq.rows, &Dl->bq, e));
+        FAIL(upload_vec(c, &W->bk, Dl->wk.rows, &Dl->bk, e));
+        FAIL(upload_vec(c, &W->bv, Dl->wv.rows, &Dl->bv, e));
+        FAIL(upload_vec(c, &W->bo, Dl->wo.rows, &Dl->bo, e));
+        FAIL(upload_vec(c, &W->ffn_up_b, Dl->up.rows, &Dl->up_b, e));
+        FAIL(upload_vec(c, &W->ffn_down_b, Dl->down.rows, &Dl->down_b, e));
+    }
+    // KV cache
+    size_t kvl = (size_t)c->n_ctx * cfg->n_head_kv * hd;
+    c->kc.assign(cfg->n_layer, NULL);
+    c->vc.assign(cfg->n_layer, NULL);
+    for (int l = 0; l < cfg->n_layer; l++) {
+        FAILC(cudaMalloc((void **)&c->kc[l], kvl * sizeof(__half)));
+        FAILC(cudaMalloc((void **)&c->vc[l], kvl * sizeof(__half)));
+    }
+    size_t smem = 0;
+    FAILC(hx_k_attention_prepare(hd, c->n_ctx, &smem));
+    if (smem > 227 * 1024) {
+        hx_cuda_ctx_free(c);
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: context of %d tokens needs %zu KiB of shared memory in the attention "
+                      "kernel (max 227; split-K attention is not built yet): use -c with a smaller value",
+                      c->n_ctx, smem / 1024);
+    }
+    FAILC(cudaMalloc((void **)&c->d_pos, sizeof(int)));
+    FAILC(cudaMalloc((void **)&c->d_next, sizeof(unsigned long long)));
+    FAILC(cudaMallocHost((void **)&c->h_io, 4 * sizeof(int)));
+    FAILC(cudaMalloc((void **)&c->logits, sizeof(float) * cfg->n_vocab));
+    c->logits_rows = 1;
+    FAIL(ensure_scratch(c, 1, e));
+    const char *dd = o.dump_dir ? o.dump_dir : getenv("HX_DUMP");
+    if (dd && *dd) {
+        struct stat sb;
+        if (stat(dd, &sb) != 0 && mkdir(dd, 0755) != 0) {
+            hx_cuda_ctx_free(c);
+            return hx_err(e, HX_ERR_IO, "dump: cannot create directory %s: %s", dd, strerror(errno));
+        }
+        c->dump_dir = strdup(dd);
+        for (int i = 0; i < o.n_dump_positions; i++) c->dump_pos.push_back(o.dump_positions[i]);
+    }
+    c->load_s = hx_now_s() - t0;
+    *out = c;
+    return HX_OK;
+#undef FAIL
+#undef FAILC
+}
+
+extern "C" int hx_cuda_n_ctx(const hx_cuda_ctx *c) { return c->n_ctx; }
+extern "C" void hx_cuda_truncate(hx_cuda_ctx *c, int pos) {
+    if (pos < 0) pos = 0;
+    if (pos < c->n_past) c->n_past = pos;
+}
+extern "C" void hx_cuda_load_stats(const hx_cuda_ctx *c, size_t *bytes, double *seconds) {
+    if (bytes) *bytes = c->wbytes;
+    if (seconds) *seconds = c->load_s;
+}
+
+// ---- dumps (same files as the CPU path) ----
+
+static bool want_dump(const hx_cuda_ctx *c, int pos) {
+    if (!c->dump_dir) return false;
+    if (c->dump_pos.empty()) return true;
+    return std::find(c->dump_pos.begin(), c->dump_pos.end(), pos) != c->dump_pos.end();
+}
+
+static hx_status dump_rows(hx_cuda_ctx *c, int pos0, int n, int layer, const char *what, const float *dx,
+                           hx_error *e) {
+    int d = c->cfg.n_embd;
+    std::vector<float> host((size_t)n * d);
+    CK(cudaMemcpyAsync(host.data(), dx, sizeof(float) * host.size(), cudaMemcpyDeviceToHost, c->st));
+    CK(cudaStreamSynchronize(c->st));
+    for (int i = 0; i < n; i++) {
+        if (!want_dump(c, pos0 + i)) continue;
+        char path[4096];
+        if (layer >= 0) snprintf(path, sizeof path, "%s/pos%05d-L%03d-%s.f32", c->dump_dir, pos0 + i, layer, what);
+        else snprintf(path, sizeof path, "%s/pos%05d-%s.f32", c->dump_dir, pos0 + i, what);
+        std::vector<uint8_t> buf(20 + sizeof(float) * d);
+        int32_t ndim = 1;
+        int64_t n64 = d;
+        memcpy(buf.data(), "HXDUMP1", 8);
+        memcpy(buf.data() + 8, &ndim, 4);
+        memcpy(buf.data() + 12, &n64, 8);
+        memcpy(buf.data() + 20, host.data() + (size_t)i * d, sizeof(float) * d);
+        hx_status s = hx_write_file_atomic(path, buf.data(), buf.size(), e);
+        if (s) return s;
+    }
+    return HX_OK;
+}
+
+// ---- the forward pass: enqueue only, no synchronization (except dumps) ----
+
+#define KC(call) do { cudaError_t rc_ = (call); \
+    if (rc_ != cudaSuccess) return cfail(e, rc_, __FILE__, __LINE__, #call); } while (0)
+
+// Runs n tokens whose ids are in d_tok at positions *d_pos..; pos0 is the same
+// position on the host (used for dumps only). Leaves logits for the last
+// `out_rows` tokens in c->logits.
+static hx_status enqueue_forward(hx_cuda_ctx *c, int n, int pos0, int out_rows, hx_error *e) {
+    const hx_model_config *cfg = &c->cfg;
+    cudaStream_t st = c->st;
+    int D = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_head, nkvh = cfg->n_head_kv, ff = cfg->n_ff;
+    hx_gemm_scratch *gs = &c->gs;
+    float eps = cfg->norm_eps;
+    KC(hx_k_embed(st, &c->tok_embd, c->d_tok, n, c->x, cfg->embd_scale ? sqrtf((float)D) : 1.0f));
+    float scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)hd);
+    float rs = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0f;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        dlayer *L = &c->L[l];
+        if (c->dump_dir) { hx_status s = dump_rows(c, pos0, n, l, "input", c->x, e); if (s) return s; }
+        const hx_dmat *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        if (n == 1 && hx_k_mv_fusable(qkv, 3)) {
+            float *ys[3] = {c->q, c->k, c->v};
+            const float *bs[3] = {L->bq, L->bk, L->bv};
+            KC(hx_k_mv_fused(st, 3, qkv, c->x, L->attn_norm, eps, ys, bs, false, -1));
+        } else {
+            KC(hx_k_rmsnorm(st, c->x, L->attn_norm, c->h, n, D, eps));
+            KC(hx_k_linear(st, gs, &L->wq, c->h, n, c->q, L->bq, false));
+            KC(hx_k_linear(st, gs, &L->wk, c->h, n, c->k, L->bk, false));
+            KC(hx_k_linear(st, gs, &L->wv, c->h, n, c->v, L->bv, false));
+        }
+        bool swa = cfg->layer_is_swa[l];
+        float base = swa ? cfg->rope_base_swa : cfg->rope_base;
+        KC(hx_k_rope_store(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->d_pos, n, nh, nkvh, hd, base, rs,
+                           cfg->rope_style == HX_ROPE_NEOX, cfg->qk_norm ? L->q_norm : NULL,
+                           cfg->qk_norm ? L->k_norm : NULL, eps));
+        KC(hx_k_attention(st, c->q, c->kc[l], c->vc[l], c->att, c->d_pos, n, nh, nkvh, hd, scale,
+                          cfg->attn_logit_softcap, swa ? cfg->sliding_window : 0, c->n_ctx));
+        if (cfg->post_norms || c->dump_dir) {
+            KC(hx_k_linear(st, gs, &L->wo, c->att, n, c->o, L->bo, false));
+            if (cfg->post_norms) KC(hx_k_rmsnorm(st, c->o, L->post_attn, c->o, n, D, eps));
+            if (c->dump_dir) { hx_status s = dump_rows(c, pos0, n, l, "attn", c->o, e); if (s) return s; }
+            KC(hx_k_add(st, c->x, c->o, (size_t)n * D));
+        } else {
+            KC(hx_k_linear(st, gs, &L->wo, c->att, n, c->x, L->bo, true));
+        }
+        const hx_dmat *gu[2] = {&L->gate, &L->up};
+        int act = cfg->act == HX_ACT_SILU ? 0 : 1;
+        if (n == 1 && hx_k_mv_fusable(gu, 2)) {
+            float *ys[2] = {c->gate, c->up};
+            const float *bs[2] = {NULL, L->up_b};
+            KC(hx_k_mv_fused(st, 2, gu, c->x, L->ffn_norm, eps, ys, bs, false, act));
+        } else {
+            KC(hx_k_rmsnorm(st, c->x, L->ffn_norm, c->h, n, D, eps));
+            KC(hx_k_linear(st, gs, &L->gate, c->h, n, c->gate, NULL, false));
+            KC(hx_k_linear(st, gs, &L->up, c->h, n, c->up, L->up_b, false));
+            KC(hx_k_glu(st, c->gate, c->up, (size_t)n * ff, act));
+        }
+        if (cfg->post_norms || c->dump_dir) {
+            KC(hx_k_linear(st, gs, &L->down, c->gate, n, c->o, L->down_b, false));
+            if (cfg->post_norms) KC(hx_k_rmsnorm(st, c->o, L->post_ffn, c->o, n, D, eps));
+            if (c->dump_dir) { hx_status s = dump_rows(c, pos0, n, l, "ffn", c->o, e); if (s) return s; }
+            KC(hx_k_add(st, c->x, c->o, (size_t)n * D));
+        } else {
+            KC(hx_k_linear(st, gs, &L->down, c->gate, n, c->x, L->down_b, true));
+        }
+    }
+    const float *xs = c->x + (size_t)(n - out_rows) * D;
+    const hx_dmat *outm[1] = {&c->output};
+    // the norm is fused only for small vocabularies: every block recomputes it
+    if (out_rows == 1 && !c->dump_dir && c->output.rows < 16384 && hx_k_mv_fusable(outm, 1)) {
+        float *ys[1] = {c->logits};
+        KC(hx_k_mv_fused(st, 1, outm, xs, c->out_norm, eps, ys, NULL, false, -1));
+    } else {
+        KC(hx_k_rmsnorm(st, xs, c->out_norm, c->h, out_rows, D, eps));
+        if (c->dump_dir) { hx_status s = dump_rows(c, pos0 + n - out_rows, out_rows, -1, "final", c->h, e); if (s) return s; }
+        KC(hx_k_linear(st, gs, &c->output, c->h, out_rows, c->logits, NULL, false));
+    }
+    if (cfg->final_logit_softcap > 0)
+        KC(hx_k_softcap(st, c->logits, (size_t)out_rows * cfg->n_vocab, cfg->final_logit_softcap));
+    return HX_OK;
+}
+
+static hx_status check_args(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos, hx_error *e) {
+    if (n <= 0) return hx_err(e, HX_ERR_ARG, "forward: empty batch");
+    if (pos < 0 || pos > c->n_past)
+        return hx_err(e, HX_ERR_ARG, "forward: position %d but only %d tokens in the cache", pos, c->n_past);
+    if ((int64_t)pos + n > c->n_ctx)
+        return hx_err(e, HX_ERR_RANGE, "context overflow: %d + %d tokens exceed the context of %d (raise -c)", pos, n,
+                      c->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->cfg.n_vocab)
+            return hx_err(e, HX_ERR_ARG, "forward: token %d at batch index %d outside the vocabulary (%d)", tokens[i], i,
+                          c->cfg.n_vocab);
+    return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_forward(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos, float *logits,
+                                     bool all_logits, hx_error *e) {
+    hx_status s = check_args(c, tokens, n, pos, e);
+    if (s) return s;
+    if ((s = ensure_scratch(c, n, e))) return s;
+    int out_rows = all_logits ? n : 1;
+    if (out_rows > c->logits_rows) {
+        CK(cudaStreamSynchronize(c->st));
+        cudaFree(c->logits);
+        c->logits = NULL;
+        CK(cudaMalloc((void **)&c->logits, sizeof(float) * c->cfg.n_vocab * out_rows));
+        c->logits_rows = out_rows;
+        if (c->graph_ready) { cudaGraphExecDestroy(c->graph); c->graph_ready = false; }
+    }
+    c->n_past = pos;
+    CK(cudaMemcpyAsync(c->d_tok, tokens, sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
+    c->h_io[1] = pos;
+    CK(cudaMemcpyAsync(c->d_pos, &c->h_io[1], sizeof(int), cudaMemcpyHostToDevice, c->st));
+    if ((s = enqueue_forward(c, n, pos, out_rows, e))) return s;
+    if (logits)
+        CK(cudaMemcpyAsync(logits, c->logits, sizeof(float) * c->cfg.n_vocab * out_rows, cudaMemcpyDeviceToHost,
+                           c->st));
+    CK(cudaStreamSynchronize(c->st));
+    c->n_past = pos + n;
+    return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int pos, int32_t *next, hx_error *e) {
+    hx_status s = check_args(c, &token, 1, pos, e);
+    if (s) return s;
+    c->n_past = pos;
+    c->h_io[0] = token;
+    c->h_io[1] = pos;
+    CK(cudaMemcpyAsync(c->d_tok, &c->h_io[0], sizeof(int), cudaMemcpyHostToDevice, c->st));
+    CK(cudaMemcpyAsync(c->d_pos, &c->h_io[1], sizeof(int), cudaMemcpyHostToDevice, c->st));
+    if (c->use_graph && !c->dump_dir) {
+        if (!c->graph_ready) {
+            cudaGraph_t g;
+            CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
+            hx_status es = enqueue_forward(c, 1, pos, 1, e);
+            cudaError_t ke = es ? cudaSuccess : hx_k_argmax(c->st, c->logits, c->cfg.n_vocab, c->d_next);
+            cudaError_t rc = cudaStreamEndCapture(c->st, &g);
+            if (es) { if (rc == cudaSuccess) cudaGraphDestroy(g); return es; }
+            if (ke != cudaSuccess) { if (rc == cudaSuccess) cudaGraphDestroy(g); return cfail(e, ke, __FILE__, __LINE__, "argmax"); }
+            if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "cudaStreamEndCapture");
+            rc = cudaGraphInstantiate(&c->graph, g, 0);
+            cudaGraphDestroy(g);
+            if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "cudaGraphInstantiate");
+            c->graph_ready = true;
+        }
+        CK(cudaGraphLaunch(c->graph, c->st));
+    } else {
+        if ((s = enqueue_forward(c, 1, pos, 1, e))) return s;
+        CK(hx_k_argmax(c->st, c->logits, c->cfg.n_vocab, c->d_next));
+    }
+    CK(cudaMemcpyAsync(&c->h_io[2], c->d_next, sizeof(unsigned long long), cudaMemcpyDeviceToHost, c->st));
+    CK(cudaStreamSynchronize(c->st));
+    unsigned long long key;
+    memcpy(&key, &c->h_io[2], sizeof key);
+    *next = hx_argmax_key_index(key);
+    c->n_past = pos + 1;
+    return HX_OK;
+}
+
+// ---- measurements ----
+
+static double median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+
+extern "C" bool hx_cuda_type_supported(int type) { return hx_k_type_supported(type); }
+
+extern "C" hx_status hx_cuda_copy_bandwidth(size_t bytes, int reps, double *gbps, hx_error *e) {
+    void *a = NULL, *b = NULL;
+    cudaEvent_t t0, t1;
+    CK(cudaMalloc(&a, bytes));
+    cudaError_t rc = cudaMalloc(&b, bytes);
+    if (rc != cudaSuccess) { cudaFree(a); return cfail(e, rc, __FILE__, __LINE__, "cudaMalloc"); }
+    cudaEventCreate(&t0); cudaEventCreate(&t1);
+    cudaMemset(a, 1, bytes);
+    std::vector<float> ms;
+    for (int r = 0; r < reps + 3 && rc == cudaSuccess; r++) {
+        cudaEventRecord(t0);
+        rc = cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(t1);
+        cudaEventSynchronize(t1);
+        float t = 0;
+        cudaEventElapsedTime(&t, t0, t1);
+        if (r >= 3) ms.push_back(t);
+    }
+    cudaEventDestroy(t0); cudaEventDestroy(t1);
+    cudaFree(a); cudaFree(b);
+    if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "cudaMemcpy");
+    *gbps = 2.0 * bytes / (median(ms) * 1e-3) / 1e9;
+    return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_gemm_tflops(int m, int n, int k, int reps, double *tflops, hx_error *e) {
+    __half *A = NULL, *B = NULL;
+    float *C = NULL;
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return hx_err(e, HX_ERR_DEVICE, "cuda: cublasCreate failed");
+    cudaError_t rc = cudaMalloc((void **)&A, sizeof(__half) * m * k);
+    if (rc == cudaSuccess) rc = cudaMalloc((void **)&B, sizeof(__half) * k * n);
+    if (rc == cudaSuccess) rc = cudaMalloc((void **)&C, sizeof(float) * m * n);
+    std::vector<float> ms;
+    if (rc == cudaSuccess) {
+        cudaMemset(A, 0x3c, sizeof(__half) * m * k); // ~1.0 f16 values
+        cudaMemset(B, 0x2c, sizeof(__half) * k * n);
+        cudaEvent_t t0, t1;
+        cudaEventCreate(&t0); cudaEventCreate(&t1);
+        float alpha = 1, beta = 0;
+        for (int r = 0; r < reps + 3; r++) {
+            cudaEventRecord(t0);
+            cublasStatus_t bs = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_16F, k, B,
+                                             CUDA_R_16F, k, &beta, C, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+                                             CUBLAS_GEMM_DEFAULT);
+            cudaEventRecord(t1);
+            cudaEventSynchronize(t1);
+            if (bs != CUBLAS_STATUS_SUCCESS) { rc = cudaErrorUnknown; break; }
+            float t = 0;
+            cudaEventElapsedTime(&t, t0, t1);
+            if (r >= 3) ms.push_back(t);
+        }
+        cudaEventDestroy(t0); cudaEventDestroy(t1);
+    }
+    cudaFree(A); cudaFree(B); cudaFree(C);
+    cublasDestroy(h);
+    if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "gemm");
+    *tflops = 2.0 * m * n * k / (median(ms) * 1e-3) / 1e12;
+    return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_linear_check(int type, int rows, int cols, const void *w, int n, const float *x, float *y,
+                                          int reps, double *ms_out, hx_error *e) {
+    if (!hx_k_type_supported(type)) return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: type %s", hx_type_name(type));
+    size_t rb = hx_row_size(type, cols);
+    if (!rb) return hx_err(e, HX_ERR_ARG, "cuda: row length %d does not fit type %s", cols, hx_type_name(type));
+    hx_dmat W = {NULL, type, cols, rows, rb};
+    uint8_t *dw = NULL;
+    float *dx = NULL, *dy = NULL;
+    hx_gemm_scratch gs = {};
+    cudaStream_t st = NULL;
+    hx_status s = HX_OK;
+    cudaError_t rc = cudaStreamCreate(&st);
+    if (rc == cudaSuccess) rc = cudaMalloc((void **)&dw, rb * rows);
+    if (rc == cudaSuccess) rc = cudaMalloc((void **)&dx, sizeof(float) * cols * n);
+    if (rc == cudaSuccess) rc = cudaMalloc((void **)&dy, sizeof(float) * rows * n);
+    if (rc == cudaSuccess) rc = cudaMemcpy(dw, w, rb * rows, cudaMemcpyHostToDevice);
+    if (rc == cudaSuccess) rc = cudaMemcpy(dx, x, sizeof(float) * cols * n, cudaMemcpyHostToDevice);
+    if (rc == cudaSuccess) rc = cudaMemset(dy, 0xff, sizeof(float) * rows * n); // NaN poison
+    if (rc == cudaSuccess && cublasCreate(&gs.blas) != CUBLAS_STATUS_SUCCESS) rc = cudaErrorUnknown;
+    W.d = dw;
+    if (rc == cudaSuccess) rc = hx_k_linear(st, &gs, &W, dx, n, dy, NULL, false);
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(st);
+    if (rc == cudaSuccess) rc = cudaMemcpy(y, dy, sizeof(float) * rows * n, cudaMemcpyDeviceToHost);
+    if (rc == cudaSuccess && ms_out) {
+        cudaEvent_t t0, t1;
+        cudaEventCreate(&t0); cudaEventCreate(&t1);
+        std::vector<float> ms;
+        for (int r = 0; r < reps + 5 && rc == cudaSuccess; r++) {
+            cudaEventRecord(t0, st);
+            rc = hx_k_linear(st, &gs, &W, dx, n, dy, NULL, false);
+            cudaEventRecord(t1, st);
+            cudaEventSynchronize(t1);
+            float t = 0;
+            cudaEventElapsedTime(&t, t0, t1);
+            if (r >= 5) ms.push_back(t);
+        }
+        cudaEventDestroy(t0); cudaEventDestroy(t1);
+        *ms_out = median(ms);
+    }
+    if (rc != cudaSuccess) s = cfail(e, rc, __FILE__, __LINE__, "linear check");
+    if (gs.wh) cudaFree(gs.wh);
+    if (gs.xh) cudaFree(gs.xh);
+    if (gs.blas) cublasDestroy(gs.blas);
+    cudaFree(dw); cudaFree(dx); cudaFree(dy);
+    if (st) cudaStreamDestroy(st);
+    return s;
+}

@@ -1,0 +1,583 @@
+// kernels.cu — the decoder's GPU kernels (see kernels.cuh for layouts).
+#include <math.h>
+#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/qblocks.cuh"
+
+#define WARP 32
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); red: 32 floats of shared memory.
+__device__ float block_sum(float v, float *red) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ float block_max(float v, float *red) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+// ---- fused dequant x matvec / small matmul ----
+
+#ifndef HX_MV_WARPS
+#define HX_MV_WARPS 4
+#endif
+enum { MV_WARPS = HX_MV_WARPS, MM_TILE = 8 };
+
+// Each row is split over `wpr` warps of the block (1, 2 or 4: more warps per
+// row for small matrices, so the GPU has enough loads in flight); blockIdx.y
+// selects a tile of up to TILE tokens. Each decoded weight is used for every
+// token of the tile; activations are read as float4.
+template <int T, int TILE>
+__global__ void __launch_bounds__(MV_WARPS * WARP)
+k_matmul(const uint8_t *__restrict__ W, size_t row_bytes, int cols, int rows, const float *__restrict__ X, int n,
+         float *__restrict__ Y, const float *__restrict__ bias, int accumulate, int wpr) {
+    typedef QT<T> Q;
+    __shared__ float part_sum[MV_WARPS][TILE];
+    int lane = threadIdx.x, sub = threadIdx.y % wpr;
+    int row = blockIdx.x * (MV_WARPS / wpr) + threadIdx.y / wpr;
+    bool live = row < rows;
+    int t0 = blockIdx.y * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
+    const uint8_t *wr = W + (size_t)(live ? row : 0) * row_bytes;
+    const float *x0 = X + (size_t)t0 * cols;
+    float acc[TILE];
+#pragma unroll
+    for (int t = 0; t < TILE; t++) acc[t] = 0.0f;
+    int nparts = live ? cols / Q::QK * Q::PARTS : 0;
+#pragma unroll 2
+    for (int p = sub * WARP + lane; p < nparts; p += WARP * wpr) {
+        int blk = p / Q::PARTS, part = p % Q::PARTS;
+        const float *xb = x0 + blk * Q::QK;
+        Q::part(wr + (size_t)blk * Q::BYTES, part, [&](int i, float4 w) {
+#pragma unroll
+            for (int t = 0; t < TILE; t++)
+                if (t < nt) {
+                    float4 xv = *(const float4 *)(xb + (size_t)t * cols + i);
+                    acc[t] = fmaf(w.x, xv.x, fmaf(w.y, xv.y, fmaf(w.z, xv.z, fmaf(w.w, xv.w, acc[t]))));
+                }
+        });
+    }
+#pragma unroll
+    for (int t = 0; t < TILE; t++) {
+        float v = warp_sum(acc[t]);
+        if (lane == 0) part_sum[threadIdx.y][t] = v;
+    }
+    if (wpr > 1) __syncthreads();
+    if (!live || sub != 0 || lane >= nt) return;
+    int t = lane;
+    float v = 0.0f;
+    for (int k = 0; k < wpr; k++) v += part_sum[threadIdx.y + k][t];
+    if (bias) v += bias[row];
+    float *yp = Y + (size_t)(t0 + t) * rows + row;
+    *yp = accumulate ? *yp + v : v;
+}
+
+// Decode (one token): up to 3 matrices of the same type and row length in one
+// launch (q/k/v), with the RMSNorm of x fused in front (each block recomputes
+// the sum of squares of x: a few KiB from L2, cheaper than a launch), and a
+// GLU mode where matrix 0 is gate and 1 is up and the output is act(g) * u.
+// Each launch saves ~2-4 us of launch and drain on an H100; at batch 1 that
+// is what bounds a small model, not the bytes.
+template <int T, bool GLU>
+__global__ void __launch_bounds__(MV_WARPS * WARP)
+k_mv_multi(hx_mv_set s, int cols, const float *__restrict__ x, const float *__restrict__ norm_w, float eps,
+           int accumulate, int act, int wpr) {
+    typedef QT<T> Q;
+    __shared__ float part_sum[MV_WARPS][2];
+    __shared__ float red[32];
+    int lane = threadIdx.x, sub = threadIdx.y % wpr;
+    int r = blockIdx.x * (MV_WARPS / wpr) + threadIdx.y / wpr;
+    bool live = r < s.total_rows;
+    int m = 0, row = live ? r : 0;
+    if (!GLU)
+        while (m < s.count - 1 && row >= s.rows[m]) { row -= s.rows[m]; m++; }
+    const uint8_t *w0 = s.w[m] + (size_t)row * s.rb[m];
+    const uint8_t *w1 = GLU ? s.w[1] + (size_t)row * s.rb[1] : NULL;
+    float a0 = 0.0f, a1 = 0.0f;
+    int nparts = live ? cols / Q::QK * Q::PARTS : 0;
+#pragma unroll 2
+    for (int p = sub * WARP + lane; p < nparts; p += WARP * wpr) {
+        int blk = p / Q::PARTS, part = p % Q::PARTS;
+        const float *xb = x + blk * Q::QK;
+        const float *gb = norm_w ? norm_w + blk * Q::QK : NULL;
+        // the norm's 1/rms factors out of the dot: scale the sums at the end,
+        // so the sum of squares needs no pass (and no barrier) before the weights
+        auto xval = [&](int i) {
+            float4 xv = *(const float4 *)(xb + i);
+            if (gb) {
+                float4 g = *(const float4 *)(gb + i);
+                xv.x *= g.x; xv.y *= g.y; xv.z *= g.z; xv.w *= g.w;
+            }
+            return xv;
+        };
+        Q::part(w0 + (size_t)blk * Q::BYTES, part, [&](int i, float4 w) {
+            float4 xv = xval(i);
+            a0 = fmaf(w.x, xv.x, fmaf(w.y, xv.y, fmaf(w.z, xv.z, fmaf(w.w, xv.w, a0))));
+        });
+        if (GLU)
+            Q::part(w1 + (size_t)blk * Q::BYTES, part, [&](int i, float4 w) {
+                float4 xv = xval(i);
+                a1 = fmaf(w.x, xv.x, fmaf(w.y, xv.y, fmaf(w.z, xv.z, fmaf(w.w, xv.w, a1))));
+            });
+    }
+    float nscale = 1.0f;
+    if (norm_w) { // sum of squares of x, by the whole block
+        float ss = 0.0f;
+        int tid = threadIdx.y * WARP + threadIdx.x;
+        for (int i = tid; i < cols; i += MV_WARPS * WARP) ss += x[i] * x[i];
+        ss = warp_sum(ss);
+        if (threadIdx.x == 0) red[threadIdx.y] = ss;
+    }
+    a0 = warp_sum(a0);
+    if (GLU) a1 = warp_sum(a1);
+    if (lane == 0) { part_sum[threadIdx.y][0] = a0; part_sum[threadIdx.y][1] = a1; }
+    if (wpr > 1 || norm_w) __syncthreads();
+    if (!live || sub != 0 || lane != 0) return;
+    if (norm_w) {
+        float ss = 0.0f;
+        for (int k = 0; k < MV_WARPS; k++) ss += red[k];
+        nscale = rsqrtf(ss / cols + eps);
+    }
+    float v0 = 0.0f, v1 = 0.0f;
+    for (int k = 0; k < wpr; k++) { v0 += part_sum[threadIdx.y + k][0]; v1 += part_sum[threadIdx.y + k][1]; }
+    v0 *= nscale; v1 *= nscale;
+    if (GLU) {
+        if (s.bias[0]) v0 += s.bias[0][row];
+        if (s.bias[1]) v1 += s.bias[1][row];
+        float g = act == 0 ? v0 / (1.0f + expf(-v0))
+                           : 0.5f * v0 * (1.0f + tanhf(0.7978845608028654f * (v0 + 0.044715f * v0 * v0 * v0)));
+        s.y[0][row] = g * v1;
+        return;
+    }
+    if (s.bias[m]) v0 += s.bias[m][row];
+    float *yp = s.y[m] + row;
+    *yp = accumulate ? *yp + v0 : v0;
+}
+
+// F32/F16/BF16 rows whose length is not a multiple of 32 (tiny models): warp
+// per row, lane over elements; one token per blockIdx.y.
+template <int T>
+__device__ __forceinline__ float plain_ld(const uint8_t *row, int j) {
+    if (T == HX_TYPE_F32) return ((const float *)row)[j];
+    uint16_t u = ((const uint16_t *)row)[j];
+    if (T == HX_TYPE_F16) return __half2float(__ushort_as_half(u));
+    return __uint_as_float((uint32_t)u << 16);
+}
+template <int T>
+__global__ void k_matmul_plain(const uint8_t *__restrict__ W, size_t row_bytes, int cols, int rows,
+                               const float *__restrict__ X, float *__restrict__ Y, const float *__restrict__ bias,
+                               int accumulate) {
+    int row = blockIdx.x * MV_WARPS + threadIdx.y, t = blockIdx.y, lane = threadIdx.x;
+    if (row >= rows) return;
+    const uint8_t *wr = W + (size_t)row * row_bytes;
+    const float *x = X + (size_t)t * cols;
+    float acc = 0.0f;
+    for (int j = lane; j < cols; j += WARP) acc = fmaf(plain_ld<T>(wr, j), x[j], acc);
+    acc = warp_sum(acc);
+    if (lane == 0) {
+        if (bias) acc += bias[row];
+        float *yp = Y + (size_t)t * rows + row;
+        *yp = accumulate ? *yp + acc : acc;
+    }
+}
+template <int T, typename OutT>
+__global__ void k_dequant_plain(const uint8_t *__restrict__ W, size_t row_bytes, int cols, const int *__restrict__ ids,
+                                int nrows, OutT *__restrict__ out, float scale) {
+    size_t total = (size_t)nrows * cols;
+    for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < total; g += (size_t)gridDim.x * blockDim.x) {
+        int r = (int)(g / cols), j = (int)(g % cols);
+        int src = ids ? ids[r] : r;
+        float w = plain_ld<T>(W + (size_t)src * row_bytes, j);
+        if (scale != 1.0f) w *= scale;
+        out[(size_t)r * cols + j] = (OutT)w;
+    }
+}
+
+// out[r][...] = dequant(W row ids[r] (or r when ids is NULL)) * scale, as OutT.
+template <int T, typename OutT>
+__global__ void k_dequant(const uint8_t *__restrict__ W, size_t row_bytes, int cols, const int *__restrict__ ids,
+                          int nrows, OutT *__restrict__ out, float scale) {
+    typedef QT<T> Q;
+    int nparts = cols / Q::QK * Q::PARTS;
+    size_t total = (size_t)nrows * nparts;
+    for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < total; g += (size_t)gridDim.x * blockDim.x) {
+        int r = (int)(g / nparts), p = (int)(g % nparts);
+        int src = ids ? ids[r] : r;
+        int blk = p / Q::PARTS, part = p % Q::PARTS;
+        OutT *ob = out + (size_t)r * cols + (size_t)blk * Q::QK;
+        Q::part(W + (size_t)src * row_bytes + (size_t)blk * Q::BYTES, part, [&](int i, float4 w) {
+            if (scale != 1.0f) { w.x *= scale; w.y *= scale; w.z *= scale; w.w *= scale; }
+            ob[i] = (OutT)w.x; ob[i + 1] = (OutT)w.y; ob[i + 2] = (OutT)w.z; ob[i + 3] = (OutT)w.w;
+        });
+    }
+}
+
+__global__ void k_f32_to_f16(const float *__restrict__ x, __half *__restrict__ y, size_t count) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2half(x[i]);
+}
+__global__ void k_add_bias(float *__restrict__ y, const float *__restrict__ b, int rows, size_t count) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        y[i] += b[i % rows];
+}
+
+static int grid_for(size_t count, int threads) {
+    size_t g = (count + threads - 1) / threads;
+    if (g > 65535u * 4) g = 65535u * 4;
+    return g < 1 ? 1 : (int)g;
+}
+
+bool hx_k_type_supported(int type) {
+    switch (type) {
+#define X(T) case T: return true;
+        HX_CUDA_TYPES(X)
+#undef X
+    default: return false;
+    }
+}
+
+static bool is_plain(const hx_dmat *W) { return W->cols % 32 != 0; }
+
+template <int T>
+static void launch_matmul(cudaStream_t st, const hx_dmat *W, const float *x, int n, float *y, const float *bias,
+                          bool acc) {
+    dim3 block(WARP, MV_WARPS);
+    if (T == HX_TYPE_F32 || T == HX_TYPE_F16 || T == HX_TYPE_BF16) {
+        if (is_plain(W)) {
+            dim3 grid((W->rows + MV_WARPS - 1) / MV_WARPS, n);
+            k_matmul_plain<T><<<grid, block, 0, st>>>(W->d, W->row_bytes, W->cols, W->rows, x, y, bias, acc);
+            return;
+        }
+    }
+    // warps per row: enough warps in flight for ~4 waves of 16 warps per SM on an H100-class GPU
+    int wpr = W->rows >= 16384 ? 1 : W->rows >= 4096 ? 2 : 4;
+    int rpb = MV_WARPS / wpr;
+    if (n == 1) {
+        dim3 grid((W->rows + rpb - 1) / rpb, 1);
+        k_matmul<T, 1><<<grid, block, 0, st>>>(W->d, W->row_bytes, W->cols, W->rows, x, 1, y, bias, acc, wpr);
+    } else {
+        dim3 grid((W->rows + rpb - 1) / rpb, (n + MM_TILE - 1) / MM_TILE);
+        k_matmul<T, MM_TILE><<<grid, block, 0, st>>>(W->d, W->row_bytes, W->cols, W->rows, x, n, y, bias, acc, wpr);
+    }
+}
+
+template <int T, typename OutT>
+static void launch_dequant(cudaStream_t st, const hx_dmat *W, const int *ids, int nrows, OutT *out, float scale) {
+    if ((T == HX_TYPE_F32 || T == HX_TYPE_F16 || T == HX_TYPE_BF16) && is_plain(W)) {
+        size_t total = (size_t)nrows * W->cols;
+        k_dequant_plain<T, OutT><<<grid_for(total, 256), 256, 0, st>>>(W->d, W->row_bytes, W->cols, ids, nrows, out, scale);
+        return;
+    }
+    size_t parts = (size_t)nrows * (W->cols / QT<T>::QK * QT<T>::PARTS);
+    k_dequant<T, OutT><<<grid_for(parts, 256), 256, 0, st>>>(W->d, W->row_bytes, W->cols, ids, nrows, out, scale);
+}
+
+static cudaError_t dequant_f16(cudaStream_t st, const hx_dmat *W, __half *out) {
+    switch (W->type) {
+#define X(T) case T: launch_dequant<T, __half>(st, W, NULL, W->rows, out, 1.0f); break;
+        HX_CUDA_TYPES(X)
+#undef X
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t hx_k_embed(cudaStream_t st, const hx_dmat *W, const int *ids, int n, float *out, float scale) {
+    switch (W->type) {
+#define X(T) case T: launch_dequant<T, float>(st, W, ids, n, out, scale); break;
+        HX_CUDA_TYPES(X)
+#undef X
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+// Grows a device buffer of __half to at least want elements.
+static cudaError_t grow_half(__half **p, size_t *cap, size_t want) {
+    if (want <= *cap) return cudaSuccess;
+    if (*p) cudaFree(*p);
+    *p = NULL; *cap = 0;
+    cudaError_t rc = cudaMalloc((void **)p, want * sizeof(__half));
+    if (rc == cudaSuccess) *cap = want;
+    return rc;
+}
+
+template <int T>
+static void launch_mv_multi(cudaStream_t st, const hx_mv_set *s, int cols, const float *x, const float *norm_w,
+                            float eps, bool acc, int glu_act) {
+    int wpr = s->total_rows >= 16384 ? 1 : s->total_rows >= 4096 ? 2 : 4;
+    int rpb = MV_WARPS / wpr;
+    dim3 block(WARP, MV_WARPS), grid((s->total_rows + rpb - 1) / rpb);
+    if (glu_act >= 0) k_mv_multi<T, true><<<grid, block, 0, st>>>(*s, cols, x, norm_w, eps, acc, glu_act, wpr);
+    else k_mv_multi<T, false><<<grid, block, 0, st>>>(*s, cols, x, norm_w, eps, acc, 0, wpr);
+}
+
+bool hx_k_mv_fusable(const hx_dmat *const *Ws, int count) {
+    for (int i = 0; i < count; i++) {
+        if (!hx_k_type_supported(Ws[i]->type) || Ws[i]->cols % 32 != 0) return false;
+        if (Ws[i]->type != Ws[0]->type || Ws[i]->cols != Ws[0]->cols) return false;
+    }
+    return true;
+}
+
+cudaError_t hx_k_mv_fused(cudaStream_t st, int count, const hx_dmat *const *Ws, const float *x, const float *norm_w,
+                          float eps, float *const *ys, const float *const *biases, bool accumulate, int glu_act) {
+    hx_mv_set s = {};
+    s.count = count;
+    for (int i = 0; i < count; i++) {
+        s.w[i] = Ws[i]->d; s.rb[i] = Ws[i]->row_bytes; s.rows[i] = Ws[i]->rows;
+        s.y[i] = ys[i]; s.bias[i] = biases ? biases[i] : NULL;
+        s.total_rows += Ws[i]->rows;
+    }
+    if (glu_act >= 0) s.total_rows = Ws[0]->rows;
+    switch (Ws[0]->type) {
+#define X(T) case T: launch_mv_multi<T>(st, &s, Ws[0]->cols, x, norm_w, eps, accumulate, glu_act); break;
+        HX_CUDA_TYPES(X)
+#undef X
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t hx_k_linear(cudaStream_t st, hx_gemm_scratch *gs, const hx_dmat *W, const float *x, int n, float *y,
+                        const float *bias, bool accumulate) {
+    if (n < HX_CUBLAS_MIN_N || !gs || is_plain(W)) {
+        switch (W->type) {
+#define X(T) case T: launch_matmul<T>(st, W, x, n, y, bias, accumulate); break;
+            HX_CUDA_TYPES(X)
+#undef X
+        default: return cudaErrorInvalidValue;
+        }
+        return cudaGetLastError();
+    }
+    cudaError_t rc;
+    if ((rc = grow_half(&gs->wh, &gs->wh_cap, (size_t)W->rows * W->cols)) != cudaSuccess) return rc;
+    if ((rc = grow_half(&gs->xh, &gs->xh_cap, (size_t)n * W->cols)) != cudaSuccess) return rc;
+    if ((rc = dequant_f16(st, W, gs->wh)) != cudaSuccess) return rc;
+    size_t nx = (size_t)n * W->cols;
+    k_f32_to_f16<<<grid_for(nx, 256), 256, 0, st>>>(x, gs->xh, nx);
+    if ((rc = cudaGetLastError()) != cudaSuccess) return rc;
+    // column-major view: C (rows x n) = W^T' (rows x cols) * X' (cols x n)
+    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    if (cublasSetStream(gs->blas, st) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+    cublasStatus_t bs = cublasGemmEx(gs->blas, CUBLAS_OP_T, CUBLAS_OP_N, W->rows, n, W->cols, &alpha, gs->wh,
+                                     CUDA_R_16F, W->cols, gs->xh, CUDA_R_16F, W->cols, &beta, y, CUDA_R_32F, W->rows,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (bs != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+    if (bias) {
+        size_t ny = (size_t)n * W->rows;
+        k_add_bias<<<grid_for(ny, 256), 256, 0, st>>>(y, bias, W->rows, ny);
+    }
+    return cudaGetLastError();
+}
+
+// ---- norms, rope, attention, elementwise ----
+
+__global__ void k_rmsnorm_rows(const float *__restrict__ x, const float *__restrict__ w, float *out, int dim,
+                               float eps) {
+    __shared__ float red[32];
+    const float *xr = x + (size_t)blockIdx.x * dim;
+    float *orow = out + (size_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss, red);
+    float scale = rsqrtf(ss / dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = xr[i] * scale * w[i];
+}
+
+cudaError_t hx_k_rmsnorm(cudaStream_t st, const float *x, const float *w, float *out, int rows, int dim, float eps) {
+    int threads = dim >= 1024 ? 256 : dim >= 256 ? 128 : 32;
+    k_rmsnorm_rows<<<rows, threads, 0, st>>>(x, w, out, dim, eps);
+    return cudaGetLastError();
+}
+
+// grid (n, nh + nkvh), block >= hd/2 (a multiple of 32): thread j handles
+// pair j of one head vector: optional per-head RMSNorm (qk_norm), rotation,
+// and for k heads the f16 stores of k and v into the caches.
+__global__ void k_rope_store_kernel(float *q, float *k, const float *v, __half *kc, __half *vc, const int *d_pos,
+                                    int nh, int nkvh, int hd, float base, float rope_scale, int neox,
+                                    const float *q_norm, const float *k_norm, float eps) {
+    __shared__ float red[32];
+    int i = blockIdx.x, h = blockIdx.y, j = threadIdx.x, half = hd / 2;
+    bool act = j < half;
+    int pos = *d_pos + i;
+    int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
+    bool is_k = h >= nh;
+    int hh = is_k ? h - nh : h;
+    float *vec = is_k ? k + ((size_t)i * nkvh + hh) * hd : q + ((size_t)i * nh + hh) * hd;
+    float x0 = act ? vec[a] : 0.0f, x1 = act ? vec[b] : 0.0f;
+    const float *nw = is_k ? k_norm : q_norm;
+    if (nw) {
+        float ss = block_sum(x0 * x0 + x1 * x1, red);
+        float sc = rsqrtf(ss / hd + eps);
+        if (act) { x0 = x0 * sc * nw[a]; x1 = x1 * sc * nw[b]; }
+    }
+    if (!act) return;
+    double theta = ((double)pos / rope_scale) * pow((double)base, -2.0 * j / hd);
+    float cs = (float)cos(theta), sn = (float)sin(theta);
+    float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
+    vec[a] = r0; vec[b] = r1;
+    if (is_k) {
+        size_t kvrow = (size_t)nkvh * hd, off = (size_t)pos * kvrow + (size_t)hh * hd;
+        const float *vv = v + ((size_t)i * nkvh + hh) * hd;
+        kc[off + a] = __float2half(r0); kc[off + b] = __float2half(r1);
+        vc[off + a] = __float2half(vv[a]); vc[off + b] = __float2half(vv[b]);
+    }
+}
+
+cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v, __half *kc, __half *vc,
+                            const int *d_pos, int n, int nh, int nkvh, int hd, float base, float rope_scale,
+                            bool neox, const float *q_norm, const float *k_norm, float eps) {
+    dim3 grid(n, nh + nkvh);
+    int threads = (hd / 2 + 31) / 32 * 32;
+    k_rope_store_kernel<<<grid, threads, 0, st>>>(q, k, v, kc, vc, d_pos, nh, nkvh, hd, base, rope_scale, neox,
+                                                  q_norm, k_norm, eps);
+    return cudaGetLastError();
+}
+
+enum { ATT_THREADS = 128 };
+
+// grid (nh, n): one block per (query head, token). Scores for every visible
+// cached position go to shared memory, then an exact two-pass softmax, then
+// each thread accumulates output dimensions over the positions.
+__global__ void __launch_bounds__(ATT_THREADS)
+k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc,
+                   float *__restrict__ out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
+                   int window) {
+    extern __shared__ float sm[];
+    float *qs = sm, *red = sm + hd, *sc = red + 32;
+    int h = blockIdx.x, i = blockIdx.y, kvh = h / (nh / nkvh);
+    int p = *d_pos + i;
+    int first = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    int len = p - first + 1;
+    size_t kvrow = (size_t)nkvh * hd;
+    const float *qv = q + ((size_t)i * nh + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qv[d];
+    __syncthreads();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const __half *kbase = kc + (size_t)kvh * hd;
+    for (int t = warp; t < len; t += nw) {
+        const __half *kr = kbase + (size_t)(first + t) * kvrow;
+        float s = 0.0f;
+        for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], __half2float(kr[d]), s);
+        s = warp_sum(s) * scale;
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+        if (lane == 0) sc[t] = s;
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int t = threadIdx.x; t < len; t += blockDim.x) mx = fmaxf(mx, sc[t]);
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int t = threadIdx.x; t < len; t += blockDim.x) { float e = __expf(sc[t] - mx); sc[t] = e; sum += e; }
+    sum = block_sum(sum, red);
+    float inv = 1.0f / sum;
+    const __half *vbase = vc + (size_t)first * kvrow + (size_t)kvh * hd;
+    float *o = out + ((size_t)i * nh + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int t = 0; t < len; t++) acc = fmaf(sc[t], __half2float(vbase[(size_t)t * kvrow + d]), acc);
+        o[d] = acc * inv;
+    }
+}
+
+cudaError_t hx_k_attention_prepare(int hd, int max_ctx, size_t *smem) {
+    *smem = sizeof(float) * ((size_t)hd + 32 + (size_t)max_ctx);
+    if (*smem > 48 * 1024)
+        return cudaFuncSetAttribute(k_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
+    return cudaSuccess;
+}
+
+cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, const __half *vc, float *out,
+                           const int *d_pos, int n, int nh, int nkvh, int hd, float scale, float softcap, int window,
+                           int max_ctx) {
+    size_t smem = sizeof(float) * ((size_t)hd + 32 + (size_t)max_ctx);
+    dim3 grid(nh, n);
+    k_attention_kernel<<<grid, ATT_THREADS, smem, st>>>(q, kc, vc, out, d_pos, nh, nkvh, hd, scale, softcap, window);
+    return cudaGetLastError();
+}
+
+__global__ void k_glu_kernel(float *g, const float *u, size_t count, int act) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+        float x = g[i], a;
+        if (act == 0) a = x / (1.0f + expf(-x));
+        else a = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+        g[i] = a * u[i];
+    }
+}
+cudaError_t hx_k_glu(cudaStream_t st, float *g, const float *u, size_t count, int act) {
+    k_glu_kernel<<<grid_for(count, 256), 256, 0, st>>>(g, u, count, act);
+    return cudaGetLastError();
+}
+__global__ void k_add_kernel(float *x, const float *o, size_t count) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        x[i] += o[i];
+}
+cudaError_t hx_k_add(cudaStream_t st, float *x, const float *o, size_t count) {
+    k_add_kernel<<<grid_for(count, 256), 256, 0, st>>>(x, o, count);
+    return cudaGetLastError();
+}
+__global__ void k_softcap_kernel(float *x, size_t count, float cap) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+cudaError_t hx_k_softcap(cudaStream_t st, float *x, size_t count, float cap) {
+    k_softcap_kernel<<<grid_for(count, 256), 256, 0, st>>>(x, count, cap);
+    return cudaGetLastError();
+}
+
+// Argmax as one 64-bit key per element: the float's bits mapped to an
+// order-preserving unsigned value in the high half, ~index in the low half
+// (so on ties the lowest index wins, like hx_argmax). Blocks reduce their
+// share and combine with one atomicMax; *key must be 0 before the launch.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
+    uint32_t u = __float_as_uint(v);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)u << 32) | (uint32_t)~(uint32_t)i;
+}
+__global__ void k_argmax_kernel(const float *x, int n, unsigned long long *key) {
+    __shared__ unsigned long long sk[32];
+    unsigned long long best = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float v = x[i];
+        if (v == v) { unsigned long long k = argmax_key(v, i); if (k > best) best = k; } // NaN never wins
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long ok = __shfl_xor_sync(0xffffffffu, best, o);
+        if (ok > best) best = ok;
+    }
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) sk[w] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < (int)(blockDim.x >> 5); k++) if (sk[k] > best) best = sk[k];
+        atomicMax(key, best);
+    }
+}
+cudaError_t hx_k_argmax(cudaStream_t st, const float *x, int n, unsigned long long *key) {
+    cudaError_t rc = cudaMemsetAsync(key, 0, sizeof *key, st);
+    if (rc != cudaSuccess) return rc;
+    int blocks = (n + 1023) / 1024;
+    if (blocks > 264) blocks = 264;
+    k_argmax_kernel<<<blocks, 256, 0, st>>>(x, n, key);
+    return cudaGetLastError();
+}
+int hx_argmax_key_index(unsigned long long key) { return key ? (int)~(uint32_t)key : 0; }

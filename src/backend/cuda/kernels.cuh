@@ -1,0 +1,74 @@
+// kernels.cuh — the decoder's GPU kernels and their launchers (private to src/backend/cuda).
+//
+// Layouts (row-major, f32 unless said): activations (n, dim); weights as
+// stored in the GGUF (rows of `cols` elements in their quant type, row_bytes
+// apart); KV cache per layer (n_ctx, n_head_kv * head_dim) in f16. Kernels
+// that depend on the position read it from device memory (d_pos), so a CUDA
+// graph captured once replays for every decode step.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// A weight matrix on the device: rows x cols of `type`.
+struct hx_dmat {
+    const uint8_t *d;
+    int type;
+    int cols, rows;
+    size_t row_bytes;
+};
+
+// Scratch for the cuBLAS path of hx_k_linear (n >= HX_CUBLAS_MIN_N): weights
+// dequantized to f16, activations converted to f16.
+struct hx_gemm_scratch {
+    cublasHandle_t blas;
+    __half *wh; size_t wh_cap;   // elements
+    __half *xh; size_t xh_cap;
+};
+enum { HX_CUBLAS_MIN_N = 32 };
+
+// y (n, rows) = x (n, cols) W^T (+ bias) ; accumulate: y += ... instead of y =.
+// n == 1: fused dequant-matvec, warp per row; 1 < n < HX_CUBLAS_MIN_N: the same
+// kernel over tiles of 8 tokens (each weight decoded once per tile); larger n:
+// W dequantized to f16 + cuBLAS tensor-core GEMM (f32 accumulate).
+cudaError_t hx_k_linear(cudaStream_t st, hx_gemm_scratch *gs, const hx_dmat *W, const float *x, int n, float *y,
+                        const float *bias, bool accumulate);
+bool hx_k_type_supported(int type);
+
+// Decode (n = 1) with fewer launches: `count` (<= 3) matrices of one type and
+// row length read the same x, optionally RMS-normed on the fly with norm_w
+// (NULL: x as is), ys[i] = W_i x (+ bias_i) (accumulate: +=). glu_act >= 0:
+// count = 2 (gate, up) and ys[0] = act(gate x) * (up x), act 0 SiLU, 1 GELU-tanh.
+struct hx_mv_set {
+    const uint8_t *w[3]; size_t rb[3]; int rows[3]; float *y[3]; const float *bias[3];
+    int count, total_rows;
+};
+bool hx_k_mv_fusable(const hx_dmat *const *Ws, int count);
+cudaError_t hx_k_mv_fused(cudaStream_t st, int count, const hx_dmat *const *Ws, const float *x, const float *norm_w,
+                          float eps, float *const *ys, const float *const *biases, bool accumulate, int glu_act);
+// out[r] = row token_ids[r] of W (dequantized) * scale, for r < n.
+cudaError_t hx_k_embed(cudaStream_t st, const hx_dmat *W, const int *token_ids, int n, float *out, float scale);
+// out (rows, dim) = x / rms(x) * w ; out may equal x.
+cudaError_t hx_k_rmsnorm(cudaStream_t st, const float *x, const float *w, float *out, int rows, int dim, float eps);
+// [per-head RMSNorm with q_norm / k_norm when not NULL], then RoPE on q
+// (n, nh, hd) and k (n, nkvh, hd) at positions *d_pos + i, then k and v
+// (n, nkvh*hd) stored as f16 into the caches at those positions.
+cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v, __half *kc, __half *vc,
+                            const int *d_pos, int n, int nh, int nkvh, int hd, float base, float rope_scale,
+                            bool neox, const float *q_norm, const float *k_norm, float eps);
+// out (n, nh, hd) = softmax(scale q k^T, causal [+window]) v over the cache.
+cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, const __half *vc, float *out,
+                           const int *d_pos, int n, int nh, int nkvh, int hd, float scale, float softcap, int window,
+                           int max_ctx);
+// g = act(g) * u over count elements (act: 0 SiLU, 1 GELU-tanh)
+cudaError_t hx_k_glu(cudaStream_t st, float *g, const float *u, size_t count, int act);
+cudaError_t hx_k_add(cudaStream_t st, float *x, const float *o, size_t count);
+cudaError_t hx_k_softcap(cudaStream_t st, float *x, size_t count, float cap);
+// Argmax of x[0..n) (the first index on ties, like hx_argmax) as a 64-bit
+// key in *key (zeroed by this call); hx_argmax_key_index decodes it on the host.
+cudaError_t hx_k_argmax(cudaStream_t st, const float *x, int n, unsigned long long *key);
+int hx_argmax_key_index(unsigned long long key);
+// Dynamic shared memory the attention kernel needs for max_ctx positions; sets the kernel attribute.
+cudaError_t hx_k_attention_prepare(int hd, int max_ctx, size_t *smem);
