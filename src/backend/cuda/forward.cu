@@ -205,6 +205,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     c->cfg = *cfg;
     c->n_ctx = o.n_ctx > 0 ? o.n_ctx : (cfg->n_ctx_train > 0 && cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
     c->use_graph = !o.no_graph && !getenv("HX_CUDA_NO_GRAPH");
+    hx_k_set_pdl(dev.cc_major >= 9 && !getenv("HX_CUDA_NO_PDL"));
     double t0 = hx_now_s();
 #define FAIL(x) do { hx_status s_ = (x); if (s_) { hx_cuda_ctx_free(c); return s_; } } while (0)
 #define FAILC(call) do { cudaError_t rc_ = (call); \
@@ -591,6 +592,11 @@ extern "C" hx_status hx_cuda_linear_check(int type, int rows, int cols, const vo
     if (!hx_k_type_supported(type)) return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: type %s", hx_type_name(type));
     size_t rb = hx_row_size(type, cols);
     if (!rb) return hx_err(e, HX_ERR_ARG, "cuda: row length %d does not fit type %s", cols, hx_type_name(type));
+    int dev = 0;
+    cudaDeviceProp prop;
+    CK(cudaGetDevice(&dev));
+    CK(cudaGetDeviceProperties(&prop, dev));
+    hx_k_set_pdl(prop.major >= 9 && !getenv("HX_CUDA_NO_PDL"));
     hx_dmat W = {NULL, type, cols, rows, rb};
     uint8_t *dw = NULL;
     float *dx = NULL, *dy = NULL;

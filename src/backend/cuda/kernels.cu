@@ -1,5 +1,6 @@
 // kernels.cu — the decoder's GPU kernels (see kernels.cuh for layouts).
 #include <math.h>
+#include <utility>
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/qblocks.cuh"
 
@@ -35,6 +36,52 @@ __device__ float block_max(float v, float *red) {
     return warp_max(v);
 }
 
+// ---- programmatic dependent launch (Hopper) ----
+// Every kernel is launched so that the next one may start while it drains:
+// each kernel calls pdl_trigger() first (its dependents may launch) and
+// pdl_wait() before it reads anything an earlier kernel wrote (waits for the
+// earlier grid to complete and flush). Matvec kernels prefetch their weight
+// rows into L2 before waiting: weights never depend on the previous kernel,
+// so their DRAM reads overlap the previous kernel's tail. On pre-Hopper
+// devices (or HX_CUDA_NO_PDL) kernels launch normally and both calls are no-ops.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+#endif
+}
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+// Prefetch bytes [lo, hi) of a row to L2, lanes of a warp striding 128-byte lines.
+__device__ __forceinline__ void prefetch_range(const uint8_t *base, size_t lo, size_t hi, int lane) {
+    for (size_t o = (lo & ~(size_t)127) + (size_t)lane * 128; o < hi; o += 32 * 128) prefetch_l2(base + o);
+}
+
+static bool g_pdl = false;
+void hx_k_set_pdl(bool on) { g_pdl = on; }
+
+template <typename... KArgs, typename... Args>
+static cudaError_t launch_k(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                            Args &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = g_pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
+}
+#define LAUNCH(k, g, b, smem, st, ...) launch_k(k, dim3(g), dim3(b), (size_t)(smem), st, __VA_ARGS__)
+
 // ---- fused dequant x matvec / small matmul ----
 
 #ifndef HX_MV_WARPS
@@ -57,6 +104,9 @@ k_matmul(const uint8_t *__restrict__ W, size_t row_bytes, int cols, int rows, co
     bool live = row < rows;
     int t0 = blockIdx.y * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
     const uint8_t *wr = W + (size_t)(live ? row : 0) * row_bytes;
+    pdl_trigger();
+    if (live) prefetch_range(wr, row_bytes * sub / wpr, row_bytes * (sub + 1) / wpr, lane);
+    pdl_wait();
     const float *x0 = X + (size_t)t0 * cols;
     float acc[TILE];
 #pragma unroll
@@ -111,6 +161,12 @@ k_mv_multi(hx_mv_set s, int cols, const float *__restrict__ x, const float *__re
         while (m < s.count - 1 && row >= s.rows[m]) { row -= s.rows[m]; m++; }
     const uint8_t *w0 = s.w[m] + (size_t)row * s.rb[m];
     const uint8_t *w1 = GLU ? s.w[1] + (size_t)row * s.rb[1] : NULL;
+    pdl_trigger();
+    if (live) {
+        prefetch_range(w0, s.rb[m] * sub / wpr, s.rb[m] * (sub + 1) / wpr, lane);
+        if (GLU) prefetch_range(w1, s.rb[1] * sub / wpr, s.rb[1] * (sub + 1) / wpr, lane);
+    }
+    pdl_wait();
     float a0 = 0.0f, a1 = 0.0f;
     int nparts = live ? cols / Q::QK * Q::PARTS : 0;
 #pragma unroll 2
@@ -185,6 +241,8 @@ template <int T>
 __global__ void k_matmul_plain(const uint8_t *__restrict__ W, size_t row_bytes, int cols, int rows,
                                const float *__restrict__ X, float *__restrict__ Y, const float *__restrict__ bias,
                                int accumulate) {
+    pdl_trigger();
+    pdl_wait();
     int row = blockIdx.x * MV_WARPS + threadIdx.y, t = blockIdx.y, lane = threadIdx.x;
     if (row >= rows) return;
     const uint8_t *wr = W + (size_t)row * row_bytes;
@@ -201,6 +259,8 @@ __global__ void k_matmul_plain(const uint8_t *__restrict__ W, size_t row_bytes, 
 template <int T, typename OutT>
 __global__ void k_dequant_plain(const uint8_t *__restrict__ W, size_t row_bytes, int cols, const int *__restrict__ ids,
                                 int nrows, OutT *__restrict__ out, float scale) {
+    pdl_trigger();
+    pdl_wait();
     size_t total = (size_t)nrows * cols;
     for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < total; g += (size_t)gridDim.x * blockDim.x) {
         int r = (int)(g / cols), j = (int)(g % cols);
@@ -215,6 +275,8 @@ __global__ void k_dequant_plain(const uint8_t *__restrict__ W, size_t row_bytes,
 template <int T, typename OutT>
 __global__ void k_dequant(const uint8_t *__restrict__ W, size_t row_bytes, int cols, const int *__restrict__ ids,
                           int nrows, OutT *__restrict__ out, float scale) {
+    pdl_trigger();
+    pdl_wait();
     typedef QT<T> Q;
     int nparts = cols / Q::QK * Q::PARTS;
     size_t total = (size_t)nrows * nparts;
@@ -231,10 +293,14 @@ __global__ void k_dequant(const uint8_t *__restrict__ W, size_t row_bytes, int c
 }
 
 __global__ void k_f32_to_f16(const float *__restrict__ x, __half *__restrict__ y, size_t count) {
+    pdl_trigger();
+    pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
         y[i] = __float2half(x[i]);
 }
 __global__ void k_add_bias(float *__restrict__ y, const float *__restrict__ b, int rows, size_t count) {
+    pdl_trigger();
+    pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
         y[i] += b[i % rows];
 }
@@ -263,7 +329,7 @@ static void launch_matmul(cudaStream_t st, const hx_dmat *W, const float *x, int
     if (T == HX_TYPE_F32 || T == HX_TYPE_F16 || T == HX_TYPE_BF16) {
         if (is_plain(W)) {
             dim3 grid((W->rows + MV_WARPS - 1) / MV_WARPS, n);
-            k_matmul_plain<T><<<grid, block, 0, st>>>(W->d, W->row_bytes, W->cols, W->rows, x, y, bias, acc);
+            LAUNCH((k_matmul_plain<T>), grid, block, 0, st, W->d, W->row_bytes, W->cols, W->rows, x, y, bias, acc);
             return;
         }
     }
@@ -272,10 +338,10 @@ static void launch_matmul(cudaStream_t st, const hx_dmat *W, const float *x, int
     int rpb = MV_WARPS / wpr;
     if (n == 1) {
         dim3 grid((W->rows + rpb - 1) / rpb, 1);
-        k_matmul<T, 1><<<grid, block, 0, st>>>(W->d, W->row_bytes, W->cols, W->rows, x, 1, y, bias, acc, wpr);
+        LAUNCH((k_matmul<T, 1>), grid, block, 0, st, W->d, W->row_bytes, W->cols, W->rows, x, 1, y, bias, acc, wpr);
     } else {
         dim3 grid((W->rows + rpb - 1) / rpb, (n + MM_TILE - 1) / MM_TILE);
-        k_matmul<T, MM_TILE><<<grid, block, 0, st>>>(W->d, W->row_bytes, W->cols, W->rows, x, n, y, bias, acc, wpr);
+        LAUNCH((k_matmul<T, MM_TILE>), grid, block, 0, st, W->d, W->row_bytes, W->cols, W->rows, x, n, y, bias, acc, wpr);
     }
 }
 
@@ -283,11 +349,11 @@ template <int T, typename OutT>
 static void launch_dequant(cudaStream_t st, const hx_dmat *W, const int *ids, int nrows, OutT *out, float scale) {
     if ((T == HX_TYPE_F32 || T == HX_TYPE_F16 || T == HX_TYPE_BF16) && is_plain(W)) {
         size_t total = (size_t)nrows * W->cols;
-        k_dequant_plain<T, OutT><<<grid_for(total, 256), 256, 0, st>>>(W->d, W->row_bytes, W->cols, ids, nrows, out, scale);
+        LAUNCH((k_dequant_plain<T, OutT>), grid_for(total, 256), 256, 0, st, W->d, W->row_bytes, W->cols, ids, nrows, out, scale);
         return;
     }
     size_t parts = (size_t)nrows * (W->cols / QT<T>::QK * QT<T>::PARTS);
-    k_dequant<T, OutT><<<grid_for(parts, 256), 256, 0, st>>>(W->d, W->row_bytes, W->cols, ids, nrows, out, scale);
+    LAUNCH((k_dequant<T, OutT>), grid_for(parts, 256), 256, 0, st, W->d, W->row_bytes, W->cols, ids, nrows, out, scale);
 }
 
 static cudaError_t dequant_f16(cudaStream_t st, const hx_dmat *W, __half *out) {
@@ -326,8 +392,8 @@ static void launch_mv_multi(cudaStream_t st, const hx_mv_set *s, int cols, const
     int wpr = s->total_rows >= 16384 ? 1 : s->total_rows >= 4096 ? 2 : 4;
     int rpb = MV_WARPS / wpr;
     dim3 block(WARP, MV_WARPS), grid((s->total_rows + rpb - 1) / rpb);
-    if (glu_act >= 0) k_mv_multi<T, true><<<grid, block, 0, st>>>(*s, cols, x, norm_w, eps, acc, glu_act, wpr);
-    else k_mv_multi<T, false><<<grid, block, 0, st>>>(*s, cols, x, norm_w, eps, acc, 0, wpr);
+    if (glu_act >= 0) LAUNCH((k_mv_multi<T, true>), grid, block, 0, st, *s, cols, x, norm_w, eps, acc, glu_act, wpr);
+    else LAUNCH((k_mv_multi<T, false>), grid, block, 0, st, *s, cols, x, norm_w, eps, acc, 0, wpr);
 }
 
 bool hx_k_mv_fusable(const hx_dmat *const *Ws, int count) {
@@ -373,7 +439,7 @@ cudaError_t hx_k_linear(cudaStream_t st, hx_gemm_scratch *gs, const hx_dmat *W, 
     if ((rc = grow_half(&gs->xh, &gs->xh_cap, (size_t)n * W->cols)) != cudaSuccess) return rc;
     if ((rc = dequant_f16(st, W, gs->wh)) != cudaSuccess) return rc;
     size_t nx = (size_t)n * W->cols;
-    k_f32_to_f16<<<grid_for(nx, 256), 256, 0, st>>>(x, gs->xh, nx);
+    LAUNCH(k_f32_to_f16, grid_for(nx, 256), 256, 0, st, x, gs->xh, nx);
     if ((rc = cudaGetLastError()) != cudaSuccess) return rc;
     // column-major view: C (rows x n) = W^T' (rows x cols) * X' (cols x n)
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
@@ -384,7 +450,7 @@ cudaError_t hx_k_linear(cudaStream_t st, hx_gemm_scratch *gs, const hx_dmat *W, 
     if (bs != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
     if (bias) {
         size_t ny = (size_t)n * W->rows;
-        k_add_bias<<<grid_for(ny, 256), 256, 0, st>>>(y, bias, W->rows, ny);
+        LAUNCH(k_add_bias, grid_for(ny, 256), 256, 0, st, y, bias, W->rows, ny);
     }
     return cudaGetLastError();
 }
@@ -393,6 +459,8 @@ cudaError_t hx_k_linear(cudaStream_t st, hx_gemm_scratch *gs, const hx_dmat *W, 
 
 __global__ void k_rmsnorm_rows(const float *__restrict__ x, const float *__restrict__ w, float *out, int dim,
                                float eps) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *orow = out + (size_t)blockIdx.x * dim;
@@ -405,7 +473,7 @@ __global__ void k_rmsnorm_rows(const float *__restrict__ x, const float *__restr
 
 cudaError_t hx_k_rmsnorm(cudaStream_t st, const float *x, const float *w, float *out, int rows, int dim, float eps) {
     int threads = dim >= 1024 ? 256 : dim >= 256 ? 128 : 32;
-    k_rmsnorm_rows<<<rows, threads, 0, st>>>(x, w, out, dim, eps);
+    LAUNCH(k_rmsnorm_rows, rows, threads, 0, st, x, w, out, dim, eps);
     return cudaGetLastError();
 }
 
@@ -415,6 +483,8 @@ cudaError_t hx_k_rmsnorm(cudaStream_t st, const float *x, const float *w, float 
 __global__ void k_rope_store_kernel(float *q, float *k, const float *v, __half *kc, __half *vc, const int *d_pos,
                                     int nh, int nkvh, int hd, float base, float rope_scale, int neox,
                                     const float *q_norm, const float *k_norm, float eps) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     int i = blockIdx.x, h = blockIdx.y, j = threadIdx.x, half = hd / 2;
     bool act = j < half;
@@ -448,7 +518,7 @@ cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v,
                             bool neox, const float *q_norm, const float *k_norm, float eps) {
     dim3 grid(n, nh + nkvh);
     int threads = (hd / 2 + 31) / 32 * 32;
-    k_rope_store_kernel<<<grid, threads, 0, st>>>(q, k, v, kc, vc, d_pos, nh, nkvh, hd, base, rope_scale, neox,
+    LAUNCH(k_rope_store_kernel, grid, threads, 0, st, q, k, v, kc, vc, d_pos, nh, nkvh, hd, base, rope_scale, neox,
                                                   q_norm, k_norm, eps);
     return cudaGetLastError();
 }
@@ -462,6 +532,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc,
                    float *__restrict__ out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                    int window) {
+    pdl_trigger();
+    pdl_wait();
     extern __shared__ float sm[];
     float *qs = sm, *red = sm + hd, *sc = red + 32;
     int h = blockIdx.x, i = blockIdx.y, kvh = h / (nh / nkvh);
@@ -511,11 +583,13 @@ cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, co
                            int max_ctx) {
     size_t smem = sizeof(float) * ((size_t)hd + 32 + (size_t)max_ctx);
     dim3 grid(nh, n);
-    k_attention_kernel<<<grid, ATT_THREADS, smem, st>>>(q, kc, vc, out, d_pos, nh, nkvh, hd, scale, softcap, window);
+    LAUNCH(k_attention_kernel, grid, ATT_THREADS, smem, st, q, kc, vc, out, d_pos, nh, nkvh, hd, scale, softcap, window);
     return cudaGetLastError();
 }
 
 __global__ void k_glu_kernel(float *g, const float *u, size_t count, int act) {
+    pdl_trigger();
+    pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
         float x = g[i], a;
         if (act == 0) a = x / (1.0f + expf(-x));
@@ -524,23 +598,27 @@ __global__ void k_glu_kernel(float *g, const float *u, size_t count, int act) {
     }
 }
 cudaError_t hx_k_glu(cudaStream_t st, float *g, const float *u, size_t count, int act) {
-    k_glu_kernel<<<grid_for(count, 256), 256, 0, st>>>(g, u, count, act);
+    LAUNCH(k_glu_kernel, grid_for(count, 256), 256, 0, st, g, u, count, act);
     return cudaGetLastError();
 }
 __global__ void k_add_kernel(float *x, const float *o, size_t count) {
+    pdl_trigger();
+    pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
         x[i] += o[i];
 }
 cudaError_t hx_k_add(cudaStream_t st, float *x, const float *o, size_t count) {
-    k_add_kernel<<<grid_for(count, 256), 256, 0, st>>>(x, o, count);
+    LAUNCH(k_add_kernel, grid_for(count, 256), 256, 0, st, x, o, count);
     return cudaGetLastError();
 }
 __global__ void k_softcap_kernel(float *x, size_t count, float cap) {
+    pdl_trigger();
+    pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
         x[i] = cap * tanhf(x[i] / cap);
 }
 cudaError_t hx_k_softcap(cudaStream_t st, float *x, size_t count, float cap) {
-    k_softcap_kernel<<<grid_for(count, 256), 256, 0, st>>>(x, count, cap);
+    LAUNCH(k_softcap_kernel, grid_for(count, 256), 256, 0, st, x, count, cap);
     return cudaGetLastError();
 }
 
@@ -554,6 +632,8 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
     return ((unsigned long long)u << 32) | (uint32_t)~(uint32_t)i;
 }
 __global__ void k_argmax_kernel(const float *x, int n, unsigned long long *key) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ unsigned long long sk[32];
     unsigned long long best = 0;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -577,7 +657,7 @@ cudaError_t hx_k_argmax(cudaStream_t st, const float *x, int n, unsigned long lo
     if (rc != cudaSuccess) return rc;
     int blocks = (n + 1023) / 1024;
     if (blocks > 264) blocks = 264;
-    k_argmax_kernel<<<blocks, 256, 0, st>>>(x, n, key);
+    LAUNCH(k_argmax_kernel, blocks, 256, 0, st, x, n, key);
     return cudaGetLastError();
 }
 int hx_argmax_key_index(unsigned long long key) { return key ? (int)~(uint32_t)key : 0; }

@@ -36,6 +36,8 @@ enum { HX_CUBLAS_MIN_N = 32 };
 cudaError_t hx_k_linear(cudaStream_t st, hx_gemm_scratch *gs, const hx_dmat *W, const float *x, int n, float *y,
                         const float *bias, bool accumulate);
 bool hx_k_type_supported(int type);
+// Launch kernels with programmatic dependent launch (Hopper and later).
+void hx_k_set_pdl(bool on);
 
 // Decode (n = 1) with fewer launches: `count` (<= 3) matrices of one type and
 // row length read the same x, optionally RMS-normed on the fly with norm_w
