@@ -45,6 +45,7 @@ struct hx_cuda_ctx {
     hx_model_config cfg;
     int n_ctx;
     bool use_graph;
+    bool no_fuse_attn;             // HX_CUDA_NO_FUSE_ATTN: separate rope and attention kernels at decode
     cudaStream_t st;
     hx_gemm_scratch gs;
     uint8_t *wbuf;                 // every weight matrix, as stored
@@ -205,6 +206,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     c->cfg = *cfg;
     c->n_ctx = o.n_ctx > 0 ? o.n_ctx : (cfg->n_ctx_train > 0 && cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
     c->use_graph = !o.no_graph && !getenv("HX_CUDA_NO_GRAPH");
+    c->no_fuse_attn = getenv("HX_CUDA_NO_FUSE_ATTN") != NULL;
     hx_k_set_pdl(dev.cc_major >= 9 && !getenv("HX_CUDA_NO_PDL"));
     double t0 = hx_now_s();
 #define FAIL(x) do { hx_status s_ = (x); if (s_) { hx_cuda_ctx_free(c); return s_; } } while (0)
@@ -389,11 +391,18 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int n, int pos0, int out_rows, 
         }
         bool swa = cfg->layer_is_swa[l];
         float base = swa ? cfg->rope_base_swa : cfg->rope_base;
-        KC(hx_k_rope_store(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->d_pos, n, nh, nkvh, hd, base, rs,
-                           cfg->rope_style == HX_ROPE_NEOX, cfg->qk_norm ? L->q_norm : NULL,
-                           cfg->qk_norm ? L->k_norm : NULL, eps));
-        KC(hx_k_attention(st, c->q, c->kc[l], c->vc[l], c->att, c->d_pos, n, nh, nkvh, hd, scale,
-                          cfg->attn_logit_softcap, swa ? cfg->sliding_window : 0, c->n_ctx));
+        int window = swa ? cfg->sliding_window : 0;
+        const float *qn = cfg->qk_norm ? L->q_norm : NULL, *kn = cfg->qk_norm ? L->k_norm : NULL;
+        bool neox = cfg->rope_style == HX_ROPE_NEOX;
+        if (n == 1 && !c->no_fuse_attn) {
+            KC(hx_k_attn_decode(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->att, c->d_pos, nh, nkvh, hd, scale,
+                                cfg->attn_logit_softcap, window, c->n_ctx, base, rs, neox, qn, kn, eps));
+        } else {
+            KC(hx_k_rope_store(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->d_pos, n, nh, nkvh, hd, base, rs, neox,
+                               qn, kn, eps));
+            KC(hx_k_attention(st, c->q, c->kc[l], c->vc[l], c->att, c->d_pos, n, nh, nkvh, hd, scale,
+                              cfg->attn_logit_softcap, window, c->n_ctx));
+        }
         if (cfg->post_norms || c->dump_dir) {
             KC(hx_k_linear(st, gs, &L->wo, c->att, n, c->o, L->bo, false));
             if (cfg->post_norms) KC(hx_k_rmsnorm(st, c->o, L->post_attn, c->o, n, D, eps));

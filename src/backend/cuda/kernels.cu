@@ -1,5 +1,6 @@
 // kernels.cu — the decoder's GPU kernels (see kernels.cuh for layouts).
 #include <math.h>
+#include <stdlib.h>
 #include <utility>
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/qblocks.cuh"
@@ -425,7 +426,12 @@ cudaError_t hx_k_mv_fused(cudaStream_t st, int count, const hx_dmat *const *Ws, 
 
 cudaError_t hx_k_linear(cudaStream_t st, hx_gemm_scratch *gs, const hx_dmat *W, const float *x, int n, float *y,
                         const float *bias, bool accumulate) {
-    if (n < HX_CUBLAS_MIN_N || !gs || is_plain(W)) {
+    static int min_n = -1; // HX_CUDA_CUBLAS_MIN_N overrides the batch size from which cuBLAS is used
+    if (min_n < 0) {
+        const char *v = getenv("HX_CUDA_CUBLAS_MIN_N");
+        min_n = v && atoi(v) > 0 ? atoi(v) : HX_CUBLAS_MIN_N;
+    }
+    if (n < min_n || !gs || is_plain(W)) {
         switch (W->type) {
 #define X(T) case T: launch_matmul<T>(st, W, x, n, y, bias, accumulate); break;
             HX_CUDA_TYPES(X)
@@ -571,11 +577,107 @@ k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, c
     }
 }
 
+// Decode only (one token): the rope kernel folded into attention. Block = one
+// query head: it norms and rotates its q, and the current token's k of its KV
+// head (every head of a GQA group recomputes it, the group's first head stores
+// k and v into the caches), then attends over the cached positions plus the
+// current one, whose k and v it takes from registers rounded to f16 exactly as
+// the cache would hold them. Saves a launch per layer.
+__global__ void __launch_bounds__(ATT_THREADS)
+k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
+                     __half *kc, __half *vc, float *__restrict__ out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
+                     int window, float base, float rope_scale, int neox, const float *q_norm, const float *k_norm,
+                     float eps) {
+    pdl_trigger();
+    pdl_wait();
+    extern __shared__ float sm[];
+    float *qs = sm, *kcur = sm + hd, *red = kcur + hd, *sc = red + 32;
+    int h = blockIdx.x, group = nh / nkvh, kvh = h / group;
+    int p = *d_pos;
+    int half = hd / 2;
+    size_t kvrow = (size_t)nkvh * hd;
+    // q and the current k: norm + rope, pair j per thread
+    for (int which = 0; which < 2; which++) {
+        const float *src = which ? k + (size_t)kvh * hd : q + (size_t)h * hd;
+        const float *nw = which ? k_norm : q_norm;
+        float *dst = which ? kcur : qs;
+        float ss = 0.0f;
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) ss += src[d] * src[d];
+        float nsc = 1.0f;
+        if (nw) nsc = rsqrtf(block_sum(ss, red) / hd + eps);
+        for (int j = threadIdx.x; j < half; j += blockDim.x) {
+            int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
+            float x0 = src[a], x1 = src[b];
+            if (nw) { x0 = x0 * nsc * nw[a]; x1 = x1 * nsc * nw[b]; }
+            double theta = ((double)p / rope_scale) * pow((double)base, -2.0 * j / hd);
+            float cs = (float)cos(theta), sn = (float)sin(theta);
+            dst[a] = x0 * cs - x1 * sn;
+            dst[b] = x0 * sn + x1 * cs;
+        }
+        __syncthreads();
+    }
+    const float *vcur = v + (size_t)kvh * hd;
+    if (h % group == 0) {
+        size_t off = (size_t)p * kvrow + (size_t)kvh * hd;
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            kc[off + d] = __float2half(kcur[d]);
+            vc[off + d] = __float2half(vcur[d]);
+        }
+    }
+    int first = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    int len = p - first + 1;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const __half *kbase = kc + (size_t)kvh * hd;
+    for (int t = warp; t < len; t += nw) {
+        int pos = first + t;
+        float s = 0.0f;
+        if (pos == p)
+            for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], __half2float(__float2half(kcur[d])), s);
+        else {
+            const __half *kr = kbase + (size_t)pos * kvrow;
+            for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], __half2float(kr[d]), s);
+        }
+        s = warp_sum(s) * scale;
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+        if (lane == 0) sc[t] = s;
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int t = threadIdx.x; t < len; t += blockDim.x) mx = fmaxf(mx, sc[t]);
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int t = threadIdx.x; t < len; t += blockDim.x) { float e = __expf(sc[t] - mx); sc[t] = e; sum += e; }
+    sum = block_sum(sum, red);
+    float inv = 1.0f / sum;
+    const __half *vbase = vc + (size_t)first * kvrow + (size_t)kvh * hd;
+    float *o = out + (size_t)h * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int t = 0; t < len - 1; t++) acc = fmaf(sc[t], __half2float(vbase[(size_t)t * kvrow + d]), acc);
+        acc = fmaf(sc[len - 1], __half2float(__float2half(vcur[d])), acc);
+        o[d] = acc * inv;
+    }
+}
+
 cudaError_t hx_k_attention_prepare(int hd, int max_ctx, size_t *smem) {
-    *smem = sizeof(float) * ((size_t)hd + 32 + (size_t)max_ctx);
-    if (*smem > 48 * 1024)
-        return cudaFuncSetAttribute(k_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
+    *smem = sizeof(float) * (2 * (size_t)hd + 32 + (size_t)max_ctx);
+    if (*smem > 48 * 1024) {
+        cudaError_t rc = cudaFuncSetAttribute(k_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
+        if (rc == cudaSuccess)
+            rc = cudaFuncSetAttribute(k_attn_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
+        return rc;
+    }
     return cudaSuccess;
+}
+
+cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, const float *v, __half *kc, __half *vc,
+                             float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
+                             int window, int max_ctx, float base, float rope_scale, bool neox, const float *q_norm,
+                             const float *k_norm, float eps) {
+    size_t smem = sizeof(float) * (2 * (size_t)hd + 32 + (size_t)max_ctx);
+    LAUNCH(k_attn_decode_kernel, nh, ATT_THREADS, smem, st, q, k, v, kc, vc, out, d_pos, nh, nkvh, hd, scale, softcap,
+           window, base, rope_scale, neox, q_norm, k_norm, eps);
+    return cudaGetLastError();
 }
 
 cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, const __half *vc, float *out,

@@ -64,6 +64,12 @@ cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v,
 cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, const __half *vc, float *out,
                            const int *d_pos, int n, int nh, int nkvh, int hd, float scale, float softcap, int window,
                            int max_ctx);
+// Decode (n = 1): hx_k_rope_store + hx_k_attention in one launch (q, k, v of
+// the one token; k/v also stored into the caches at *d_pos).
+cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, const float *v, __half *kc, __half *vc,
+                             float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
+                             int window, int max_ctx, float base, float rope_scale, bool neox, const float *q_norm,
+                             const float *k_norm, float eps);
 // g = act(g) * u over count elements (act: 0 SiLU, 1 GELU-tanh)
 cudaError_t hx_k_glu(cudaStream_t st, float *g, const float *u, size_t count, int act);
 cudaError_t hx_k_add(cudaStream_t st, float *x, const float *o, size_t count);
