@@ -6,6 +6,9 @@
 #include "core/pool.h"
 #include "model/model.h"
 #include "tok/tok.h"
+#ifdef HX_HAVE_CUDA
+#include "backend/cuda/cuda.h"
+#endif
 
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -17,6 +20,8 @@ struct hx_embedder {
     hx_tok *tok;
     hx_pool *pool;
     int max_tokens;
+    int max_seqs;   /* 0 = by BATCH_TOKENS only */
+    void *gpu;      /* hx_cuda_bert when running on CUDA */
     char fingerprint[256];
 };
 
@@ -62,6 +67,9 @@ hx_status hx_embedder_open(const char *path, int n_threads, hx_embedder **out, h
 
 void hx_embedder_free(hx_embedder *em) {
     if (!em) return;
+#ifdef HX_HAVE_CUDA
+    hx_cuda_bert_free(em->gpu);
+#endif
     hx_model_free(em->model);
     hx_tok_free(em->tok);
     hx_pool_free(em->pool);
@@ -73,6 +81,31 @@ const char *hx_embedder_fingerprint(const hx_embedder *em) { return em->fingerpr
 void hx_embedder_set_max_tokens(hx_embedder *em, int max_tokens) {
     if (max_tokens >= 2 && max_tokens <= em->model->cfg.n_ctx_train) em->max_tokens = max_tokens;
 }
+
+void hx_embedder_set_batch(hx_embedder *em, int max_seqs) { em->max_seqs = max_seqs > 0 ? max_seqs : 0; }
+
+hx_status hx_embedder_set_device(hx_embedder *em, const char *device, hx_error *e) {
+    bool want = !strcmp(device, "cuda"), maybe = !strcmp(device, "auto");
+    if (!want && !maybe && strcmp(device, "cpu"))
+        return hx_err(e, HX_ERR_ARG, "embed: device '%s' (cpu, cuda or auto)", device);
+#ifdef HX_HAVE_CUDA
+    hx_cuda_bert_free(em->gpu);
+    em->gpu = NULL;
+    if (!want && !maybe) return HX_OK;
+    hx_cuda_bert *b = NULL;
+    hx_error e2 = {0};
+    hx_status st = hx_cuda_bert_new(em->model, -1, &b, want ? e : &e2);
+    if (st && want) return st;
+    em->gpu = b;
+    return HX_OK;
+#else
+    (void)em;
+    if (want) return hx_err(e, HX_ERR_DEVICE, "embed: this build has no CUDA backend");
+    return HX_OK;
+#endif
+}
+
+const char *hx_embedder_device(const hx_embedder *em) { return em->gpu ? "cuda" : "cpu"; }
 
 typedef struct item { int index, len; int32_t *ids; } item;
 
@@ -106,13 +139,18 @@ hx_status hx_embed(hx_embedder *em, const char *const *texts, int n, float *out,
     qsort(it, (size_t)n, sizeof *it, by_len);
     for (int b = 0; b < n;) {
         int nb = 0, tok = 0;
-        while (b + nb < n && (nb == 0 || tok + it[b + nb].len <= BATCH_TOKENS)) {
+        while (b + nb < n && (nb == 0 || tok + it[b + nb].len <= BATCH_TOKENS) && (!em->max_seqs || nb < em->max_seqs)) {
             memcpy(batch_ids + tok, it[b + nb].ids, (size_t)it[b + nb].len * sizeof *batch_ids);
             lens[nb] = it[b + nb].len;
             tok += it[b + nb].len;
             nb++;
         }
-        if ((st = hx_bert_encode(em->model, em->pool, batch_ids, lens, nb, HX_POOL_MEAN, true, vec, e))) goto done;
+#ifdef HX_HAVE_CUDA
+        if (em->gpu) st = hx_cuda_bert_encode(em->gpu, batch_ids, lens, nb, HX_POOL_MEAN, true, vec, e);
+        else
+#endif
+        st = hx_bert_encode(em->model, em->pool, batch_ids, lens, nb, HX_POOL_MEAN, true, vec, e);
+        if (st) goto done;
         for (int k = 0; k < nb; k++) memcpy(out + (size_t)it[b + k].index * E, vec + (size_t)k * E, (size_t)E * sizeof *out);
         b += nb;
     }

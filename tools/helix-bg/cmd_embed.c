@@ -9,15 +9,18 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: helix-bg embed -m MODEL [--format json|f32] [-t THREADS] [--max-tokens N]\n"
+               "                       [--batch N] [--device cpu|cuda|auto]\n"
                "  MODEL: a BERT .gguf or a Hugging Face folder (config.json, model.safetensors, vocab.txt)\n"
                "  reads one text per line from stdin; writes one embedding per line (JSON array of\n"
-               "  floats, L2-normalized mean pooling) or, with --format f32, raw little-endian floats.\n");
+               "  floats, L2-normalized mean pooling) or, with --format f32, raw little-endian floats.\n"
+               "  --batch N: sequences per forward (default: up to 8192 tokens); --device (default cpu).\n");
 }
 
 int cmd_embed(int argc, char **argv) {
     const char *model = NULL;
     bool raw = false;
-    int threads = 0, max_tokens = 256;
+    int threads = 0, max_tokens = 256, batch = 0;
+    const char *device = "cpu";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -25,6 +28,8 @@ int cmd_embed(int argc, char **argv) {
         else if (!strcmp(a, "-m") && more) model = argv[++i];
         else if (!strcmp(a, "-t") && more) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--max-tokens") && more) max_tokens = atoi(argv[++i]);
+        else if (!strcmp(a, "--batch") && more) batch = atoi(argv[++i]);
+        else if (!strcmp(a, "--device") && more) device = argv[++i];
         else if (!strcmp(a, "--format") && more) {
             const char *f = argv[++i];
             if (!strcmp(f, "f32")) raw = true;
@@ -32,12 +37,21 @@ int cmd_embed(int argc, char **argv) {
         } else { fprintf(stderr, "helix-bg embed: bad or incomplete option '%s'\n", a); usage(stderr); return 2; }
     }
     if (!model) { fprintf(stderr, "helix-bg embed: -m MODEL is required\n"); usage(stderr); return 2; }
-    if (threads < 0 || max_tokens < 2) { fprintf(stderr, "helix-bg embed: need -t >= 0 and --max-tokens >= 2\n"); return 2; }
+    if (threads < 0 || max_tokens < 2 || batch < 0) {
+        fprintf(stderr, "helix-bg embed: need -t >= 0, --max-tokens >= 2 and --batch >= 0\n");
+        return 2;
+    }
     hx_error e = {0};
     hx_embedder *em = NULL;
     double t0 = hx_now_s();
     if (hx_embedder_open(model, threads, &em, &e) != HX_OK) { fprintf(stderr, "helix-bg embed: %s\n", e.msg); return 1; }
     hx_embedder_set_max_tokens(em, max_tokens);
+    hx_embedder_set_batch(em, batch);
+    if (hx_embedder_set_device(em, device, &e) != HX_OK) {
+        fprintf(stderr, "helix-bg embed: %s\n", e.msg);
+        hx_embedder_free(em);
+        return 1;
+    }
     double t_load = hx_now_s() - t0;
     /* read all lines */
     size_t cap = 1024, n = 0;
@@ -72,8 +86,8 @@ int cmd_embed(int argc, char **argv) {
         for (int k = 0; k < dim; k++) printf(k ? ", %.7g" : "%.7g", out[i * (size_t)dim + k]);
         puts("]");
     }
-    fprintf(stderr, "helix-bg embed: %zu texts, dim %d, load %.2f s, %.1f texts/s\n", n, dim, t_load,
-            t_embed > 0 ? n / t_embed : 0.0);
+    fprintf(stderr, "helix-bg embed: %zu texts, dim %d, %s, load %.2f s, %.1f texts/s\n", n, dim,
+            hx_embedder_device(em), t_load, t_embed > 0 ? n / t_embed : 0.0);
 done:
     for (size_t i = 0; lines && i < n; i++) free(lines[i]);
     free(lines);

@@ -15,6 +15,9 @@
  *    (exact f32 math, f16 KV cache): prefill logits relative error
  *    (max |gpu - cpu| / max |cpu|) must be < 1e-2, and greedy decode (GPU: one
  *    graph launch per token) must give the same tokens for -n steps (64).
+ * 4. for each -e BERT_MODEL (GGUF or HF folder): embeddings GPU vs CPU (min
+ *    cosine over 200 sentences, must be > 0.9999), GPU sentences/s at batch
+ *    1, 32 and 256 over 1000 sentences of 10-60 words (tokenization included);
  * Exit status 1 when any check fails. */
 #include <math.h>
 #include <stdio.h>
@@ -99,6 +102,96 @@ static hx_status time_matvec(int type, int rows, int cols, hx_rng *r, double *gb
     return st;
 }
 
+/* 1000 sentences of 10-60 words from a fixed word list (seeded): the shape of
+ * the issue's embedding benchmark. Returns malloc'd strings. */
+static char **make_sentences(int n, uint64_t seed) {
+    static const char *W[] = {"the", "a", "model", "engine", "runs", "fast", "on", "small", "machines", "and",
+        "large", "clusters", "while", "users", "write", "notes", "about", "cats", "dogs", "weather", "rain",
+        "tomorrow", "market", "prices", "rise", "fall", "because", "of", "new", "data", "from", "sensors", "in",
+        "the", "city", "river", "flows", "quietly", "through", "old", "town", "people", "walk", "slowly", "under",
+        "bright", "lamps", "music", "plays", "loud", "songs", "every", "night", "kernel", "memory", "bandwidth",
+        "limits", "decode", "speed", "but", "prefill", "is", "compute", "bound", "science", "history", "cooking",
+        "recipe", "needs", "salt", "sugar", "butter", "flour", "eggs", "bake", "for", "twenty", "minutes", "at",
+        "high", "heat", "children", "learn", "math", "with", "games", "teachers", "smile", "students", "ask",
+        "questions", "answers", "arrive", "later", "than", "expected", "train", "station", "crowded", "morning"};
+    const int nw = (int)(sizeof W / sizeof W[0]);
+    hx_rng r;
+    hx_rng_seed(&r, seed);
+    char **out = calloc((size_t)n, sizeof *out);
+    for (int i = 0; out && i < n; i++) {
+        int words = 10 + (int)(hx_rng_u64(&r) % 51);
+        out[i] = malloc((size_t)words * 12 + 2);
+        if (!out[i]) continue;
+        size_t len = 0;
+        for (int k = 0; k < words; k++)
+            len += (size_t)sprintf(out[i] + len, k ? " %s" : "%s", W[hx_rng_u64(&r) % (uint64_t)nw]);
+        out[i][len] = 0;
+    }
+    return out;
+}
+
+/* BERT encoder GPU vs CPU (cosine of every sentence's embedding), then GPU sentences/s at batch 1, 32, 256. */
+static int check_embed(const char *path, bool json) {
+    hx_error e = {0};
+    const int n = 1000, n_cpu = 200;
+    char **sent = make_sentences(n, 42);
+    hx_embedder *cpu = NULL, *gpu = NULL;
+    int rc = 1, dim = 0;
+    float *vc = NULL, *vg = NULL;
+    if (!sent) { fprintf(stderr, "gpu-test: out of memory\n"); return 1; }
+    if (hx_embedder_open(path, 0, &cpu, &e) || hx_embedder_open(path, 0, &gpu, &e) ||
+        hx_embedder_set_device(gpu, "cuda", &e)) {
+        fprintf(stderr, "gpu-test: %s: %s\n", path, e.msg);
+        goto out;
+    }
+    dim = hx_embedder_dim(cpu);
+    vc = malloc(sizeof(float) * (size_t)n * dim);
+    vg = malloc(sizeof(float) * (size_t)n * dim);
+    if (!vc || !vg) goto out;
+    hx_embedder_set_batch(cpu, 32);
+    hx_embedder_set_batch(gpu, 32);
+    if (hx_embed(cpu, (const char *const *)sent, n_cpu, vc, &e) || hx_embed(gpu, (const char *const *)sent, n_cpu, vg, &e)) {
+        fprintf(stderr, "gpu-test: %s: %s\n", path, e.msg);
+        goto out;
+    }
+    double worst = 1.0;
+    for (int i = 0; i < n_cpu; i++) {
+        double d = 0, a = 0, b = 0;
+        for (int k = 0; k < dim; k++) {
+            d += (double)vc[(size_t)i * dim + k] * vg[(size_t)i * dim + k];
+            a += (double)vc[(size_t)i * dim + k] * vc[(size_t)i * dim + k];
+            b += (double)vg[(size_t)i * dim + k] * vg[(size_t)i * dim + k];
+        }
+        double cs = a > 0 && b > 0 ? d / sqrt(a * b) : 0;
+        if (!(cs >= worst)) worst = cs; /* NaN counts as worst */
+    }
+    int batches[3] = {1, 32, 256};
+    double sps[3] = {0};
+    for (int k = 0; k < 3; k++) {
+        hx_embedder_set_batch(gpu, batches[k]);
+        if (hx_embed(gpu, (const char *const *)sent, 64, vg, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); goto out; } /* warm-up */
+        double t0 = hx_now_s();
+        if (hx_embed(gpu, (const char *const *)sent, n, vg, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); goto out; }
+        sps[k] = n / (hx_now_s() - t0);
+    }
+    bool ok = worst > 0.9999;
+    if (json)
+        printf("{\"test\":\"embed\",\"model\":\"%s\",\"min_cosine_vs_cpu\":%.9f,\"sent_per_s_b1\":%.1f,"
+               "\"sent_per_s_b32\":%.1f,\"sent_per_s_b256\":%.1f,\"ok\":%s}\n",
+               path, worst, sps[0], sps[1], sps[2], ok ? "true" : "false");
+    else
+        printf("embed %s: GPU vs CPU min cosine %.7f over %d sentences; GPU %.0f / %.0f / %.0f sentences/s at batch "
+               "1 / 32 / 256 (%d sentences of 10-60 words, tokenization included) — %s\n",
+               path, worst, n_cpu, sps[0], sps[1], sps[2], n, ok ? "PASS" : "FAIL");
+    rc = ok ? 0 : 1;
+out:
+    for (int i = 0; i < n; i++) free(sent[i]);
+    free(sent); free(vc); free(vg);
+    hx_embedder_free(cpu);
+    hx_embedder_free(gpu);
+    return rc;
+}
+
 /* GPU against CPU on one model: prefill logits, then greedy tokens. */
 static int check_model(const char *path, int n_prompt, int n_gen, bool json) {
     hx_error e = {0};
@@ -176,7 +269,8 @@ out:
 int cmd_gpu_test(int argc, char **argv) {
 #ifdef HX_HAVE_CUDA
     bool quick = false, json = false, probe = false;
-    const char *models[16];
+    const char *models[16], *emodels[8];
+    int n_emodels = 0;
     int n_models = 0, n_prompt = 32, n_gen = 64;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -185,10 +279,11 @@ int cmd_gpu_test(int argc, char **argv) {
         else if (!strcmp(a, "--probe")) probe = true;
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "-m") && more && n_models < 16) models[n_models++] = argv[++i];
+        else if (!strcmp(a, "-e") && more && n_emodels < 8) emodels[n_emodels++] = argv[++i];
         else if (!strcmp(a, "-p") && more) n_prompt = atoi(argv[++i]);
         else if (!strcmp(a, "-n") && more) n_gen = atoi(argv[++i]);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: helix-bg gpu-test [--quick] [--json] [-m MODEL.gguf ...] [-p PROMPT_TOKENS] [-n STEPS]\n"
+            printf("usage: helix-bg gpu-test [--quick] [--json] [-m MODEL.gguf ...] [-e BERT_MODEL ...] [-p PROMPT_TOKENS] [-n STEPS]\n"
                    "       helix-bg gpu-test --probe   (exit 0: a GPU is usable; 77: not, with the reason)\n");
             return 0;
         } else {
@@ -241,6 +336,7 @@ int cmd_gpu_test(int argc, char **argv) {
         printf(" %s\n", ok ? "ok" : "FAIL");
     }
     for (int i = 0; i < n_models; i++) fails += check_model(models[i], n_prompt, n_gen, json);
+    for (int i = 0; i < n_emodels; i++) fails += check_embed(emodels[i], json);
     printf("\ngpu-test: %s\n", fails ? "FAILED" : "all checks passed");
     return fails ? 1 : 0;
 #else

@@ -61,6 +61,16 @@ int hx_cuda_n_ctx(const hx_cuda_ctx *c);
 /* Load statistics: bytes of weights uploaded and seconds taken. */
 void hx_cuda_load_stats(const hx_cuda_ctx *c, size_t *bytes, double *seconds);
 
+/* ---- the BERT encoder on the GPU (issue 6) ----
+ * Same contract as hx_bert_encode (src/backend/cpu/bert.h): sequences
+ * concatenated in ids, lens[i] tokens each; pooling 0 none, 1 mean, 2 CLS;
+ * out gets n_seq (or sum(lens) for none) rows of n_embd floats. */
+typedef struct hx_cuda_bert hx_cuda_bert;
+hx_status hx_cuda_bert_new(const hx_model *m, int device, hx_cuda_bert **out, hx_error *e);
+void hx_cuda_bert_free(hx_cuda_bert *b);
+hx_status hx_cuda_bert_encode(hx_cuda_bert *b, const int32_t *ids, const int *lens, int n_seq, int pooling,
+                              bool normalize, float *out, hx_error *e);
+
 /* ---- measurements and kernel checks (gpu-test, tests) ---- */
 /* Device-to-device copy of `bytes`: GB/s counting bytes read plus written, median of reps. */
 hx_status hx_cuda_copy_bandwidth(size_t bytes, int reps, double *gbps, hx_error *e);

@@ -1,0 +1,413 @@
+// bert.cu — the BERT encoder (all-MiniLM-L6-v2 and friends) on the GPU; the
+// same recipe as src/backend/cpu/bert.c:
+//   x = LN(tok_embd[id] + pos_embd[pos] + type_embd[0])
+//   per layer: x = LN(x + Wo attn(Wq x, Wk x, Wv x) + bo);  x = LN(x + Wd gelu(Wu x + bu) + bd)
+//   then mean (or CLS) pooling per sequence and L2 normalization.
+// Sequences of a batch are concatenated (no padding); the projections are
+// cuBLAS GEMMs over all tokens (f32 storage, TF32 tensor cores; HX_CUDA_BERT_FP32=1
+// for plain f32 math), attention is one block per (sequence, head) with K and
+// V of that sequence in shared memory.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda.h"
+extern "C" {
+#include "core/core.h"
+#include "quant/quant.h"
+}
+
+static hx_status bfail(hx_error *e, cudaError_t rc, int line, const char *what) {
+    if (e) {
+        e->status = HX_ERR_DEVICE;
+        snprintf(e->msg, sizeof e->msg, "cuda bert: line %d: %s: %s", line, what, cudaGetErrorString(rc));
+    }
+    return HX_ERR_DEVICE;
+}
+#define BK(call) do { cudaError_t rc_ = (call); if (rc_ != cudaSuccess) return bfail(e, rc_, __LINE__, #call); } while (0)
+
+struct blayer {
+    float *wqkv, *bqkv;   // (3E, E), (3E)
+    float *wo, *bo;       // (E, E)
+    float *ln1w, *ln1b;
+    float *wu, *bu;       // (F, E)
+    float *wd, *bd;       // (E, F)
+    float *ln2w, *ln2b;
+};
+
+struct hx_cuda_bert {
+    hx_model_config cfg;
+    cudaStream_t st;
+    cublasHandle_t blas;
+    bool fp32;
+    std::vector<void *> allocs;
+    float *tok, *pos, *type0, *lnw, *lnb;
+    std::vector<blayer> L;
+    int cap_tok, cap_seq;
+    float *x, *qkv, *att, *y, *h, *out;
+    int *d_ids, *d_posid, *d_starts, *d_lens;
+};
+
+static hx_status up_mat(hx_cuda_bert *b, const hx_tensor *t, int64_t n, float **dst, hx_error *e) {
+    *dst = NULL;
+    if (!t->data) return HX_OK;
+    std::vector<float> tmp((size_t)n);
+    hx_dequantize_row(t->type, t->data, tmp.data(), n);
+    void *d = NULL;
+    BK(cudaMalloc(&d, sizeof(float) * n));
+    b->allocs.push_back(d);
+    BK(cudaMemcpy(d, tmp.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
+    *dst = (float *)d;
+    return HX_OK;
+}
+
+// Several host tensors (each n_i floats) concatenated into one device array.
+static hx_status up_cat(hx_cuda_bert *b, const hx_tensor *const *ts, const int64_t *ns, int k, float **dst,
+                        hx_error *e) {
+    int64_t total = 0;
+    for (int i = 0; i < k; i++) total += ns[i];
+    std::vector<float> tmp((size_t)total, 0.0f);
+    int64_t off = 0;
+    for (int i = 0; i < k; i++) {
+        if (ts[i]->data) hx_dequantize_row(ts[i]->type, ts[i]->data, tmp.data() + off, ns[i]);
+        off += ns[i];
+    }
+    void *d = NULL;
+    BK(cudaMalloc(&d, sizeof(float) * total));
+    b->allocs.push_back(d);
+    BK(cudaMemcpy(d, tmp.data(), sizeof(float) * total, cudaMemcpyHostToDevice));
+    *dst = (float *)d;
+    return HX_OK;
+}
+
+extern "C" void hx_cuda_bert_free(hx_cuda_bert *b) {
+    if (!b) return;
+    for (void *p : b->allocs) cudaFree(p);
+    float *bufs[] = {b->x, b->qkv, b->att, b->y, b->h, b->out};
+    for (float *p : bufs) if (p) cudaFree(p);
+    int *ib[] = {b->d_ids, b->d_posid, b->d_starts, b->d_lens};
+    for (int *p : ib) if (p) cudaFree(p);
+    if (b->blas) cublasDestroy(b->blas);
+    if (b->st) cudaStreamDestroy(b->st);
+    delete b;
+}
+
+extern "C" hx_status hx_cuda_bert_new(const hx_model *m, int device, hx_cuda_bert **out, hx_error *e) {
+    *out = NULL;
+    const hx_model_config *c = &m->cfg;
+    if (c->arch != HX_ARCH_BERT) return hx_err(e, HX_ERR_ARG, "cuda bert: model is %s, not bert", c->arch_name);
+    if (c->head_dim > 64 || c->n_embd != c->n_head * c->head_dim)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda bert: head_dim %d (the attention kernel takes <= 64)", c->head_dim);
+    hx_cuda_device dev;
+    hx_status s = hx_cuda_init(device, &dev, e);
+    if (s) return s;
+    hx_cuda_bert *b = new hx_cuda_bert();
+    b->cfg = *c;
+    b->fp32 = getenv("HX_CUDA_BERT_FP32") != NULL;
+#define TRYB(x) do { hx_status s_ = (x); if (s_) { hx_cuda_bert_free(b); return s_; } } while (0)
+    cudaError_t rc = cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking);
+    if (rc != cudaSuccess) { hx_cuda_bert_free(b); return bfail(e, rc, __LINE__, "stream"); }
+    if (cublasCreate(&b->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(b->blas, b->st) != CUBLAS_STATUS_SUCCESS) {
+        hx_cuda_bert_free(b);
+        return hx_err(e, HX_ERR_DEVICE, "cuda bert: cublasCreate failed");
+    }
+    const int64_t E = c->n_embd, F = c->n_ff;
+    TRYB(up_mat(b, &m->tok_embd, (int64_t)c->n_vocab * E, &b->tok, e));
+    TRYB(up_mat(b, &m->pos_embd, m->pos_embd.ne[1] * E, &b->pos, e));
+    TRYB(up_mat(b, &m->type_embd, E, &b->type0, e));
+    TRYB(up_mat(b, &m->embd_norm, E, &b->lnw, e));
+    TRYB(up_mat(b, &m->embd_norm_b, E, &b->lnb, e));
+    if (!b->tok || !b->pos || !b->lnw || !b->lnb) {
+        hx_cuda_bert_free(b);
+        return hx_err(e, HX_ERR_FORMAT, "cuda bert: embedding tensors missing");
+    }
+    b->L.resize(c->n_layer);
+    for (int l = 0; l < c->n_layer; l++) {
+        const hx_layer_weights *W = &m->layers[l];
+        blayer *D = &b->L[l];
+        const hx_tensor *qkv[3] = {&W->wq, &W->wk, &W->wv}, *bqkv[3] = {&W->bq, &W->bk, &W->bv};
+        int64_t nw[3] = {E * E, E * E, E * E}, nb[3] = {E, E, E};
+        TRYB(up_cat(b, qkv, nw, 3, &D->wqkv, e));
+        TRYB(up_cat(b, bqkv, nb, 3, &D->bqkv, e));
+        TRYB(up_mat(b, &W->wo, E * E, &D->wo, e));
+        TRYB(up_mat(b, &W->bo, E, &D->bo, e));
+        TRYB(up_mat(b, &W->attn_post_norm, E, &D->ln1w, e));
+        TRYB(up_mat(b, &W->attn_post_norm_b, E, &D->ln1b, e));
+        TRYB(up_mat(b, &W->ffn_up, F * E, &D->wu, e));
+        TRYB(up_mat(b, &W->ffn_up_b, F, &D->bu, e));
+        TRYB(up_mat(b, &W->ffn_down, E * F, &D->wd, e));
+        TRYB(up_mat(b, &W->ffn_down_b, E, &D->bd, e));
+        TRYB(up_mat(b, &W->ffn_post_norm, E, &D->ln2w, e));
+        TRYB(up_mat(b, &W->ffn_post_norm_b, E, &D->ln2b, e));
+        if (!D->wo || !D->wu || !D->wd || !D->ln1w || !D->ln2w) {
+            hx_cuda_bert_free(b);
+            return hx_err(e, HX_ERR_FORMAT, "cuda bert: layer %d weights missing", l);
+        }
+    }
+    size_t smem = (size_t)2 * c->n_ctx_train * c->head_dim * sizeof(__half);
+    if (smem > 227 * 1024) {
+        hx_cuda_bert_free(b);
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda bert: %d positions x head_dim %d do not fit the attention kernel",
+                      c->n_ctx_train, c->head_dim);
+    }
+    *out = b;
+    return HX_OK;
+#undef TRYB
+}
+
+// ---- kernels ----
+
+__device__ float bsum(float v, float *red) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// LayerNorm of row r (dim E) held in v[] (E <= 4 * blockDim): x = (v - mean)/sqrt(var + eps) * w + b
+__device__ void ln_row(float *v, int E, const float *w, const float *b, float eps, float *dst, float *red) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < E; i += blockDim.x) s += v[i];
+    float mean = bsum(s, red) / E;
+    float q = 0.0f;
+    for (int i = threadIdx.x; i < E; i += blockDim.x) { float d = v[i] - mean; q += d * d; }
+    float inv = rsqrtf(bsum(q, red) / E + eps);
+    for (int i = threadIdx.x; i < E; i += blockDim.x) dst[i] = (v[i] - mean) * inv * w[i] + b[i];
+}
+
+__global__ void k_bert_embed(const int *ids, const int *posid, const float *tok, const float *pos, const float *type0,
+                             const float *lnw, const float *lnb, float *x, int E, float eps) {
+    extern __shared__ float row[];
+    __shared__ float red[32];
+    int t = blockIdx.x;
+    const float *tr = tok + (size_t)ids[t] * E, *pr = pos + (size_t)posid[t] * E;
+    for (int i = threadIdx.x; i < E; i += blockDim.x) row[i] = tr[i] + pr[i] + (type0 ? type0[i] : 0.0f);
+    __syncthreads();
+    ln_row(row, E, lnw, lnb, eps, x + (size_t)t * E, red);
+}
+
+// x = LN(x + y + bias)
+__global__ void k_bert_res_ln(float *x, const float *y, const float *bias, const float *w, const float *b, int E,
+                              float eps) {
+    extern __shared__ float row[];
+    __shared__ float red[32];
+    size_t off = (size_t)blockIdx.x * E;
+    for (int i = threadIdx.x; i < E; i += blockDim.x) row[i] = x[off + i] + (y[off + i] + (bias ? bias[i] : 0.0f));
+    __syncthreads();
+    ln_row(row, E, w, b, eps, x + off, red);
+}
+
+__global__ void k_bert_bias(float *y, const float *b, int rows, size_t count, int gelu) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+        float v = y[i] + b[i % rows];
+        if (gelu) v = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+        y[i] = v;
+    }
+}
+
+// grid (n_seq, H), 256 threads: K and V of the sequence's head in shared
+// memory (f16), one warp per query row, lanes over keys, then lanes over dims.
+__global__ void k_bert_attn(const float *qkv, float *out, const int *starts, const int *lens, int H, int D,
+                            float scale) {
+    extern __shared__ __half kv[];
+    int s = blockIdx.x, h = blockIdx.y, L = lens[s], t0 = starts[s], E = H * D, W3 = 3 * E;
+    __half *ks = kv, *vs = kv + (size_t)L * D;
+    float *qsh = (float *)(kv + (size_t)2 * L * D); // per warp: 64 floats of the query row
+    for (int i = threadIdx.x; i < L * D; i += blockDim.x) {
+        int t = i / D, d = i % D;
+        const float *r = qkv + (size_t)(t0 + t) * W3 + h * D + d;
+        ks[i] = __float2half(r[E]);
+        vs[i] = __float2half(r[2 * E]);
+    }
+    __syncthreads();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int qi = warp; qi < L; qi += nw) {
+        const float *q = qkv + (size_t)(t0 + qi) * W3 + h * D;
+        float *qw = qsh + warp * 64;
+        for (int d = lane; d < D; d += 32) qw[d] = q[d];
+        __syncwarp();
+        float sc[16];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            int t = lane + 32 * k;
+            float acc = -INFINITY;
+            if (t < L) {
+                acc = 0.0f;
+                const __half *kr = ks + (size_t)t * D;
+                for (int d = 0; d < D; d++) acc = fmaf(qw[d], __half2float(kr[d]), acc);
+                acc *= scale;
+            }
+            sc[k] = acc;
+            mx = fmaxf(mx, acc);
+        }
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 16; k++) { sc[k] = lane + 32 * k < L ? __expf(sc[k] - mx) : 0.0f; sum += sc[k]; }
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        float inv = 1.0f / sum;
+        float o0 = 0.0f, o1 = 0.0f;
+        int nk = (L + 31) / 32;
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            if (k >= nk) break;
+            for (int src = 0; src < 32; src++) {
+                float p = __shfl_sync(0xffffffffu, sc[k], src);
+                int t = 32 * k + src;
+                if (t >= L) break;
+                const __half *vr = vs + (size_t)t * D;
+                if (lane < D) o0 = fmaf(p, __half2float(vr[lane]), o0);
+                if (lane + 32 < D) o1 = fmaf(p, __half2float(vr[lane + 32]), o1);
+            }
+        }
+        float *orow = out + (size_t)(t0 + qi) * E + h * D;
+        if (lane < D) orow[lane] = o0 * inv;
+        if (lane + 32 < D) orow[lane + 32] = o1 * inv;
+        __syncwarp();
+    }
+}
+
+// block per sequence: mean (or CLS) pooling and L2 normalization
+__global__ void k_bert_pool(const float *x, const int *starts, const int *lens, float *out, int E, int cls,
+                            int normalize) {
+    extern __shared__ float row[];
+    __shared__ float red[32];
+    int s = blockIdx.x, t0 = starts[s], L = lens[s];
+    for (int i = threadIdx.x; i < E; i += blockDim.x) {
+        float acc = 0.0f;
+        if (cls) acc = x[(size_t)t0 * E + i];
+        else {
+            for (int t = 0; t < L; t++) acc += x[(size_t)(t0 + t) * E + i];
+            acc /= L;
+        }
+        row[i] = acc;
+    }
+    __syncthreads();
+    float n2 = 0.0f;
+    for (int i = threadIdx.x; i < E; i += blockDim.x) n2 += row[i] * row[i];
+    n2 = bsum(n2, red);
+    float inv = normalize && n2 > 0 ? rsqrtf(n2) : 1.0f;
+    for (int i = threadIdx.x; i < E; i += blockDim.x) out[(size_t)s * E + i] = row[i] * inv;
+}
+
+// y (T, rows) = x (T, cols) W^T
+static bool gemm(hx_cuda_bert *b, const float *W, int rows, int cols, const float *x, int T, float *y) {
+    float alpha = 1.0f, beta = 0.0f;
+    return cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, T, cols, &alpha, W, CUDA_R_32F, cols, x, CUDA_R_32F,
+                        cols, &beta, y, CUDA_R_32F, rows,
+                        b->fp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32,
+                        CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+}
+
+static hx_status grow(hx_cuda_bert *b, int T, int n_seq, hx_error *e) {
+    const hx_model_config *c = &b->cfg;
+    if (T > b->cap_tok) {
+        float **fb[] = {&b->x, &b->qkv, &b->att, &b->y, &b->h};
+        size_t dims[] = {(size_t)c->n_embd, 3 * (size_t)c->n_embd, (size_t)c->n_embd, (size_t)c->n_embd,
+                         (size_t)c->n_ff};
+        for (int i = 0; i < 5; i++) {
+            if (*fb[i]) cudaFree(*fb[i]);
+            *fb[i] = NULL;
+            BK(cudaMalloc((void **)fb[i], sizeof(float) * dims[i] * T));
+        }
+        int **ib[] = {&b->d_ids, &b->d_posid};
+        for (int i = 0; i < 2; i++) {
+            if (*ib[i]) cudaFree(*ib[i]);
+            *ib[i] = NULL;
+            BK(cudaMalloc((void **)ib[i], sizeof(int) * T));
+        }
+        b->cap_tok = T;
+    }
+    if (n_seq > b->cap_seq || T > b->cap_tok) {
+        if (b->out) cudaFree(b->out);
+        if (b->d_starts) cudaFree(b->d_starts);
+        if (b->d_lens) cudaFree(b->d_lens);
+        b->out = NULL; b->d_starts = b->d_lens = NULL;
+        int rows = n_seq > T ? n_seq : T; // pooling NONE writes T rows
+        BK(cudaMalloc((void **)&b->out, sizeof(float) * c->n_embd * rows));
+        BK(cudaMalloc((void **)&b->d_starts, sizeof(int) * n_seq));
+        BK(cudaMalloc((void **)&b->d_lens, sizeof(int) * n_seq));
+        b->cap_seq = n_seq;
+    }
+    return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_bert_encode(hx_cuda_bert *b, const int32_t *ids, const int *lens, int n_seq,
+                                         int pooling, bool normalize, float *out, hx_error *e) {
+    const hx_model_config *c = &b->cfg;
+    if (n_seq <= 0) return hx_err(e, HX_ERR_ARG, "cuda bert: no sequences");
+    std::vector<int> starts(n_seq), posid;
+    int T = 0;
+    for (int s = 0; s < n_seq; s++) {
+        if (lens[s] < 1 || lens[s] > c->n_ctx_train)
+            return hx_err(e, HX_ERR_RANGE, "sequence %d has %d tokens; the model takes 1..%d", s, lens[s], c->n_ctx_train);
+        starts[s] = T;
+        for (int i = 0; i < lens[s]; i++) posid.push_back(i);
+        T += lens[s];
+    }
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= c->n_vocab)
+            return hx_err(e, HX_ERR_RANGE, "token id %d out of range (vocab %d)", ids[t], c->n_vocab);
+    hx_status s = grow(b, T, n_seq, e);
+    if (s) return s;
+    cudaStream_t st = b->st;
+    const int E = c->n_embd, F = c->n_ff, H = c->n_head, D = c->head_dim;
+    BK(cudaMemcpyAsync(b->d_ids, ids, sizeof(int) * T, cudaMemcpyHostToDevice, st));
+    BK(cudaMemcpyAsync(b->d_posid, posid.data(), sizeof(int) * T, cudaMemcpyHostToDevice, st));
+    BK(cudaMemcpyAsync(b->d_starts, starts.data(), sizeof(int) * n_seq, cudaMemcpyHostToDevice, st));
+    BK(cudaMemcpyAsync(b->d_lens, lens, sizeof(int) * n_seq, cudaMemcpyHostToDevice, st));
+    int thr = 128;
+    size_t rowsm = sizeof(float) * E;
+    k_bert_embed<<<T, thr, rowsm, st>>>(b->d_ids, b->d_posid, b->tok, b->pos, b->type0, b->lnw, b->lnb, b->x, E,
+                                        c->norm_eps);
+    BK(cudaGetLastError());
+    int max_len = 0;
+    for (int i = 0; i < n_seq; i++) max_len = lens[i] > max_len ? lens[i] : max_len;
+    if (max_len > 512) return hx_err(e, HX_ERR_UNSUPPORTED, "cuda bert: sequences of more than 512 tokens");
+    size_t asm_ = (size_t)2 * max_len * D * sizeof(__half) + 8 * 64 * sizeof(float);
+    if (asm_ > 48 * 1024) BK(cudaFuncSetAttribute(k_bert_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)asm_));
+    size_t n3 = (size_t)T * 3 * E, nf = (size_t)T * F;
+    auto grid = [](size_t n) { size_t g = (n + 255) / 256; return (int)(g > 65535 * 4 ? 65535 * 4 : g); };
+    for (int l = 0; l < c->n_layer; l++) {
+        blayer *Lw = &b->L[l];
+        if (!gemm(b, Lw->wqkv, 3 * E, E, b->x, T, b->qkv)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
+        k_bert_bias<<<grid(n3), 256, 0, st>>>(b->qkv, Lw->bqkv, 3 * E, n3, 0);
+        dim3 ag(n_seq, H);
+        k_bert_attn<<<ag, 256, asm_, st>>>(b->qkv, b->att, b->d_starts, b->d_lens, H, D, c->attn_scale);
+        BK(cudaGetLastError());
+        if (!gemm(b, Lw->wo, E, E, b->att, T, b->y)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
+        k_bert_res_ln<<<T, thr, rowsm, st>>>(b->x, b->y, Lw->bo, Lw->ln1w, Lw->ln1b, E, c->norm_eps);
+        if (!gemm(b, Lw->wu, F, E, b->x, T, b->h)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
+        k_bert_bias<<<grid(nf), 256, 0, st>>>(b->h, Lw->bu, F, nf, 1);
+        if (!gemm(b, Lw->wd, E, F, b->h, T, b->y)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
+        k_bert_res_ln<<<T, thr, rowsm, st>>>(b->x, b->y, Lw->bd, Lw->ln2w, Lw->ln2b, E, c->norm_eps);
+        BK(cudaGetLastError());
+    }
+    if (pooling == 0) {
+        BK(cudaMemcpyAsync(out, b->x, sizeof(float) * E * T, cudaMemcpyDeviceToHost, st));
+        BK(cudaStreamSynchronize(st));
+        if (normalize)
+            for (int t = 0; t < T; t++) {
+                double n2 = 0;
+                for (int i = 0; i < E; i++) n2 += (double)out[(size_t)t * E + i] * out[(size_t)t * E + i];
+                float inv = n2 > 0 ? (float)(1.0 / sqrt(n2)) : 0.0f;
+                for (int i = 0; i < E; i++) out[(size_t)t * E + i] *= inv;
+            }
+        return HX_OK;
+    }
+    k_bert_pool<<<n_seq, thr, rowsm, st>>>(b->x, b->d_starts, b->d_lens, b->out, E, pooling == 2, normalize);
+    BK(cudaGetLastError());
+    BK(cudaMemcpyAsync(out, b->out, sizeof(float) * E * n_seq, cudaMemcpyDeviceToHost, st));
+    BK(cudaStreamSynchronize(st));
+    return HX_OK;
+}
