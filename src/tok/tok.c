@@ -54,6 +54,7 @@ struct hx_tok {
     pcre2_code *re[6];  /* BPE pre-tokenizer: regexes applied in sequence, each splitting every fragment */
     int n_re;
     int32_t *specials; size_t n_specials; /* control/user tokens, longest first */
+    bool spec_first[256]; /* bytes that start some special token: the scan skips every other position */
     int byte_to_cp[256]; int cp_to_byte[512];
 };
 
@@ -237,6 +238,7 @@ hx_status hx_tok_load_gguf(const char *path, hx_tok **out, hx_error *e) {
     for (int32_t i = 0; i < t->n; i++)
         if ((t->type[i] == HX_TT_CONTROL || t->type[i] == HX_TT_USER) && t->plen[i] > 0) t->specials[t->n_specials++] = i;
     qsort_r(t->specials, t->n_specials, sizeof *t->specials, cmp_spec, t);
+    for (size_t k = 0; k < t->n_specials; k++) t->spec_first[(unsigned char)t->piece[t->specials[k]][0]] = true;
     hx_gguf_close(g);
     *out = t;
     return HX_OK;
@@ -255,6 +257,7 @@ static hx_status tok_finish(hx_tok *t, const char *path, hx_error *e) {
     for (int32_t i = 0; i < t->n; i++)
         if ((t->type[i] == HX_TT_CONTROL || t->type[i] == HX_TT_USER) && t->plen[i] > 0) t->specials[t->n_specials++] = i;
     qsort_r(t->specials, t->n_specials, sizeof *t->specials, cmp_spec, t);
+    for (size_t k = 0; k < t->n_specials; k++) t->spec_first[(unsigned char)t->piece[t->specials[k]][0]] = true;
     return HX_OK;
 }
 
@@ -727,7 +730,7 @@ hx_status hx_tok_encode(const hx_tok *t, const char *text, size_t n, bool add_sp
     size_t start = 0, i = 0;
     while (i <= n) {
         int32_t hit = -1;
-        if (i < n)
+        if (i < n && t->spec_first[(unsigned char)text[i]])
             for (size_t k = 0; k < t->n_specials; k++) {
                 int32_t id = t->specials[k];
                 if (!parse_special && t->type[id] == HX_TT_CONTROL) continue;
