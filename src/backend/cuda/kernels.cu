@@ -88,6 +88,11 @@ static cudaError_t launch_k(void (*k)(KArgs...), dim3 grid, dim3 block, size_t s
 #ifndef HX_MV_WARPS
 #define HX_MV_WARPS 4
 #endif
+#ifndef HX_MV_UNROLL
+#define HX_MV_UNROLL 2
+#endif
+#define HX_PRAGMA(x) _Pragma(#x)
+#define HX_UNROLL(n) HX_PRAGMA(unroll n)
 enum { MV_WARPS = HX_MV_WARPS, MM_TILE = 8 };
 
 // Each row is split over `wpr` warps of the block (1, 2 or 4: more warps per
@@ -113,7 +118,7 @@ k_matmul(const uint8_t *__restrict__ W, size_t row_bytes, int cols, int rows, co
 #pragma unroll
     for (int t = 0; t < TILE; t++) acc[t] = 0.0f;
     int nparts = live ? cols / Q::QK * Q::PARTS : 0;
-#pragma unroll 2
+HX_UNROLL(HX_MV_UNROLL)
     for (int p = sub * WARP + lane; p < nparts; p += WARP * wpr) {
         int blk = p / Q::PARTS, part = p % Q::PARTS;
         const float *xb = x0 + blk * Q::QK;
@@ -170,7 +175,7 @@ k_mv_multi(hx_mv_set s, int cols, const float *__restrict__ x, const float *__re
     pdl_wait();
     float a0 = 0.0f, a1 = 0.0f;
     int nparts = live ? cols / Q::QK * Q::PARTS : 0;
-#pragma unroll 2
+HX_UNROLL(HX_MV_UNROLL)
     for (int p = sub * WARP + lane; p < nparts; p += WARP * wpr) {
         int blk = p / Q::PARTS, part = p % Q::PARTS;
         const float *xb = x + blk * Q::QK;
