@@ -12,7 +12,17 @@ grep -q "pp32" <<< "$out" && grep -q "tg8" <<< "$out"
 import json, sys
 rows = [json.loads(l) for l in sys.stdin]
 assert [r["test"] for r in rows] == ["pp16", "tg4"], rows
-assert all(r["tokens_per_s"] > 0 and r["mix"] == "Q8_0" for r in rows), rows'
+assert all(r["tokens_per_s"] > 0 and r["mix"] == "q8_0" for r in rows), rows'
+# --jsonl: exactly the keys of bench/results.jsonl
+"$BIN" bench -m "$M" -p 16 -n 4 -r 1 -t 2 --jsonl | python3 -c '
+import json, re, sys
+rows = [json.loads(l) for l in sys.stdin]
+keys = ["date", "commit", "device", "engine", "model", "mix", "test", "tokens_per_s"]
+assert [list(r) for r in rows] == [keys, keys], rows
+assert [r["test"] for r in rows] == ["pp16", "tg4"], rows
+for r in rows:
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", r["date"]) and r["commit"] and r["engine"] == "helix", r
+    assert r["model"] == "stories260K-Q8_0" and r["mix"] == "q8_0" and r["tokens_per_s"] > 0, r'
 fail=0
 for args in "-p -1 -m $M" "-m /nonexistent.gguf" "--bogus" "-m $M --device tpu" ""; do
   if "$BIN" bench $args >/dev/null 2>/tmp/hx_bench_err.$$; then echo "FAIL: accepted: $args"; fail=1; fi

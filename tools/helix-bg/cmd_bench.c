@@ -10,10 +10,13 @@
 #include "backend/cuda/cuda.h"
 #endif
 
+#include "hx_version.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/wait.h>
 
@@ -26,7 +29,9 @@ static void usage(FILE *f) {
         "  -t N          threads (default: all CPUs)\n"
         "  --kv f16|f32  KV cache type (default f16)\n"
         "  --device cpu|cuda  backend (default cpu); cuda decodes with greedy argmax on the GPU\n"
-        "  --json        one JSON object per test on stdout\n"
+        "  --json        one JSON object per test on stdout (with stddev, size, threads)\n"
+        "  --jsonl       one line per test for bench/results.jsonl: date, commit, device,\n"
+        "                engine, model, mix, test, tokens_per_s\n"
         "  --synth P:M   benchmark a random-weight model of preset P in mix M\n"
         "                (written by 'helix-bg synth' to a temporary file)\n");
 }
@@ -80,6 +85,52 @@ static const char *main_type(const hx_model *m) {
     return hx_type_name(best);
 }
 
+/* The llama.cpp file-type name of general.file_type ("q4_k_m"), else the
+ * dominant weight type in lower case. */
+static void mix_name(const hx_model *m, char *out, size_t n) {
+    static const char *ft[] = {"f32", "f16", "q4_0", "q4_1", NULL, NULL, NULL, "q8_0", "q5_0", "q5_1", "q2_k",
+                               "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k"};
+    uint64_t v;
+    const char *s = NULL;
+    if (hx_gguf_get_u64(m->gguf, "general.file_type", &v)) {
+        if (v < sizeof ft / sizeof *ft) s = ft[v];
+        else if (v == 32) s = "bf16";
+    }
+    snprintf(out, n, "%s", s ? s : main_type(m));
+    for (char *c = out; *c; c++) if (*c >= 'A' && *c <= 'Z') *c = (char)(*c - 'A' + 'a');
+}
+
+/* Bytes of weights a decode step reads: every tensor but the token embedding
+ * (a row lookup), which counts when it doubles as the output matrix. */
+static uint64_t decode_weight_bytes(const hx_model *m) {
+    uint64_t b = 0;
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        const hx_gguf_tensor *t = &m->gguf->tensors[i];
+        if (!m->cfg.tied_output && t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) continue;
+        b += t->n_bytes;
+    }
+    return b;
+}
+
+/* The CPU's model name from /proc/cpuinfo ("cpu" when unknown). */
+static void cpu_name(char *out, size_t n) {
+    snprintf(out, n, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10)) continue;
+        char *v = strchr(line, ':');
+        if (!v) break;
+        v++;
+        while (*v == ' ' || *v == '\t') v++;
+        v[strcspn(v, "\n")] = 0;
+        snprintf(out, n, "%s", v);
+        break;
+    }
+    fclose(f);
+}
+
 /* One forward on whichever backend is open. */
 static hx_status fwd(hx_cpu_ctx *c, void *g, const int32_t *t, int n, int pos, float *logits, bool all, hx_error *e) {
 #ifdef HX_HAVE_CUDA
@@ -93,7 +144,7 @@ static hx_status fwd(hx_cpu_ctx *c, void *g, const int32_t *t, int n, int pos, f
 int cmd_bench(int argc, char **argv) {
     const char *path = NULL, *synth = NULL;
     int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, kv = HX_TYPE_F16;
-    bool json = false, gpu = false;
+    bool json = false, jsonl = false, gpu = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -111,6 +162,7 @@ int cmd_bench(int argc, char **argv) {
             else { fprintf(stderr, "helix-bg bench: --kv takes f16 or f32, not '%s'\n", k); return 2; }
         }
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--jsonl")) jsonl = true;
         else if (!strcmp(a, "--device") && more) {
             const char *d = argv[++i];
             if (!strcmp(d, "cuda")) gpu = true;
@@ -203,13 +255,45 @@ int cmd_bench(int argc, char **argv) {
             tg[r] = n_gen / (hx_now_s() - t0);
         }
     }
-    const char *name = synth ? synth : (strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
+    /* model and mix: the synth spec's two halves, else the file name and general.file_type */
+    char name[128], mix[32];
+    if (synth) {
+        const char *colon = strchr(synth, ':');
+        snprintf(name, sizeof name, "%.*s", (int)(colon - synth), synth);
+        snprintf(mix, sizeof mix, "%s", colon + 1);
+    } else {
+        const char *b = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        size_t len = strlen(b);
+        if (len > 5 && !strcmp(b + len - 5, ".gguf")) len -= 5;
+        snprintf(name, sizeof name, "%.*s", (int)len, b);
+        mix_name(m, mix, sizeof mix);
+    }
     double size_mib = (double)m->gguf->file_size / (1024.0 * 1024);
     int nt = threads > 0 ? threads : hx_cpu_count();
-    const char *mix = main_type(m);
-    if (!json) {
-        printf("| %-32s | %12s | %-5s | %4s | %-7s | %20s |\n", "model", "size", "mix", "thr", "test", "t/s");
-        printf("|%s|%s|%s|%s|%s|%s|\n", "----------------------------------", "--------------", "-------", "------", "---------", "----------------------");
+    char device[300];
+    double copy_gbps = 0; /* the GPU's device-to-device copy bandwidth, the ceiling for tg */
+#ifdef HX_HAVE_CUDA
+    if (gctx) {
+        hx_cuda_device dev;
+        snprintf(device, sizeof device, "%s", hx_cuda_init(-1, &dev, &e) == HX_OK ? dev.name : "cuda");
+        if (n_gen > 0 && !jsonl && hx_cuda_copy_bandwidth((size_t)256 << 20, 10, &copy_gbps, &e) != HX_OK) copy_gbps = 0;
+    } else
+#endif
+    {
+        char cpu[256];
+        cpu_name(cpu, sizeof cpu);
+        snprintf(device, sizeof device, "%s (%d threads)", cpu, nt);
+    }
+    char date[16] = "unknown";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(date, sizeof date, "%Y-%m-%d", &tm);
+    double wgb = (double)decode_weight_bytes(m) / 1e9;
+    if (!json && !jsonl) {
+        printf("| %-20s | %-6s | %10s | %6s | %-6s | %20s | %8s | %18s |\n", "model", "mix", "size", "thr", "test", "t/s",
+               "ms/tok", copy_gbps > 0 ? "weights GB/s (copy)" : "weights GB/s");
+        printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", "----------------------", "--------", "------------", "--------",
+               "--------", "----------------------", "----------", "--------------------");
     }
     for (int k = 0; k < 2; k++) {
         int n = k == 0 ? n_prompt : n_gen;
@@ -218,15 +302,27 @@ int cmd_bench(int argc, char **argv) {
         stats(k == 0 ? pp : tg, reps, &mean, &sd);
         char test[32];
         snprintf(test, sizeof test, "%s%d", k == 0 ? "pp" : "tg", n);
-        if (json)
+        if (jsonl)
+            printf("{\"date\": \"%s\", \"commit\": \"%s\", \"device\": \"%s\", \"engine\": \"helix\", "
+                   "\"model\": \"%s\", \"mix\": \"%s\", \"test\": \"%s\", \"tokens_per_s\": %.2f}\n",
+                   date, HX_GIT_COMMIT, device, name, mix, test, mean);
+        else if (json)
             printf("{\"engine\": \"helix\", \"device\": \"%s\", \"model\": \"%s\", \"mix\": \"%s\", \"size_bytes\": %llu, "
-                   "\"threads\": %d, \"test\": \"%s\", \"reps\": %d, \"tokens_per_s\": %.3f, \"stddev\": %.3f}\n",
-                   gpu ? "cuda" : "cpu", name, mix, (unsigned long long)m->gguf->file_size, nt, test, reps, mean, sd);
-        else if (gpu)
-            printf("| %-32s | %8.2f MiB | %-5s | %4s | %-7s | %10.2f ± %7.2f |\n", name, size_mib, mix, "cuda", test, mean, sd);
-        else
-            printf("| %-32s | %8.2f MiB | %-5s | %4d | %-7s | %10.2f ± %7.2f |\n", name, size_mib, mix, nt, test, mean, sd);
+                   "\"threads\": %d, \"test\": \"%s\", \"reps\": %d, \"tokens_per_s\": %.3f, \"stddev\": %.3f, "
+                   "\"ms_per_token\": %.4f, \"commit\": \"%s\"}\n",
+                   device, name, mix, (unsigned long long)m->gguf->file_size, gpu ? 0 : nt, test, reps, mean, sd,
+                   1e3 / mean, HX_GIT_COMMIT);
+        else {
+            char bw[32] = "";
+            if (k == 1 && copy_gbps > 0) snprintf(bw, sizeof bw, "%.0f (%.0f%%)", wgb * mean, 100 * wgb * mean / copy_gbps);
+            else if (k == 1) snprintf(bw, sizeof bw, "%.1f", wgb * mean);
+            char thr[8];
+            snprintf(thr, sizeof thr, "%d", nt);
+            printf("| %-20s | %-6s | %6.1f MiB | %6s | %-6s | %9.2f ± %8.2f | %8.3f | %18s |\n", name, mix, size_mib,
+                   gpu ? "cuda" : thr, test, mean, sd, 1e3 / mean, bw);
+        }
     }
+    if (!json && !jsonl) printf("commit %s, %s, %s\n", HX_GIT_COMMIT, device, date);
     rc = 0;
 done:
     free(logits); free(toks); free(pp); free(tg);
