@@ -58,7 +58,7 @@ static uint8_t *rand_matrix(int type, int rows, int cols, hx_rng *r, float **deq
 }
 
 /* max |y - ref| / max |ref| against a float64 reference; NaN (unwritten) counts as failure. */
-static double check_linear(int type, int rows, int cols, int n, hx_rng *r, hx_error *e, hx_status *st) {
+static double check_linear(int type, int rows, int cols, int n, bool q8, hx_rng *r, hx_error *e, hx_status *st) {
     float *deq = NULL;
     uint8_t *w = rand_matrix(type, rows, cols, r, &deq);
     float *x = malloc(sizeof(float) * (size_t)n * cols), *y = malloc(sizeof(float) * (size_t)n * rows);
@@ -66,7 +66,7 @@ static double check_linear(int type, int rows, int cols, int n, hx_rng *r, hx_er
     *st = HX_OK;
     if (!w || !x || !y) { *st = hx_err(e, HX_ERR_NOMEM, "gpu-test: out of memory"); goto out; }
     for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = hx_rng_normal(r);
-    if ((*st = hx_cuda_linear_check(type, rows, cols, w, n, x, y, 0, NULL, e))) goto out;
+    if ((*st = hx_cuda_linear_check(type, rows, cols, w, n, x, y, q8, 0, NULL, e))) goto out;
     double maxref = 0, maxd = 0;
     for (int t = 0; t < n; t++)
         for (int i = 0; i < rows; i++) {
@@ -84,7 +84,7 @@ out:
 }
 
 /* Matvec GB/s (weight bytes / median time) at a decode shape. */
-static hx_status time_matvec(int type, int rows, int cols, hx_rng *r, double *gbs, double *us, hx_error *e) {
+static hx_status time_matvec(int type, int rows, int cols, bool q8, hx_rng *r, double *gbs, double *us, hx_error *e) {
     size_t rb = hx_row_size(type, cols);
     uint8_t *w = malloc(rb * rows);
     float *x = malloc(sizeof(float) * cols), *y = malloc(sizeof(float) * rows);
@@ -96,7 +96,7 @@ static hx_status time_matvec(int type, int rows, int cols, hx_rng *r, double *gb
     hx_quantize_row(type, row, w, cols);
     for (int i = 1; i < rows; i++) memcpy(w + rb * i, w, rb);
     double ms = 0;
-    hx_status st = hx_cuda_linear_check(type, rows, cols, w, 1, x, y, 200, &ms, e);
+    hx_status st = hx_cuda_linear_check(type, rows, cols, w, 1, x, y, q8, 200, &ms, e);
     if (!st) { *gbs = (double)rb * rows / (ms * 1e-3) / 1e9; *us = ms * 1e3; }
     free(w); free(x); free(y); free(row);
     return st;
@@ -315,11 +315,11 @@ int cmd_gpu_test(int argc, char **argv) {
         int qk = hx_type_get(t)->block_size < 32 ? 32 : hx_type_get(t)->block_size;
         int cols = qk * (qk == 256 ? 5 : 37), rows = 301; /* odd shapes */
         hx_status st;
-        double e1 = check_linear(t, rows, cols, 1, &r, &e, &st);
+        double e1 = check_linear(t, rows, cols, 1, false, &r, &e, &st);
         if (st) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
-        double e5 = check_linear(t, rows, cols, 5, &r, &e, &st);
+        double e5 = check_linear(t, rows, cols, 5, false, &r, &e, &st);
         if (st) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
-        double e64 = check_linear(t, 97, cols, 64, &r, &e, &st);
+        double e64 = check_linear(t, 97, cols, 64, false, &r, &e, &st);
         if (st) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
         bool ok = e1 < 1e-4 && e5 < 1e-4 && e64 < 1e-2;
         fails += !ok;
@@ -327,13 +327,29 @@ int cmd_gpu_test(int argc, char **argv) {
         int shapes[3][2] = {{4096, 4096}, {1024, 3072}, {151936, 1024}};
         for (int s = 0; s < (quick ? 1 : 3); s++) {
             double gbs = 0, us = 0;
-            if (time_matvec(t, shapes[s][0], shapes[s][1], &r, &gbs, &us, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
+            if (time_matvec(t, shapes[s][0], shapes[s][1], false, &r, &gbs, &us, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
             printf(" %6.0f GB/s %3.0f%% %7.1f us |", gbs, 100.0 * gbs / bw, us);
             if (json)
                 fprintf(stderr, "{\"test\":\"matvec\",\"type\":\"%s\",\"rows\":%d,\"cols\":%d,\"gbs\":%.1f,\"pct_copy\":%.1f,\"us\":%.2f}\n",
                         hx_type_name(t), shapes[s][0], shapes[s][1], gbs, 100.0 * gbs / bw, us);
         }
         printf(" %s\n", ok ? "ok" : "FAIL");
+        /* the decode path with 8-bit activations (types that have it): error bound by the activation rounding */
+        double eq = check_linear(t, rows, cols, 1, true, &r, &e, &st);
+        if (st == HX_ERR_UNSUPPORTED) continue;
+        if (st) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
+        bool okq = eq < 2e-2;
+        fails += !okq;
+        printf("%-6s %12.2e %12s %12s  ", " +q8", eq, "", "");
+        for (int s = 0; s < (quick ? 1 : 3); s++) {
+            double gbs = 0, us = 0;
+            if (time_matvec(t, shapes[s][0], shapes[s][1], true, &r, &gbs, &us, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
+            printf(" %6.0f GB/s %3.0f%% %7.1f us |", gbs, 100.0 * gbs / bw, us);
+            if (json)
+                fprintf(stderr, "{\"test\":\"matvec_q8\",\"type\":\"%s\",\"rows\":%d,\"cols\":%d,\"gbs\":%.1f,\"pct_copy\":%.1f,\"us\":%.2f}\n",
+                        hx_type_name(t), shapes[s][0], shapes[s][1], gbs, 100.0 * gbs / bw, us);
+        }
+        printf(" %s\n", okq ? "ok" : "FAIL");
     }
     for (int i = 0; i < n_models; i++) fails += check_model(models[i], n_prompt, n_gen, json);
     for (int i = 0; i < n_emodels; i++) fails += check_embed(emodels[i], json);

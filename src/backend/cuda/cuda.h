@@ -79,9 +79,11 @@ hx_status hx_cuda_gemm_tflops(int m, int n, int k, int reps, double *tflops, hx_
 /* Y (n, rows) = X (n, cols) W^T on the GPU with the forward's kernels, W given
  * in `type` on the host (rows x row_bytes). Y is poisoned (NaN) before the run.
  * When ms is not NULL, the product is also timed: median milliseconds of reps
- * runs after warm-up, with CUDA events. */
+ * runs after warm-up, with CUDA events. q8: the decode path with 8-bit
+ * activations instead (x quantized on the GPU, dp4a kernel; n must be 1;
+ * HX_ERR_UNSUPPORTED for types without it). */
 hx_status hx_cuda_linear_check(int type, int rows, int cols, const void *w, int n, const float *x, float *y,
-                               int reps, double *ms, hx_error *e);
+                               bool q8, int reps, double *ms, hx_error *e);
 /* Whether the GPU kernels handle weights of this type. */
 bool hx_cuda_type_supported(int type);
 

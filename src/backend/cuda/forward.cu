@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <map>
+#include <string>
 #include <vector>
 #include <algorithm>
 
@@ -51,7 +53,8 @@ struct hx_cuda_ctx {
     uint8_t *wbuf;                 // every weight matrix, as stored
     size_t wbytes;
     double load_s;
-    std::vector<void *> small;     // norm / bias vectors (f32)
+    std::vector<void *> small;     // norm / bias vectors (f32), rope tables
+    const float2 *rope_tab[2];     // (cos, sin) per position and pair for rope_base / rope_base_swa, or NULL
     hx_dmat tok_embd, output;
     float *out_norm;
     std::vector<dlayer> L;
@@ -67,7 +70,57 @@ struct hx_cuda_ctx {
     int n_past;
     char *dump_dir;
     std::vector<int> dump_pos;
+    // HX_CUDA_PROFILE: decode steps run without the graph, with an event after
+    // every kernel; the time between events is summed per kernel label and
+    // printed (stderr) when the context is freed.
+    int mvq;                       // decode with 8-bit activations: 0 off, 1 q/k/v + gate/up, 2 every matrix (default)
+    int8_t *xq; float *xd;         // the quantized activation vector (mvq)
+    float *apart; unsigned *acount; // split-K decode attention: partials, per-head counters
+    const char *skip;              // HX_CUDA_SKIP (timing experiments only)
+    bool prof;
+    std::vector<cudaEvent_t> pev;
+    std::vector<const char *> plab;
+    size_t pn;
+    std::map<std::string, std::pair<long, double>> ptab; // label -> (calls, ms)
+    long prof_tokens;
 };
+
+static bool skipped(const char *list, const char *label) {
+    size_t n = strlen(label);
+    for (const char *p = list; (p = strstr(p, label)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return true;
+    return false;
+}
+
+// Marks the end of the kernel just enqueued (profiling only).
+static cudaError_t prof_mark(hx_cuda_ctx *c, const char *label) {
+    if (c->pn == c->pev.size()) {
+        cudaEvent_t ev;
+        cudaError_t rc = cudaEventCreate(&ev);
+        if (rc != cudaSuccess) return rc;
+        c->pev.push_back(ev);
+        c->plab.push_back(NULL);
+    }
+    c->plab[c->pn] = label;
+    return cudaEventRecord(c->pev[c->pn++], c->st);
+}
+
+static void prof_report(hx_cuda_ctx *c) {
+    if (!c->prof || c->prof_tokens == 0) return;
+    double total = 0;
+    for (auto &kv : c->ptab) total += kv.second.second;
+    std::vector<std::pair<double, std::string>> rows;
+    for (auto &kv : c->ptab) rows.push_back({-kv.second.second, kv.first});
+    std::sort(rows.begin(), rows.end());
+    fprintf(stderr, "cuda profile: %ld decode steps, %.3f ms per token (kernel to kernel, no graph, no PDL overlap)\n",
+            c->prof_tokens, total / c->prof_tokens);
+    fprintf(stderr, "  %-22s %10s %12s %12s %7s\n", "kernel", "calls/tok", "us/call", "us/token", "share");
+    for (auto &r : rows) {
+        auto &v = c->ptab[r.second];
+        fprintf(stderr, "  %-22s %10.1f %12.2f %12.2f %6.1f%%\n", r.second.c_str(), (double)v.first / c->prof_tokens,
+                1e3 * v.second / v.first, 1e3 * v.second / c->prof_tokens, 100 * v.second / total);
+    }
+}
 
 // ---- upload ----
 
@@ -147,6 +200,8 @@ static hx_status upload_all(hx_cuda_ctx *c, std::vector<pending> &plan, hx_error
 
 extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     if (!c) return;
+    prof_report(c);
+    for (auto ev : c->pev) cudaEventDestroy(ev);
     if (c->graph_ready) cudaGraphExecDestroy(c->graph);
     for (auto p : c->small) cudaFree(p);
     for (auto p : c->kc) cudaFree(p);
@@ -154,6 +209,10 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     float *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->o, c->gate, c->up, c->logits};
     for (float *b : bufs) if (b) cudaFree(b);
     if (c->d_tok) cudaFree(c->d_tok);
+    if (c->xq) cudaFree(c->xq);
+    if (c->apart) cudaFree(c->apart);
+    if (c->acount) cudaFree(c->acount);
+    if (c->xd) cudaFree(c->xd);
     if (c->d_pos) cudaFree(c->d_pos);
     if (c->d_next) cudaFree(c->d_next);
     if (c->h_io) cudaFreeHost(c->h_io);
@@ -187,6 +246,70 @@ static hx_status ensure_scratch(hx_cuda_ctx *c, int n, hx_error *e) {
     return HX_OK;
 }
 
+// (cos, sin) of every position below n_ctx for each rotary pair, computed on the
+// host with the formula of the kernels (double theta, then float), so the decode
+// kernel reads two floats instead of running pow/cos/sin in double. Skipped
+// (NULL: the kernel computes) when the table would exceed 256 MiB.
+static hx_status rope_table(hx_cuda_ctx *c, float base, const float2 **out, hx_error *e) {
+    *out = NULL;
+    int half = c->cfg.head_dim / 2;
+    size_t count = (size_t)c->n_ctx * half;
+    if (count * sizeof(float2) > ((size_t)256 << 20)) return HX_OK;
+    float rs = c->cfg.rope_scale > 0 ? c->cfg.rope_scale : 1.0f;
+    std::vector<float2> t(count);
+    for (int p = 0; p < c->n_ctx; p++)
+        for (int j = 0; j < half; j++) {
+            double theta = ((double)p / rs) * pow((double)base, -2.0 * j / c->cfg.head_dim);
+            t[(size_t)p * half + j] = make_float2((float)cos(theta), (float)sin(theta));
+        }
+    float2 *d = NULL;
+    CK(cudaMalloc((void **)&d, count * sizeof(float2)));
+    c->small.push_back(d);
+    CK(cudaMemcpy(d, t.data(), count * sizeof(float2), cudaMemcpyHostToDevice));
+    *out = d;
+    return HX_OK;
+}
+
+// Decode: matrices sharing the input x (q/k/v), each run of equal type and row
+// length in one fused launch with the RMSNorm in front (q4_k_m models mix Q4_K
+// and Q6_K here: two launches instead of a norm and three).
+static cudaError_t mv_runs(cudaStream_t st, int count, const hx_dmat *const *Ws, const float *x, const float *norm_w,
+                           float eps, float *const *ys, const float *const *bs) {
+    for (int i = 0; i < count;) {
+        int j = i + 1;
+        while (j < count && Ws[j]->type == Ws[i]->type && Ws[j]->cols == Ws[i]->cols) j++;
+        cudaError_t rc = hx_k_mv_fused(st, j - i, Ws + i, x, norm_w, eps, ys + i, bs + i, false, -1);
+        if (rc != cudaSuccess) return rc;
+        i = j;
+    }
+    return cudaSuccess;
+}
+
+// Decode with 8-bit activations when every matrix allows it: x (normalized
+// by norm_w when not NULL) quantized once, then one launch per run of equal
+// type (hx_k_mvq). mvq_ok says whether it applies at this level of HX_CUDA_MVQ.
+static bool mvq_ok(const hx_cuda_ctx *c, int level, int count, const hx_dmat *const *Ws) {
+    if (c->mvq < level) return false;
+    for (int i = 0; i < count; i++)
+        if (!hx_k_mvq_supported(Ws[i]) || Ws[i]->cols != Ws[0]->cols) return false;
+    return true;
+}
+static cudaError_t mvq_runs(hx_cuda_ctx *c, int count, const hx_dmat *const *Ws, const float *x, const float *norm_w,
+                            float eps, float *const *ys, const float *const *bs, bool acc, int glu_act) {
+    cudaError_t rc = hx_k_quant_q8(c->st, x, norm_w, eps, Ws[0]->cols, c->xq, c->xd);
+    if (rc != cudaSuccess) return rc;
+    if (glu_act >= 0) return Ws[0]->type == Ws[1]->type ? hx_k_mvq(c->st, 2, Ws, c->xq, c->xd, ys, bs, acc, glu_act)
+                                                        : cudaErrorInvalidValue;
+    for (int i = 0; i < count;) {
+        int j = i + 1;
+        while (j < count && Ws[j]->type == Ws[i]->type) j++;
+        if ((rc = hx_k_mvq(c->st, j - i, Ws + i, c->xq, c->xd, ys + i, bs ? bs + i : NULL, acc, -1)) != cudaSuccess)
+            return rc;
+        i = j;
+    }
+    return cudaSuccess;
+}
+
 extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts, hx_cuda_ctx **out, hx_error *e) {
     *out = NULL;
     const hx_model_config *cfg = &m->cfg;
@@ -207,6 +330,9 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     c->n_ctx = o.n_ctx > 0 ? o.n_ctx : (cfg->n_ctx_train > 0 && cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
     c->use_graph = !o.no_graph && !getenv("HX_CUDA_NO_GRAPH");
     c->no_fuse_attn = getenv("HX_CUDA_NO_FUSE_ATTN") != NULL;
+    c->prof = getenv("HX_CUDA_PROFILE") != NULL;
+    c->skip = getenv("HX_CUDA_SKIP");
+    c->mvq = getenv("HX_CUDA_MVQ") ? atoi(getenv("HX_CUDA_MVQ")) : 2;
     hx_k_set_pdl(dev.cc_major >= 9 && !getenv("HX_CUDA_NO_PDL"));
     double t0 = hx_now_s();
 #define FAIL(x) do { hx_status s_ = (x); if (s_) { hx_cuda_ctx_free(c); return s_; } } while (0)
@@ -289,9 +415,28 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     FAILC(hx_k_attention_prepare(hd, c->n_ctx, &smem));
     if (smem > 227 * 1024) {
         hx_cuda_ctx_free(c);
-        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: context of %d tokens needs %zu KiB of shared memory in the attention "
-                      "kernel (max 227; split-K attention is not built yet): use -c with a smaller value",
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: context of %d tokens needs %zu KiB of shared memory in the "
+                      "prefill attention kernel (max 227; decode is split, prefill is not yet): use -c with a smaller value",
                       c->n_ctx, smem / 1024);
+    }
+    for (int i = 0; i < 2; i++) {
+        float base = i ? cfg->rope_base_swa : cfg->rope_base;
+        bool used = false;
+        for (int l = 0; l < cfg->n_layer; l++) used |= (cfg->layer_is_swa[l] != 0) == (i == 1);
+        if (used) FAIL(rope_table(c, base, &c->rope_tab[i], e));
+    }
+    {
+        size_t nmax = (size_t)cfg->n_embd;
+        size_t dims[] = {(size_t)cfg->n_head * hd, (size_t)cfg->n_ff};
+        for (size_t d : dims) if (d > nmax) nmax = d;
+        FAILC(cudaMalloc((void **)&c->xq, nmax));
+        FAILC(cudaMalloc((void **)&c->xd, sizeof(float) * (nmax / 32 + 1)));
+    }
+    {
+        size_t np = (size_t)cfg->n_head * hx_k_attn_decode_splits(c->n_ctx) * (hd + 2);
+        FAILC(cudaMalloc((void **)&c->apart, sizeof(float) * np));
+        FAILC(cudaMalloc((void **)&c->acount, sizeof(unsigned) * cfg->n_head));
+        FAILC(cudaMemset(c->acount, 0, sizeof(unsigned) * cfg->n_head));
     }
     FAILC(cudaMalloc((void **)&c->d_pos, sizeof(int)));
     FAILC(cudaMalloc((void **)&c->d_next, sizeof(unsigned long long)));
@@ -362,6 +507,11 @@ static hx_status dump_rows(hx_cuda_ctx *c, int pos0, int n, int layer, const cha
 
 #define KC(call) do { cudaError_t rc_ = (call); \
     if (rc_ != cudaSuccess) return cfail(e, rc_, __FILE__, __LINE__, #call); } while (0)
+// KC, then (profiling) an event labelled `label` after the kernel(s)
+// (HX_CUDA_SKIP="label,label": those kernels are not run at all — wrong results,
+// for timing what the others cost inside the graph)
+#define PK(label, call) do { if (c->skip && skipped(c->skip, label)) break; \
+    KC(call); if (c->prof && c->pn < (size_t)1 << 20) KC(prof_mark(c, label)); } while (0)
 
 // Runs n tokens whose ids are in d_tok at positions *d_pos..; pos0 is the same
 // position on the host (used for dumps only). Leaves logits for the last
@@ -372,22 +522,26 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int n, int pos0, int out_rows, 
     int D = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_head, nkvh = cfg->n_head_kv, ff = cfg->n_ff;
     hx_gemm_scratch *gs = &c->gs;
     float eps = cfg->norm_eps;
-    KC(hx_k_embed(st, &c->tok_embd, c->d_tok, n, c->x, cfg->embd_scale ? sqrtf((float)D) : 1.0f));
+    PK("embed", hx_k_embed(st, &c->tok_embd, c->d_tok, n, c->x, cfg->embd_scale ? sqrtf((float)D) : 1.0f));
     float scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)hd);
     float rs = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0f;
     for (int l = 0; l < cfg->n_layer; l++) {
         dlayer *L = &c->L[l];
         if (c->dump_dir) { hx_status s = dump_rows(c, pos0, n, l, "input", c->x, e); if (s) return s; }
         const hx_dmat *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        if (n == 1 && hx_k_mv_fusable(qkv, 3)) {
+        if (n == 1 && mvq_ok(c, 1, 3, qkv)) {
             float *ys[3] = {c->q, c->k, c->v};
             const float *bs[3] = {L->bq, L->bk, L->bv};
-            KC(hx_k_mv_fused(st, 3, qkv, c->x, L->attn_norm, eps, ys, bs, false, -1));
+            PK("qkv (q8 + norm)", mvq_runs(c, 3, qkv, c->x, L->attn_norm, eps, ys, bs, false, -1));
+        } else if (n == 1 && hx_k_mv_fusable(qkv, 1) && hx_k_mv_fusable(qkv + 1, 1) && hx_k_mv_fusable(qkv + 2, 1)) {
+            float *ys[3] = {c->q, c->k, c->v};
+            const float *bs[3] = {L->bq, L->bk, L->bv};
+            PK("qkv (norm fused)", mv_runs(st, 3, qkv, c->x, L->attn_norm, eps, ys, bs));
         } else {
-            KC(hx_k_rmsnorm(st, c->x, L->attn_norm, c->h, n, D, eps));
-            KC(hx_k_linear(st, gs, &L->wq, c->h, n, c->q, L->bq, false));
-            KC(hx_k_linear(st, gs, &L->wk, c->h, n, c->k, L->bk, false));
-            KC(hx_k_linear(st, gs, &L->wv, c->h, n, c->v, L->bv, false));
+            PK("attn_norm", hx_k_rmsnorm(st, c->x, L->attn_norm, c->h, n, D, eps));
+            PK("q", hx_k_linear(st, gs, &L->wq, c->h, n, c->q, L->bq, false));
+            PK("k", hx_k_linear(st, gs, &L->wk, c->h, n, c->k, L->bk, false));
+            PK("v", hx_k_linear(st, gs, &L->wv, c->h, n, c->v, L->bv, false));
         }
         bool swa = cfg->layer_is_swa[l];
         float base = swa ? cfg->rope_base_swa : cfg->rope_base;
@@ -395,56 +549,80 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int n, int pos0, int out_rows, 
         const float *qn = cfg->qk_norm ? L->q_norm : NULL, *kn = cfg->qk_norm ? L->k_norm : NULL;
         bool neox = cfg->rope_style == HX_ROPE_NEOX;
         if (n == 1 && !c->no_fuse_attn) {
-            KC(hx_k_attn_decode(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->att, c->d_pos, nh, nkvh, hd, scale,
-                                cfg->attn_logit_softcap, window, c->n_ctx, base, rs, neox, qn, kn, eps));
+            PK("attention (decode)", hx_k_attn_decode(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->att, c->d_pos, nh, nkvh, hd, scale,
+                                cfg->attn_logit_softcap, window, c->n_ctx, base, rs, neox, qn, kn, eps,
+                                c->rope_tab[swa ? 1 : 0], c->apart, c->acount));
         } else {
-            KC(hx_k_rope_store(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->d_pos, n, nh, nkvh, hd, base, rs, neox,
+            PK("rope+store", hx_k_rope_store(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->d_pos, n, nh, nkvh, hd, base, rs, neox,
                                qn, kn, eps));
-            KC(hx_k_attention(st, c->q, c->kc[l], c->vc[l], c->att, c->d_pos, n, nh, nkvh, hd, scale,
+            PK("attention", hx_k_attention(st, c->q, c->kc[l], c->vc[l], c->att, c->d_pos, n, nh, nkvh, hd, scale,
                               cfg->attn_logit_softcap, window, c->n_ctx));
         }
+        const hx_dmat *wo[1] = {&L->wo};
+        const float *bo[1] = {L->bo};
+        bool wo_q = n == 1 && mvq_ok(c, 2, 1, wo);
         if (cfg->post_norms || c->dump_dir) {
-            KC(hx_k_linear(st, gs, &L->wo, c->att, n, c->o, L->bo, false));
-            if (cfg->post_norms) KC(hx_k_rmsnorm(st, c->o, L->post_attn, c->o, n, D, eps));
+            float *ys[1] = {c->o};
+            if (wo_q) PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, false, -1));
+            else PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->o, L->bo, false));
+            if (cfg->post_norms) PK("post norm", hx_k_rmsnorm(st, c->o, L->post_attn, c->o, n, D, eps));
             if (c->dump_dir) { hx_status s = dump_rows(c, pos0, n, l, "attn", c->o, e); if (s) return s; }
-            KC(hx_k_add(st, c->x, c->o, (size_t)n * D));
+            PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
+        } else if (wo_q) {
+            float *ys[1] = {c->x};
+            PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, true, -1));
         } else {
-            KC(hx_k_linear(st, gs, &L->wo, c->att, n, c->x, L->bo, true));
+            PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->x, L->bo, true));
         }
         const hx_dmat *gu[2] = {&L->gate, &L->up};
         int act = cfg->act == HX_ACT_SILU ? 0 : 1;
-        if (n == 1 && hx_k_mv_fusable(gu, 2)) {
+        if (n == 1 && mvq_ok(c, 1, 2, gu) && L->gate.type == L->up.type) {
             float *ys[2] = {c->gate, c->up};
             const float *bs[2] = {NULL, L->up_b};
-            KC(hx_k_mv_fused(st, 2, gu, c->x, L->ffn_norm, eps, ys, bs, false, act));
+            PK("gate/up+glu (q8 + norm)", mvq_runs(c, 2, gu, c->x, L->ffn_norm, eps, ys, bs, false, act));
+        } else if (n == 1 && hx_k_mv_fusable(gu, 2)) {
+            float *ys[2] = {c->gate, c->up};
+            const float *bs[2] = {NULL, L->up_b};
+            PK("gate/up+glu (norm fused)", hx_k_mv_fused(st, 2, gu, c->x, L->ffn_norm, eps, ys, bs, false, act));
         } else {
-            KC(hx_k_rmsnorm(st, c->x, L->ffn_norm, c->h, n, D, eps));
-            KC(hx_k_linear(st, gs, &L->gate, c->h, n, c->gate, NULL, false));
-            KC(hx_k_linear(st, gs, &L->up, c->h, n, c->up, L->up_b, false));
-            KC(hx_k_glu(st, c->gate, c->up, (size_t)n * ff, act));
+            PK("ffn_norm", hx_k_rmsnorm(st, c->x, L->ffn_norm, c->h, n, D, eps));
+            PK("gate", hx_k_linear(st, gs, &L->gate, c->h, n, c->gate, NULL, false));
+            PK("up", hx_k_linear(st, gs, &L->up, c->h, n, c->up, L->up_b, false));
+            PK("glu", hx_k_glu(st, c->gate, c->up, (size_t)n * ff, act));
         }
+        const hx_dmat *dn[1] = {&L->down};
+        const float *db[1] = {L->down_b};
+        bool dn_q = n == 1 && mvq_ok(c, 2, 1, dn);
         if (cfg->post_norms || c->dump_dir) {
-            KC(hx_k_linear(st, gs, &L->down, c->gate, n, c->o, L->down_b, false));
-            if (cfg->post_norms) KC(hx_k_rmsnorm(st, c->o, L->post_ffn, c->o, n, D, eps));
+            float *ys[1] = {c->o};
+            if (dn_q) PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, false, -1));
+            else PK("down", hx_k_linear(st, gs, &L->down, c->gate, n, c->o, L->down_b, false));
+            if (cfg->post_norms) PK("post norm", hx_k_rmsnorm(st, c->o, L->post_ffn, c->o, n, D, eps));
             if (c->dump_dir) { hx_status s = dump_rows(c, pos0, n, l, "ffn", c->o, e); if (s) return s; }
-            KC(hx_k_add(st, c->x, c->o, (size_t)n * D));
+            PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
+        } else if (dn_q) {
+            float *ys[1] = {c->x};
+            PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, true, -1));
         } else {
-            KC(hx_k_linear(st, gs, &L->down, c->gate, n, c->x, L->down_b, true));
+            PK("down", hx_k_linear(st, gs, &L->down, c->gate, n, c->x, L->down_b, true));
         }
     }
     const float *xs = c->x + (size_t)(n - out_rows) * D;
     const hx_dmat *outm[1] = {&c->output};
     // the norm is fused only for small vocabularies: every block recomputes it
-    if (out_rows == 1 && !c->dump_dir && c->output.rows < 16384 && hx_k_mv_fusable(outm, 1)) {
+    if (out_rows == 1 && !c->dump_dir && mvq_ok(c, 2, 1, outm)) {
         float *ys[1] = {c->logits};
-        KC(hx_k_mv_fused(st, 1, outm, xs, c->out_norm, eps, ys, NULL, false, -1));
+        PK("output (q8 + norm)", mvq_runs(c, 1, outm, xs, c->out_norm, eps, ys, NULL, false, -1));
+    } else if (out_rows == 1 && !c->dump_dir && c->output.rows < 16384 && hx_k_mv_fusable(outm, 1)) {
+        float *ys[1] = {c->logits};
+        PK("output (norm fused)", hx_k_mv_fused(st, 1, outm, xs, c->out_norm, eps, ys, NULL, false, -1));
     } else {
-        KC(hx_k_rmsnorm(st, xs, c->out_norm, c->h, out_rows, D, eps));
+        PK("output_norm", hx_k_rmsnorm(st, xs, c->out_norm, c->h, out_rows, D, eps));
         if (c->dump_dir) { hx_status s = dump_rows(c, pos0 + n - out_rows, out_rows, -1, "final", c->h, e); if (s) return s; }
-        KC(hx_k_linear(st, gs, &c->output, c->h, out_rows, c->logits, NULL, false));
+        PK("output", hx_k_linear(st, gs, &c->output, c->h, out_rows, c->logits, NULL, false));
     }
     if (cfg->final_logit_softcap > 0)
-        KC(hx_k_softcap(st, c->logits, (size_t)out_rows * cfg->n_vocab, cfg->final_logit_softcap));
+        PK("softcap", hx_k_softcap(st, c->logits, (size_t)out_rows * cfg->n_vocab, cfg->final_logit_softcap));
     return HX_OK;
 }
 
@@ -477,6 +655,7 @@ extern "C" hx_status hx_cuda_forward(hx_cuda_ctx *c, const int32_t *tokens, int 
         if (c->graph_ready) { cudaGraphExecDestroy(c->graph); c->graph_ready = false; }
     }
     c->n_past = pos;
+    c->pn = 0; // (profiling: prefill kernels are marked but not counted)
     CK(cudaMemcpyAsync(c->d_tok, tokens, sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
     c->h_io[1] = pos;
     CK(cudaMemcpyAsync(c->d_pos, &c->h_io[1], sizeof(int), cudaMemcpyHostToDevice, c->st));
@@ -497,7 +676,9 @@ extern "C" hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int po
     c->h_io[1] = pos;
     CK(cudaMemcpyAsync(c->d_tok, &c->h_io[0], sizeof(int), cudaMemcpyHostToDevice, c->st));
     CK(cudaMemcpyAsync(c->d_pos, &c->h_io[1], sizeof(int), cudaMemcpyHostToDevice, c->st));
-    if (c->use_graph && !c->dump_dir) {
+    if (c->prof) c->pn = 0;
+    if (c->prof) CK(prof_mark(c, "start"));
+    if (c->use_graph && !c->dump_dir && !c->prof) {
         if (!c->graph_ready) {
             cudaGraph_t g;
             CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
@@ -516,9 +697,20 @@ extern "C" hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int po
     } else {
         if ((s = enqueue_forward(c, 1, pos, 1, e))) return s;
         CK(hx_k_argmax(c->st, c->logits, c->cfg.n_vocab, c->d_next));
+        if (c->prof) CK(prof_mark(c, "argmax"));
     }
     CK(cudaMemcpyAsync(&c->h_io[2], c->d_next, sizeof(unsigned long long), cudaMemcpyDeviceToHost, c->st));
     CK(cudaStreamSynchronize(c->st));
+    if (c->prof) {
+        for (size_t i = 1; i < c->pn; i++) {
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, c->pev[i - 1], c->pev[i]));
+            auto &v = c->ptab[c->plab[i]];
+            v.first++;
+            v.second += ms;
+        }
+        c->prof_tokens++;
+    }
     unsigned long long key;
     memcpy(&key, &c->h_io[2], sizeof key);
     *next = hx_argmax_key_index(key);
@@ -597,17 +789,21 @@ extern "C" hx_status hx_cuda_gemm_tflops(int m, int n, int k, int reps, double *
 }
 
 extern "C" hx_status hx_cuda_linear_check(int type, int rows, int cols, const void *w, int n, const float *x, float *y,
-                                          int reps, double *ms_out, hx_error *e) {
+                                          bool q8, int reps, double *ms_out, hx_error *e) {
     if (!hx_k_type_supported(type)) return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: type %s", hx_type_name(type));
     size_t rb = hx_row_size(type, cols);
     if (!rb) return hx_err(e, HX_ERR_ARG, "cuda: row length %d does not fit type %s", cols, hx_type_name(type));
+    hx_dmat W = {NULL, type, cols, rows, rb};
+    if (q8 && (n != 1 || !hx_k_mvq_supported(&W)))
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: no 8-bit-activation matvec for %s x %d (n %d)", hx_type_name(type), cols, n);
     int dev = 0;
     cudaDeviceProp prop;
     CK(cudaGetDevice(&dev));
     CK(cudaGetDeviceProperties(&prop, dev));
     hx_k_set_pdl(prop.major >= 9 && !getenv("HX_CUDA_NO_PDL"));
-    hx_dmat W = {NULL, type, cols, rows, rb};
     uint8_t *dw = NULL;
+    int8_t *xq = NULL;
+    float *xd = NULL;
     float *dx = NULL, *dy = NULL;
     hx_gemm_scratch gs = {};
     cudaStream_t st = NULL;
@@ -616,12 +812,22 @@ extern "C" hx_status hx_cuda_linear_check(int type, int rows, int cols, const vo
     if (rc == cudaSuccess) rc = cudaMalloc((void **)&dw, rb * rows);
     if (rc == cudaSuccess) rc = cudaMalloc((void **)&dx, sizeof(float) * cols * n);
     if (rc == cudaSuccess) rc = cudaMalloc((void **)&dy, sizeof(float) * rows * n);
+    if (rc == cudaSuccess && q8) rc = cudaMalloc((void **)&xq, cols);
+    if (rc == cudaSuccess && q8) rc = cudaMalloc((void **)&xd, sizeof(float) * (cols / 32));
     if (rc == cudaSuccess) rc = cudaMemcpy(dw, w, rb * rows, cudaMemcpyHostToDevice);
     if (rc == cudaSuccess) rc = cudaMemcpy(dx, x, sizeof(float) * cols * n, cudaMemcpyHostToDevice);
     if (rc == cudaSuccess) rc = cudaMemset(dy, 0xff, sizeof(float) * rows * n); // NaN poison
     if (rc == cudaSuccess && cublasCreate(&gs.blas) != CUBLAS_STATUS_SUCCESS) rc = cudaErrorUnknown;
     W.d = dw;
-    if (rc == cudaSuccess) rc = hx_k_linear(st, &gs, &W, dx, n, dy, NULL, false);
+    const hx_dmat *Ws[1] = {&W};
+    float *ys[1] = {dy};
+    // one product: the float kernels (or cuBLAS) or, with q8, quantize x + the dp4a kernel
+    auto run = [&]() {
+        if (!q8) return hx_k_linear(st, &gs, &W, dx, n, dy, NULL, false);
+        cudaError_t r = hx_k_quant_q8(st, dx, NULL, 0.0f, cols, xq, xd);
+        return r == cudaSuccess ? hx_k_mvq(st, 1, Ws, xq, xd, ys, NULL, false, -1) : r;
+    };
+    if (rc == cudaSuccess) rc = run();
     if (rc == cudaSuccess) rc = cudaStreamSynchronize(st);
     if (rc == cudaSuccess) rc = cudaMemcpy(y, dy, sizeof(float) * rows * n, cudaMemcpyDeviceToHost);
     if (rc == cudaSuccess && ms_out) {
@@ -630,7 +836,7 @@ extern "C" hx_status hx_cuda_linear_check(int type, int rows, int cols, const vo
         std::vector<float> ms;
         for (int r = 0; r < reps + 5 && rc == cudaSuccess; r++) {
             cudaEventRecord(t0, st);
-            rc = hx_k_linear(st, &gs, &W, dx, n, dy, NULL, false);
+            rc = run();
             cudaEventRecord(t1, st);
             cudaEventSynchronize(t1);
             float t = 0;
@@ -644,7 +850,7 @@ extern "C" hx_status hx_cuda_linear_check(int type, int rows, int cols, const vo
     if (gs.wh) cudaFree(gs.wh);
     if (gs.xh) cudaFree(gs.xh);
     if (gs.blas) cublasDestroy(gs.blas);
-    cudaFree(dw); cudaFree(dx); cudaFree(dy);
+    cudaFree(dw); cudaFree(dx); cudaFree(dy); cudaFree(xq); cudaFree(xd);
     if (st) cudaStreamDestroy(st);
     return s;
 }

@@ -82,6 +82,20 @@ static cudaError_t launch_k(void (*k)(KArgs...), dim3 grid, dim3 block, size_t s
     return cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
 }
 #define LAUNCH(k, g, b, smem, st, ...) launch_k(k, dim3(g), dim3(b), (size_t)(smem), st, __VA_ARGS__)
+// The same for kernels of other files (arguments as for cudaLaunchKernel).
+cudaError_t hx_k_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t st, void **args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = g_pdl ? 1 : 0;
+    return cudaLaunchKernelExC(&cfg, fn, args);
+}
 
 // ---- fused dequant x matvec / small matmul ----
 
@@ -328,6 +342,20 @@ bool hx_k_type_supported(int type) {
 
 static bool is_plain(const hx_dmat *W) { return W->cols % 32 != 0; }
 
+// Warps per row: HX_CUDA_WPR (1, 2 or 4, a divisor of MV_WARPS) forces it, for
+// timing variants; otherwise chosen from the row count.
+static int pick_wpr(int rows) {
+    static int forced = -1;
+    if (forced < 0) {
+        const char *v = getenv("HX_CUDA_WPR");
+        int f = v ? atoi(v) : 0;
+        forced = (f == 1 || f == 2 || f == 4) && MV_WARPS % f == 0 ? f : 0;
+    }
+    if (forced) return forced;
+    // enough warps in flight for ~4 waves of 16 warps per SM on an H100-class GPU
+    return rows >= 16384 ? 1 : rows >= 4096 ? 2 : 4;
+}
+
 template <int T>
 static void launch_matmul(cudaStream_t st, const hx_dmat *W, const float *x, int n, float *y, const float *bias,
                           bool acc) {
@@ -339,8 +367,7 @@ static void launch_matmul(cudaStream_t st, const hx_dmat *W, const float *x, int
             return;
         }
     }
-    // warps per row: enough warps in flight for ~4 waves of 16 warps per SM on an H100-class GPU
-    int wpr = W->rows >= 16384 ? 1 : W->rows >= 4096 ? 2 : 4;
+    int wpr = pick_wpr(W->rows);
     int rpb = MV_WARPS / wpr;
     if (n == 1) {
         dim3 grid((W->rows + rpb - 1) / rpb, 1);
@@ -395,7 +422,7 @@ static cudaError_t grow_half(__half **p, size_t *cap, size_t want) {
 template <int T>
 static void launch_mv_multi(cudaStream_t st, const hx_mv_set *s, int cols, const float *x, const float *norm_w,
                             float eps, bool acc, int glu_act) {
-    int wpr = s->total_rows >= 16384 ? 1 : s->total_rows >= 4096 ? 2 : 4;
+    int wpr = pick_wpr(s->total_rows);
     int rpb = MV_WARPS / wpr;
     dim3 block(WARP, MV_WARPS), grid((s->total_rows + rpb - 1) / rpb);
     if (glu_act >= 0) LAUNCH((k_mv_multi<T, true>), grid, block, 0, st, *s, cols, x, norm_w, eps, acc, glu_act, wpr);
@@ -534,7 +561,7 @@ cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v,
     return cudaGetLastError();
 }
 
-enum { ATT_THREADS = 128 };
+enum { ATT_THREADS = 128, ATT_CHUNK = 64, ATT_MAX_SPLITS = 256 };
 
 // grid (nh, n): one block per (query head, token). Scores for every visible
 // cached position go to shared memory, then an exact two-pass softmax, then
@@ -592,17 +619,23 @@ __global__ void __launch_bounds__(ATT_THREADS)
 k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
                      __half *kc, __half *vc, float *__restrict__ out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                      int window, float base, float rope_scale, int neox, const float *q_norm, const float *k_norm,
-                     float eps) {
+                     float eps, const float2 *__restrict__ rope_tab, float *part, unsigned *count, int chunk) {
     pdl_trigger();
     pdl_wait();
     extern __shared__ float sm[];
     float *qs = sm, *kcur = sm + hd, *red = kcur + hd, *sc = red + 32;
-    int h = blockIdx.x, group = nh / nkvh, kvh = h / group;
+    __shared__ bool merge;
+    int h = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y, group = nh / nkvh, kvh = h / group;
     int p = *d_pos;
+    int first = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    int len = p - first + 1, nact = (len + chunk - 1) / chunk;
+    if (split >= nact) return;
+    int t0 = first + split * chunk, t1 = t0 + chunk < p + 1 ? t0 + chunk : p + 1;
+    bool last = t1 == p + 1; // this block holds the current position: it ropes (and stores) k
     int half = hd / 2;
     size_t kvrow = (size_t)nkvh * hd;
-    // q and the current k: norm + rope, pair j per thread
-    for (int which = 0; which < 2; which++) {
+    // q (and, in the last chunk, the current k): norm + rope, pair j per thread
+    for (int which = 0; which < (last ? 2 : 1); which++) {
         const float *src = which ? k + (size_t)kvh * hd : q + (size_t)h * hd;
         const float *nw = which ? k_norm : q_norm;
         float *dst = which ? kcur : qs;
@@ -614,74 +647,172 @@ k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, c
             int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
             float x0 = src[a], x1 = src[b];
             if (nw) { x0 = x0 * nsc * nw[a]; x1 = x1 * nsc * nw[b]; }
-            double theta = ((double)p / rope_scale) * pow((double)base, -2.0 * j / hd);
-            float cs = (float)cos(theta), sn = (float)sin(theta);
+            float cs, sn;
+            if (rope_tab) { // the same values, computed once on the host
+                float2 t = rope_tab[(size_t)p * half + j];
+                cs = t.x; sn = t.y;
+            } else {
+                double theta = ((double)p / rope_scale) * pow((double)base, -2.0 * j / hd);
+                cs = (float)cos(theta); sn = (float)sin(theta);
+            }
             dst[a] = x0 * cs - x1 * sn;
             dst[b] = x0 * sn + x1 * cs;
         }
         __syncthreads();
     }
     const float *vcur = v + (size_t)kvh * hd;
-    if (h % group == 0) {
+    if (last && h % group == 0) {
         size_t off = (size_t)p * kvrow + (size_t)kvh * hd;
         for (int d = threadIdx.x; d < hd; d += blockDim.x) {
             kc[off + d] = __float2half(kcur[d]);
             vc[off + d] = __float2half(vcur[d]);
         }
     }
-    int first = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-    int len = p - first + 1;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    // scores: one position per thread (the cached k row read as 8 halves at a time)
     const __half *kbase = kc + (size_t)kvh * hd;
-    for (int t = warp; t < len; t += nw) {
-        int pos = first + t;
+    for (int t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
         float s = 0.0f;
-        if (pos == p)
-            for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], __half2float(__float2half(kcur[d])), s);
-        else {
-            const __half *kr = kbase + (size_t)pos * kvrow;
-            for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], __half2float(kr[d]), s);
+        if (t == p) {
+            for (int d = 0; d < hd; d++) s = fmaf(qs[d], __half2float(__float2half(kcur[d])), s);
+        } else {
+            const __half *kr = kbase + (size_t)t * kvrow;
+            for (int d0 = 0; d0 < hd; d0 += 64) { // 8 loads of 8 halves in flight, then their FMAs
+                uint4 raw[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    if (d0 + 8 * i < hd) raw[i] = *(const uint4 *)(kr + d0 + 8 * i);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    if (d0 + 8 * i >= hd) break;
+                    const __half2 *h2 = (const __half2 *)&raw[i];
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        float2 f = __half22float2(h2[j]);
+                        s = fmaf(qs[d0 + 8 * i + 2 * j], f.x, s);
+                        s = fmaf(qs[d0 + 8 * i + 2 * j + 1], f.y, s);
+                    }
+                }
+            }
         }
-        s = warp_sum(s) * scale;
+        s *= scale;
         if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-        if (lane == 0) sc[t] = s;
+        sc[t - t0] = s;
     }
     __syncthreads();
+    int n = t1 - t0;
     float mx = -INFINITY;
-    for (int t = threadIdx.x; t < len; t += blockDim.x) mx = fmaxf(mx, sc[t]);
+    for (int t = threadIdx.x; t < n; t += blockDim.x) mx = fmaxf(mx, sc[t]);
     mx = block_max(mx, red);
     float sum = 0.0f;
-    for (int t = threadIdx.x; t < len; t += blockDim.x) { float e = __expf(sc[t] - mx); sc[t] = e; sum += e; }
+    for (int t = threadIdx.x; t < n; t += blockDim.x) { float e = __expf(sc[t] - mx); sc[t] = e; sum += e; }
     sum = block_sum(sum, red);
-    float inv = 1.0f / sum;
-    const __half *vbase = vc + (size_t)first * kvrow + (size_t)kvh * hd;
+    const __half *vbase = vc + (size_t)t0 * kvrow + (size_t)kvh * hd;
+    int nc = last ? n - 1 : n; // cached positions of this chunk (the current one comes from v)
     float *o = out + (size_t)h * hd;
+    float *pp = part + ((size_t)h * nsplit + split) * (hd + 2);
+    // V: a thread per pair of dimensions and per group of positions (groups of
+    // hd/2 threads stride the positions, 8 loads in flight), groups summed in
+    // shared memory (vpart: ng * hd <= 2 * blockDim floats, or hd when ng = 1)
+    int hp = hd / 2, ng = blockDim.x / hp > 0 ? blockDim.x / hp : 1, grp = threadIdx.x / hp;
+    float *vpart = sc + chunk;
+    for (int d2 = threadIdx.x % hp; d2 < hp && grp < ng; d2 += blockDim.x) {
+        float2 acc = make_float2(0.0f, 0.0f);
+        const __half2 *vb = (const __half2 *)vbase + d2;
+        size_t stride = kvrow / 2;
+        int t = grp;
+        for (; t + 7 * ng < nc; t += 8 * ng) {
+            __half2 vv[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) vv[i] = vb[(size_t)(t + i * ng) * stride];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                float2 f = __half22float2(vv[i]);
+                acc.x = fmaf(sc[t + i * ng], f.x, acc.x);
+                acc.y = fmaf(sc[t + i * ng], f.y, acc.y);
+            }
+        }
+        for (; t < nc; t += ng) {
+            float2 f = __half22float2(vb[(size_t)t * stride]);
+            acc.x = fmaf(sc[t], f.x, acc.x);
+            acc.y = fmaf(sc[t], f.y, acc.y);
+        }
+        if (last && grp == 0) {
+            acc.x = fmaf(sc[n - 1], __half2float(__float2half(vcur[2 * d2])), acc.x);
+            acc.y = fmaf(sc[n - 1], __half2float(__float2half(vcur[2 * d2 + 1])), acc.y);
+        }
+        vpart[grp * hd + 2 * d2] = acc.x;
+        vpart[grp * hd + 2 * d2 + 1] = acc.y;
+    }
+    __syncthreads();
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
-        for (int t = 0; t < len - 1; t++) acc = fmaf(sc[t], __half2float(vbase[(size_t)t * kvrow + d]), acc);
-        acc = fmaf(sc[len - 1], __half2float(__float2half(vcur[d])), acc);
-        o[d] = acc * inv;
+        for (int g2 = 0; g2 < ng; g2++) acc += vpart[g2 * hd + d];
+        if (nact == 1) o[d] = acc / sum;
+        else pp[d] = acc;
     }
+    if (nact == 1) return;
+    // split-K: partial (max, sum, unnormalized output) per chunk; the last block of this head merges
+    if (threadIdx.x == 0) { pp[hd] = mx; pp[hd + 1] = sum; }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) merge = atomicAdd(&count[h], 1u) == (unsigned)nact - 1;
+    __syncthreads();
+    if (!merge) return;
+    __threadfence();
+    const float *ph = part + (size_t)h * nsplit * (hd + 2);
+    float M = -INFINITY;
+    for (int i = 0; i < nact; i++) M = fmaxf(M, __ldcg(ph + (size_t)i * (hd + 2) + hd));
+    float L = 0.0f;
+    for (int i = 0; i < nact; i++) {
+        const float *pi = ph + (size_t)i * (hd + 2);
+        L += __ldcg(pi + hd + 1) * __expf(__ldcg(pi + hd) - M);
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < nact; i++) {
+            const float *pi = ph + (size_t)i * (hd + 2);
+            acc += __ldcg(pi + d) * __expf(__ldcg(pi + hd) - M);
+        }
+        o[d] = acc / L;
+    }
+    if (threadIdx.x == 0) count[h] = 0; // ready for the next step
 }
 
 cudaError_t hx_k_attention_prepare(int hd, int max_ctx, size_t *smem) {
     *smem = sizeof(float) * (2 * (size_t)hd + 32 + (size_t)max_ctx);
-    if (*smem > 48 * 1024) {
-        cudaError_t rc = cudaFuncSetAttribute(k_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
-        if (rc == cudaSuccess)
-            rc = cudaFuncSetAttribute(k_attn_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
-        return rc;
-    }
+    if (*smem > 48 * 1024)
+        return cudaFuncSetAttribute(k_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
     return cudaSuccess;
 }
+
+// Positions per block: ATT_CHUNK (HX_CUDA_ATT_CHUNK, 32..4096, overrides it:
+// tests use small chunks so that short runs exercise the merge), raised for
+// long contexts so that there are at most ATT_MAX_SPLITS blocks per head (the
+// grid is fixed when the decode graph is captured; blocks past the current
+// position return at once, but each still costs a launch slot).
+static int att_chunk(int max_ctx) {
+    static int c = 0;
+    if (!c) {
+        const char *v = getenv("HX_CUDA_ATT_CHUNK");
+        int x = v ? atoi(v) : 0;
+        c = x >= 32 && x <= 4096 ? x : ATT_CHUNK;
+    }
+    int need = (max_ctx + ATT_MAX_SPLITS - 1) / ATT_MAX_SPLITS;
+    need = (need + 31) / 32 * 32;
+    return need > c ? need : c;
+}
+int hx_k_attn_decode_splits(int max_ctx) { return (max_ctx + att_chunk(max_ctx) - 1) / att_chunk(max_ctx); }
 
 cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, const float *v, __half *kc, __half *vc,
                              float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                              int window, int max_ctx, float base, float rope_scale, bool neox, const float *q_norm,
-                             const float *k_norm, float eps) {
-    size_t smem = sizeof(float) * (2 * (size_t)hd + 32 + (size_t)max_ctx);
-    LAUNCH(k_attn_decode_kernel, nh, ATT_THREADS, smem, st, q, k, v, kc, vc, out, d_pos, nh, nkvh, hd, scale, softcap,
-           window, base, rope_scale, neox, q_norm, k_norm, eps);
+                             const float *k_norm, float eps, const float2 *rope_tab, float *part, unsigned *count) {
+    int chunk = att_chunk(max_ctx);
+    size_t vpart = 2 * ATT_THREADS > hd ? 2 * ATT_THREADS : hd;
+    size_t smem = sizeof(float) * (2 * (size_t)hd + 32 + chunk + vpart);
+    dim3 grid(nh, hx_k_attn_decode_splits(max_ctx));
+    LAUNCH(k_attn_decode_kernel, grid, ATT_THREADS, smem, st, q, k, v, kc, vc, out, d_pos, nh, nkvh, hd, scale, softcap,
+           window, base, rope_scale, neox, q_norm, k_norm, eps, rope_tab, part, count, chunk);
     return cudaGetLastError();
 }
 

@@ -50,6 +50,15 @@ struct hx_mv_set {
 bool hx_k_mv_fusable(const hx_dmat *const *Ws, int count);
 cudaError_t hx_k_mv_fused(cudaStream_t st, int count, const hx_dmat *const *Ws, const float *x, const float *norm_w,
                           float eps, float *const *ys, const float *const *biases, bool accumulate, int glu_act);
+// Decode with 8-bit activations (mvq.cu): xq/xd = blocks of 32 int8 with a
+// float scale of x (RMSNorm with norm_w first, when not NULL); then the
+// matrices (as hx_k_mv_fused, all of one type) dotted with dp4a. Types: Q8_0,
+// Q4_0, Q4_K, Q6_K (hx_k_mvq_supported).
+bool hx_k_mvq_supported(const hx_dmat *W);
+cudaError_t hx_k_quant_q8(cudaStream_t st, const float *x, const float *norm_w, float eps, int cols, int8_t *xq,
+                          float *xd);
+cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const int8_t *xq, const float *xd,
+                     float *const *ys, const float *const *biases, bool accumulate, int glu_act);
 // out[r] = row token_ids[r] of W (dequantized) * scale, for r < n.
 cudaError_t hx_k_embed(cudaStream_t st, const hx_dmat *W, const int *token_ids, int n, float *out, float scale);
 // out (rows, dim) = x / rms(x) * w ; out may equal x.
@@ -65,11 +74,18 @@ cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, co
                            const int *d_pos, int n, int nh, int nkvh, int hd, float scale, float softcap, int window,
                            int max_ctx);
 // Decode (n = 1): hx_k_rope_store + hx_k_attention in one launch (q, k, v of
-// the one token; k/v also stored into the caches at *d_pos).
+// the one token; k/v also stored into the caches at *d_pos). rope_tab, when
+// not NULL, holds (cos, sin) of position p, pair j at [p * hd/2 + j] for this
+// base (the kernel then does no double-precision pow/cos/sin).
 cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, const float *v, __half *kc, __half *vc,
                              float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                              int window, int max_ctx, float base, float rope_scale, bool neox, const float *q_norm,
-                             const float *k_norm, float eps);
+                             const float *k_norm, float eps, const float2 *rope_tab, float *part, unsigned *count);
+// Decode attention is split over chunks of the context (flash-decoding): one
+// block per (head, chunk of 256 positions), partial results merged by the last
+// block of each head. part: nh * splits * (hd + 2) floats; count: nh unsigned,
+// zero before the first call (each call leaves them zero).
+int hx_k_attn_decode_splits(int max_ctx);
 // g = act(g) * u over count elements (act: 0 SiLU, 1 GELU-tanh)
 cudaError_t hx_k_glu(cudaStream_t st, float *g, const float *u, size_t count, int act);
 cudaError_t hx_k_add(cudaStream_t st, float *x, const float *o, size_t count);
