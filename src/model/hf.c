@@ -75,6 +75,35 @@ static hx_status st_bind(const st_file *f, hx_model *m, size_t *name_pos, hx_ten
     return HX_OK;
 }
 
+/* sentence-transformers pooling from DIR/1_Pooling/config.json: 1 mean (also when the file is absent), 2 CLS;
+ * other modes (max, mean-sqrt-len, last token, weighted mean) are refused rather than silently changed. */
+static hx_status st_pooling(const char *dir, int *pooling, hx_error *e) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/1_Pooling/config.json", dir);
+    *pooling = 1;
+    struct stat sb;
+    if (stat(path, &sb) != 0) return HX_OK;
+    char *txt = NULL;
+    size_t n;
+    hx_status st = hx_read_file(path, &txt, &n, e);
+    if (st) return st;
+    cJSON *pc = cJSON_Parse(txt);
+    free(txt);
+    if (!cJSON_IsObject(pc)) { cJSON_Delete(pc); return hx_err(e, HX_ERR_FORMAT, "%s: not a JSON object", path); }
+    int mean = 0, cls = 0, other = 0;
+    for (const cJSON *it = pc->child; it; it = it->next) {
+        if (!it->string || strncmp(it->string, "pooling_mode_", 13) || !cJSON_IsTrue(it)) continue;
+        if (!strcmp(it->string, "pooling_mode_mean_tokens")) mean++;
+        else if (!strcmp(it->string, "pooling_mode_cls_token")) cls++;
+        else other++;
+    }
+    cJSON_Delete(pc);
+    if (other || mean + cls > 1)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "%s: pooling must be exactly one of mean or CLS", path);
+    *pooling = cls ? 2 : 1;
+    return HX_OK;
+}
+
 hx_status hx_model_load_hf(const char *dir, hx_model **out, hx_error *e) {
     *out = NULL;
     char path[1024];
@@ -123,7 +152,8 @@ hx_status hx_model_load_hf(const char *dir, hx_model **out, hx_error *e) {
                       path, c->n_layer, c->n_embd, c->n_head, c->n_ff, c->n_vocab);
     }
     c->head_dim = c->n_embd / c->n_head;
-    c->norm_is_layernorm = true; c->qkv_bias = true; c->act = HX_ACT_GELU_ERF; c->pooling = 1;
+    c->norm_is_layernorm = true; c->qkv_bias = true; c->act = HX_ACT_GELU_ERF;
+    if ((st = st_pooling(dir, &c->pooling, e))) { hx_model_free(m); return st; }
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     c->rope_scale = 1.0f;
     /* map the safetensors file */

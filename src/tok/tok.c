@@ -668,7 +668,9 @@ static bool is_cjk(int32_t c) {
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
-/* WordPiece on one word: "▁"+word, greedy longest match from each position; the whole word is [UNK] on failure. */
+/* WordPiece on one word: "▁"+word, greedy longest match from each position; the whole word is [UNK] on failure.
+ * After the start a piece may not begin with "▁": in this vocabulary form that is a word-initial token, and a
+ * literal U+2581 inside a word (SentencePiece output pasted as text) must not split it into words (HF: [UNK]). */
 static void wpm_word(const hx_tok *t, const char *w, size_t n, ivec *o) {
     if (n == 0) return;
     size_t ncp = 0;
@@ -679,6 +681,7 @@ static void wpm_word(const hx_tok *t, const char *w, size_t n, ivec *o) {
     size_t m = n + 3, before = o->n;
     for (size_t i = 0; i < m;) {
         size_t j = i + t->max_len < m ? i + t->max_len : m; int32_t id = -1;
+        if (i > 0 && m - i >= 3 && !memcmp(b + i, "\xE2\x96\x81", 3)) { o->n = before; break; }
         for (; j > i; j--) if ((id = smap_get(&t->vocab, b + i, j - i)) >= 0) break;
         if (id < 0) { o->n = before; break; }
         ipush(o, id); i = j;
@@ -688,7 +691,9 @@ static void wpm_word(const hx_tok *t, const char *w, size_t n, ivec *o) {
 }
 
 /* BERT normalization and splitting: NFD + drop Mn when strip_accents, lowercase, drop controls,
- * whitespace separates words, punctuation / ASCII symbols / CJK are single-character words. */
+ * whitespace separates words, punctuation / ASCII symbols / CJK are single-character words.
+ * "Controls" are Cc, Cf, Cs, Co as in HF tokenizers' BertNormalizer; unassigned code points (Cn) stay
+ * in their word (usually making it [UNK]), unlike Google's Python BERT, which drops every C* category. */
 static void wpm_encode(const hx_tok *t, const char *txt, size_t n, ivec *o) {
     utf8proc_uint8_t *nf = NULL;
     utf8proc_ssize_t nl = utf8proc_map((const utf8proc_uint8_t *)txt, (utf8proc_ssize_t)n, &nf,
@@ -706,8 +711,7 @@ static void wpm_encode(const hx_tok *t, const char *txt, size_t n, ivec *o) {
         bool ws = c == ' ' || c == '\t' || c == '\n' || c == '\r' || cat == UTF8PROC_CATEGORY_ZS ||
                   cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP;
         if (ws) { wpm_word(t, word, wl, o); wl = 0; continue; }
-        if (c == 0 || c == 0xFFFD || (cat >= UTF8PROC_CATEGORY_CC && cat <= UTF8PROC_CATEGORY_CO) ||
-            cat == UTF8PROC_CATEGORY_CN) continue;
+        if (c == 0 || c == 0xFFFD || (cat >= UTF8PROC_CATEGORY_CC && cat <= UTF8PROC_CATEGORY_CO)) continue;
         if (t->strip_accents && cat == UTF8PROC_CATEGORY_MN) continue;
         if (t->lowercase) c = utf8proc_tolower(c);
         char u[4]; utf8proc_ssize_t ul = utf8proc_encode_char(c, (utf8proc_uint8_t *)u);

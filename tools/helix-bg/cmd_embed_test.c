@@ -21,11 +21,13 @@ static const char *k_samples[] = {
 int cmd_embed_test(int argc, char **argv) {
     const char *model = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--embed-model") && i + 1 < argc) model = argv[++i];
+        if ((!strcmp(argv[i], "--embed-model") || !strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc)
+            model = argv[++i];
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: helix-bg embed-test [--embed-model MODEL]\n"
+            printf("usage: helix-bg embed-test [-m|--embed-model MODEL]\n"
                    "  embeds fixed sample texts (paraphrase pairs and unrelated ones) and prints their\n"
-                   "  cosine similarities; default embedder: built-in lexical-384\n");
+                   "  cosine similarities; MODEL: a BERT .gguf or Hugging Face folder (default embedder:\n"
+                   "  built-in lexical-384)\n");
             return 0;
         } else { fprintf(stderr, "helix-bg embed-test: bad option '%s'\n", argv[i]); return 2; }
     }
@@ -56,6 +58,21 @@ int cmd_embed_test(int argc, char **argv) {
         putchar('\n');
     }
     printf("\npairs (0,1) (2,3) (5,6) are paraphrases; a good embedder scores them above the rest.\n");
+    static const int pairs[][2] = {{0, 1}, {2, 3}, {5, 6}};
+    for (int p = 0; p < 3; p++) {
+        int a = pairs[p][0], b = pairs[p][1], ja = -1;
+        double ab = 0, top = -2;
+        for (int k = 0; k < em->dim; k++) ab += (double)v[a * em->dim + k] * v[b * em->dim + k];
+        for (int j = 0; j < n; j++) {   /* the closest text that is not the partner, to either side */
+            if (j == a || j == b) continue;
+            for (int x = 0; x < 2; x++) {
+                double s = 0;
+                for (int k = 0; k < em->dim; k++) s += (double)v[pairs[p][x] * em->dim + k] * v[j * em->dim + k];
+                if (s > top) { top = s; ja = j; }
+            }
+        }
+        printf("  (%d,%d): %.2f, closest unrelated [%d] %.2f: %s\n", a, b, ab, ja, top, ab > top ? "ok" : "NOT above");
+    }
     free(v);
     em->free(em);
     return 0;
