@@ -10,7 +10,10 @@
  *    matmul (n = 5) and the cuBLAS path (n = 64) checked against the CPU
  *    reference (dequantize + float64 dot) on fresh random data of odd shapes,
  *    output poisoned with NaN first; then matvec GB/s at decode shapes against
- *    the copy bandwidth (median of many CUDA-event timings after warm-up);
+ *    the copy bandwidth (32 products in one CUDA graph over copies of the
+ *    matrix larger than the L2 cache, median of many timed launches). Types
+ *    with the 8-bit-activation decode kernel get a second row (" +q8": error
+ *    bound 2e-2, from rounding the activations; time includes quantizing x);
  * 3. for each -m MODEL: the whole forward on the GPU against the CPU path
  *    (exact f32 math, f16 KV cache): prefill logits relative error
  *    (max |gpu - cpu| / max |cpu|) must be < 1e-2, and greedy decode (GPU: one
