@@ -634,16 +634,17 @@ k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, c
     bool last = t1 == p + 1; // this block holds the current position: it ropes (and stores) k
     int half = hd / 2;
     size_t kvrow = (size_t)nkvh * hd;
-    // q (and, in the last chunk, the current k): norm + rope, pair j per thread
-    for (int which = 0; which < (last ? 2 : 1); which++) {
-        const float *src = which ? k + (size_t)kvh * hd : q + (size_t)h * hd;
-        const float *nw = which ? k_norm : q_norm;
-        float *dst = which ? kcur : qs;
+    // q (warp 0) and, in the last chunk, the current k (warp 1): norm + rope,
+    // pairs j = lane, lane + 32, ... of one warp (no block-wide barrier but one)
+    int wid = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (wid < (last ? 2 : 1)) {
+        const float *src = wid ? k + (size_t)kvh * hd : q + (size_t)h * hd;
+        const float *nw = wid ? k_norm : q_norm;
+        float *dst = wid ? kcur : qs;
         float ss = 0.0f;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) ss += src[d] * src[d];
-        float nsc = 1.0f;
-        if (nw) nsc = rsqrtf(block_sum(ss, red) / hd + eps);
-        for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        for (int d = lane; d < hd; d += 32) ss += src[d] * src[d];
+        float nsc = nw ? rsqrtf(warp_sum(ss) / hd + eps) : 1.0f;
+        for (int j = lane; j < half; j += 32) {
             int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
             float x0 = src[a], x1 = src[b];
             if (nw) { x0 = x0 * nsc * nw[a]; x1 = x1 * nsc * nw[b]; }
@@ -658,8 +659,8 @@ k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, c
             dst[a] = x0 * cs - x1 * sn;
             dst[b] = x0 * sn + x1 * cs;
         }
-        __syncthreads();
     }
+    __syncthreads();
     const float *vcur = v + (size_t)kvh * hd;
     if (last && h % group == 0) {
         size_t off = (size_t)p * kvrow + (size_t)kvh * hd;
@@ -676,13 +677,13 @@ k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, c
             for (int d = 0; d < hd; d++) s = fmaf(qs[d], __half2float(__float2half(kcur[d])), s);
         } else {
             const __half *kr = kbase + (size_t)t * kvrow;
-            for (int d0 = 0; d0 < hd; d0 += 64) { // 8 loads of 8 halves in flight, then their FMAs
-                uint4 raw[8];
+            for (int d0 = 0; d0 < hd; d0 += 128) { // 16 loads of 8 halves in flight, then their FMAs
+                uint4 raw[16];
 #pragma unroll
-                for (int i = 0; i < 8; i++)
+                for (int i = 0; i < 16; i++)
                     if (d0 + 8 * i < hd) raw[i] = *(const uint4 *)(kr + d0 + 8 * i);
 #pragma unroll
-                for (int i = 0; i < 8; i++) {
+                for (int i = 0; i < 16; i++) {
                     if (d0 + 8 * i >= hd) break;
                     const __half2 *h2 = (const __half2 *)&raw[i];
 #pragma unroll
@@ -711,7 +712,7 @@ k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, c
     float *o = out + (size_t)h * hd;
     float *pp = part + ((size_t)h * nsplit + split) * (hd + 2);
     // V: a thread per pair of dimensions and per group of positions (groups of
-    // hd/2 threads stride the positions, 8 loads in flight), groups summed in
+    // hd/2 threads stride the positions, 16 loads in flight), groups summed in
     // shared memory (vpart: ng * hd <= 2 * blockDim floats, or hd when ng = 1)
     int hp = hd / 2, ng = blockDim.x / hp > 0 ? blockDim.x / hp : 1, grp = threadIdx.x / hp;
     float *vpart = sc + chunk;
@@ -720,12 +721,23 @@ k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, c
         const __half2 *vb = (const __half2 *)vbase + d2;
         size_t stride = kvrow / 2;
         int t = grp;
-        for (; t + 7 * ng < nc; t += 8 * ng) {
-            __half2 vv[8];
+        for (; t + 15 * ng < nc; t += 16 * ng) {
+            __half2 vv[16];
 #pragma unroll
-            for (int i = 0; i < 8; i++) vv[i] = vb[(size_t)(t + i * ng) * stride];
+            for (int i = 0; i < 16; i++) vv[i] = vb[(size_t)(t + i * ng) * stride];
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
+            for (int i = 0; i < 16; i++) {
+                float2 f = __half22float2(vv[i]);
+                acc.x = fmaf(sc[t + i * ng], f.x, acc.x);
+                acc.y = fmaf(sc[t + i * ng], f.y, acc.y);
+            }
+        }
+        for (; t + 3 * ng < nc; t += 4 * ng) {
+            __half2 vv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) vv[i] = vb[(size_t)(t + i * ng) * stride];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
                 float2 f = __half22float2(vv[i]);
                 acc.x = fmaf(sc[t + i * ng], f.x, acc.x);
                 acc.y = fmaf(sc[t + i * ng], f.y, acc.y);
