@@ -262,10 +262,16 @@ int cmd_bench(int argc, char **argv) {
         snprintf(name, sizeof name, "%.*s", (int)(colon - synth), synth);
         snprintf(mix, sizeof mix, "%s", colon + 1);
     } else {
+        /* a file written by synth names its preset; any other file is named by its file name */
+        hx_gguf_str gn;
+        const char *syn = "helix synthetic ";
         const char *b = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
         size_t len = strlen(b);
         if (len > 5 && !strcmp(b + len - 5, ".gguf")) len -= 5;
-        snprintf(name, sizeof name, "%.*s", (int)len, b);
+        if (hx_gguf_get_str(m->gguf, "general.name", &gn) && gn.len > strlen(syn) && !memcmp(gn.ptr, syn, strlen(syn)))
+            snprintf(name, sizeof name, "%.*s", (int)(gn.len - strlen(syn)), gn.ptr + strlen(syn));
+        else
+            snprintf(name, sizeof name, "%.*s", (int)len, b);
         mix_name(m, mix, sizeof mix);
     }
     double size_mib = (double)m->gguf->file_size / (1024.0 * 1024);
