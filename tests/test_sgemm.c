@@ -54,6 +54,23 @@ static void check_gemm(hx_pool *pool, int64_t n, int64_t rows, int64_t cols, boo
     free(X); free(W); free(Y); free(Y0); free(b); free(Wp);
 }
 
+/* The packing of the current ISA is the scalar one, bit for bit (padding rows included). */
+static void check_pack(int64_t rows, int64_t cols, hx_rng *rng) {
+    int64_t ldw = cols + (int64_t)(hx_rng_u64(rng) % 4);
+    size_t np = hx_sgemm_packed_size(rows, cols);
+    float *W = alloc_f((size_t)(rows * ldw)), *a = alloc_f(np), *b = alloc_f(np);
+    for (int64_t i = 0; i < rows * ldw; i++) W[i] = (float)hx_rng_normal(rng);
+    for (size_t i = 0; i < np; i++) a[i] = b[i] = NAN;
+    hx_isa cur = hx_isa_current();
+    hx_sgemm_pack_nt(W, ldw, rows, cols, a);
+    hx_isa_set(HX_ISA_SCALAR);
+    hx_sgemm_pack_nt(W, ldw, rows, cols, b);
+    hx_isa_set(cur);
+    CHECKF(memcmp(a, b, np * sizeof(float)) == 0, "pack_nt %lld x %lld (%s) differs from the scalar packing",
+           (long long)rows, (long long)cols, hx_isa_name(cur));
+    free(W); free(a); free(b);
+}
+
 static void check_helpers(hx_rng *rng) {
     /* GELU over a wide range, incl. the tails */
     int bad = 0;
@@ -162,6 +179,8 @@ int main(void) {
         check_gemm(pool2, 1280, 384, 384, false, HX_SGEMM_ACC, true, &rng);
         check_gemm(pool2, 301, 1539, 385, false, HX_SGEMM_GELU, true, &rng);
         check_helpers(&rng);
+        for (int64_t r = 1; r <= 40; r += 3)
+            for (int64_t c = 1; c <= 70; c += 7) check_pack(r, c, &rng);
         printf("ISA %s: done\n", hx_isa_name(hx_isa_current()));
     }
     const char *b = getenv("HX_SGEMM_BENCH");

@@ -14,7 +14,10 @@ size_t hx_sgemm_packed_size(int64_t rows, int64_t cols) {
     return (size_t)((rows + NR - 1) / NR) * NR * (size_t)cols;
 }
 
+static bool use_avx2(void) { return hx_isa_current() >= HX_ISA_AVX2; }
+
 void hx_sgemm_pack_nt(const float *W, int64_t ldw, int64_t rows, int64_t cols, float *dst) {
+    if (use_avx2()) { hx_sgemm_pack_nt_avx2(W, ldw, rows, cols, dst); return; }
     for (int64_t p = 0; p < (rows + NR - 1) / NR; p++) {
         float *d = dst + (size_t)p * NR * (size_t)cols;
         for (int j = 0; j < NR; j++) {
@@ -69,8 +72,6 @@ static void epi_scalar(float *C, int64_t ldc, int mr, int nr, const float *bias,
             *c = gelu ? hx_gelu_ref(v) : v;
         }
 }
-
-static bool use_avx2(void) { return hx_isa_current() >= HX_ISA_AVX2; }
 
 void hx_gelu_f32(float *x, int64_t n) {
     if (use_avx2()) { hx_gelu_avx2(x, n); return; }

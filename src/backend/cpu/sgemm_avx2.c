@@ -56,6 +56,49 @@ void hx_sgemm_tile_avx2(int mr, int64_t K, const float *A, int64_t lda, const fl
     }
 }
 
+/* 8 rows r[0..7] (8 floats each, from k) -> out[(k + i) * 16 + j] = r[j][k + i], an 8x8 transpose. */
+static inline void tr8x8(const float *const r[8], int64_t k, float *out) {
+    __m256 a0 = _mm256_loadu_ps(r[0] + k), a1 = _mm256_loadu_ps(r[1] + k), a2 = _mm256_loadu_ps(r[2] + k),
+           a3 = _mm256_loadu_ps(r[3] + k), a4 = _mm256_loadu_ps(r[4] + k), a5 = _mm256_loadu_ps(r[5] + k),
+           a6 = _mm256_loadu_ps(r[6] + k), a7 = _mm256_loadu_ps(r[7] + k);
+    __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1), t2 = _mm256_unpacklo_ps(a2, a3),
+           t3 = _mm256_unpackhi_ps(a2, a3), t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5),
+           t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE), u2 = _mm256_shuffle_ps(t1, t3, 0x44),
+           u3 = _mm256_shuffle_ps(t1, t3, 0xEE), u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(out + 0 * 16, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(out + 1 * 16, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(out + 2 * 16, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(out + 3 * 16, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(out + 4 * 16, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(out + 5 * 16, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(out + 6 * 16, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(out + 7 * 16, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+void hx_sgemm_pack_nt_avx2(const float *W, int64_t ldw, int64_t rows, int64_t cols, float *dst) {
+    static const float zeros[8] = {0};
+    const int64_t k8 = cols & ~(int64_t)7;
+    for (int64_t p = 0; p < (rows + 15) / 16; p++) {
+        float *d = dst + (size_t)p * 16 * (size_t)cols;
+        const float *r[16];
+        for (int j = 0; j < 16; j++) r[j] = p * 16 + j < rows ? W + (size_t)(p * 16 + j) * (size_t)ldw : NULL;
+        if (k8) {
+            const float *z[16]; /* rows past the end read zeros (k stays 0 for them) */
+            int64_t step[16];
+            for (int j = 0; j < 16; j++) { z[j] = r[j] ? r[j] : zeros; step[j] = r[j] ? 8 : 0; }
+            for (int64_t k = 0; k < k8; k += 8) {
+                tr8x8(z, 0, d + k * 16);
+                tr8x8(z + 8, 0, d + k * 16 + 8);
+                for (int j = 0; j < 16; j++) z[j] += step[j];
+            }
+        }
+        for (int64_t k = k8; k < cols; k++)
+            for (int j = 0; j < 16; j++) d[k * 16 + j] = r[j] ? r[j][k] : 0.0f;
+    }
+}
+
 /* e^x, Cephes' expf polynomial after x = n ln2 + r, |r| <= ln2/2; ~1-2 ulp.
  * x is clamped to [-87.3, 88.7] (so e^-inf comes out ~1e-38, not 0). */
 static inline __m256 exp256(__m256 x) {
