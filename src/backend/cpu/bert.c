@@ -36,6 +36,8 @@ typedef struct bert_layer_prep {
 struct hx_bert_cpu {
     int n_layer;
     bert_layer_prep *L;
+    float *ws;   /* the forward's activations, kept between calls (no page faults per batch) */
+    size_t ws_n; /* floats in ws */
 };
 
 void hx_bert_cpu_free(hx_bert_cpu *b) {
@@ -47,6 +49,7 @@ void hx_bert_cpu_free(hx_bert_cpu *b) {
         free(p->ln1_w); free(p->ln1_b); free(p->ln2_w); free(p->ln2_b);
     }
     free(b->L);
+    free(b->ws);
     free(b);
 }
 
@@ -172,7 +175,7 @@ hx_status hx_bert_encode(const hx_model *m, hx_pool *pool, const int32_t *ids, c
     return hx_bert_encode_prep(m, NULL, pool, ids, lens, n_seq, pooling, normalize, out, e);
 }
 
-hx_status hx_bert_encode_prep(const hx_model *m, const hx_bert_cpu *prep, hx_pool *pool, const int32_t *ids,
+hx_status hx_bert_encode_prep(const hx_model *m, hx_bert_cpu *prep, hx_pool *pool, const int32_t *ids,
                               const int *lens, int n_seq, hx_pooling pooling, bool normalize, float *out, hx_error *e) {
     const hx_model_config *c = &m->cfg;
     if (c->arch != HX_ARCH_BERT) return hx_err(e, HX_ERR_ARG, "hx_bert_encode: model is %s, not bert", c->arch_name);
@@ -193,13 +196,28 @@ hx_status hx_bert_encode_prep(const hx_model *m, const hx_bert_cpu *prep, hx_poo
     int nt = hx_pool_threads(pool);
     size_t scratch_n = (size_t)max_len * max_len + hx_sgemm_packed_size(max_len, D) + hx_sgemm_packed_size(D, max_len);
     scratch_n = (scratch_n + 15) / 16 * 16;
-    float *x = falloc((size_t)T * E), *qkv = falloc((size_t)T * 3 * QD), *att = falloc((size_t)T * QD);
-    float *h = falloc((size_t)T * F), *y = prep ? NULL : falloc((size_t)T * E);
-    float *vb = falloc((size_t)(F > 3 * QD ? F : 3 * QD) + (size_t)E), *tmp = falloc((size_t)E * 5);
-    float *scratch = falloc((size_t)nt * scratch_n);
+    /* one block for all activations, each part 64-byte aligned: x, qkv, att, h, y, vb, tmp, scratch */
+    const size_t part[8] = {(size_t)T * E, (size_t)T * 3 * QD, (size_t)T * QD, (size_t)T * F, prep ? 0 : (size_t)T * E,
+                            (size_t)(F > 3 * QD ? F : 3 * QD) + (size_t)E, (size_t)E * 5, (size_t)nt * scratch_n};
+    size_t need = 0;
+    for (int i = 0; i < 8; i++) need += (part[i] + 15) / 16 * 16;
+    float *ws = NULL, *own = NULL;
+    if (prep && prep->ws_n >= need) {
+        ws = prep->ws;
+    } else if (prep) {
+        free(prep->ws);
+        prep->ws_n = 0;
+        if ((prep->ws = ws = falloc(need))) prep->ws_n = need;
+    } else {
+        ws = own = falloc(need);
+    }
+    float *pp[8] = {0};
+    for (size_t i = 0, o = 0; ws && i < 8; o += (part[i] + 15) / 16 * 16, i++) pp[i] = ws + o;
+    float *x = pp[0], *qkv = pp[1], *att = pp[2], *h = pp[3], *y = prep ? NULL : pp[4], *vb = pp[5], *tmp = pp[6];
+    float *scratch = pp[7];
     int *starts = malloc((size_t)n_seq * sizeof(int));
     hx_status st = HX_OK;
-    if (!x || !qkv || !att || !h || (!prep && !y) || !vb || !tmp || !scratch || !starts) {
+    if (!ws || !starts) {
         st = hx_err(e, HX_ERR_NOMEM, "bert: out of memory for %lld tokens", (long long)T);
         goto done;
     }
@@ -301,7 +319,7 @@ hx_status hx_bert_encode_prep(const hx_model *m, const hx_bert_cpu *prep, hx_poo
         }
     }
 done:
-    free(x); free(qkv); free(att); free(h); free(y);
-    free(vb); free(tmp); free(scratch); free(starts);
+    free(own);
+    free(starts);
     return st;
 }

@@ -35,8 +35,9 @@ hx_status hx_bert_encode(const hx_model *m, hx_pool *pool, const int32_t *ids, c
 typedef struct hx_bert_cpu hx_bert_cpu;
 hx_status hx_bert_cpu_new(const hx_model *m, hx_bert_cpu **out, hx_error *e);
 void hx_bert_cpu_free(hx_bert_cpu *b);
-/* hx_bert_encode with the prepared weights of m (prep from hx_bert_cpu_new(m); NULL = hx_bert_encode). */
-hx_status hx_bert_encode_prep(const hx_model *m, const hx_bert_cpu *prep, hx_pool *pool, const int32_t *ids,
+/* hx_bert_encode with the prepared weights of m (prep from hx_bert_cpu_new(m); NULL = hx_bert_encode).
+ * prep also keeps the activation buffers of the largest batch so far: one call at a time per prep. */
+hx_status hx_bert_encode_prep(const hx_model *m, hx_bert_cpu *prep, hx_pool *pool, const int32_t *ids,
                               const int *lens, int n_seq, hx_pooling pooling, bool normalize, float *out, hx_error *e);
 
 #endif
