@@ -129,6 +129,39 @@ int main(void) {
         CHECKF(dot > 0.9999, "batched sentence %d: cosine %.6f", s, dot);
     }
     printf("batched: worst cosine %.7f\n", worst);
+    float *old = malloc(sizeof(float) * (size_t)E * (size_t)ns); /* the per-row dot path, to compare the GEMM path with */
+    memcpy(old, batch, sizeof(float) * (size_t)E * (size_t)ns);
+    /* the prepared (packed f32, blocked GEMM) path: one at a time and batched, scalar and AVX2 kernels */
+    hx_bert_cpu *prep = NULL;
+    CHECK(hx_bert_cpu_new(m, &prep, &e) == HX_OK && prep);
+    for (int isa = HX_ISA_SCALAR; prep && isa <= HX_ISA_AVX2; isa++) {
+        if (!hx_isa_set((hx_isa)isa)) continue;
+        double w1 = 1.0, wb = 1.0, wo = 1.0;
+        off = 0;
+        for (int s = 0; s < ns; s++) {
+            CHECK(hx_bert_encode_prep(m, prep, pool, all + off, &lens[s], 1, HX_POOL_MEAN, true, one, &e) == HX_OK);
+            double dot = 0;
+            for (int i = 0; i < E; i++) dot += (double)one[i] * ref[(size_t)s * E + i];
+            if (dot < w1) w1 = dot;
+            off += lens[s];
+        }
+        CHECK(hx_bert_encode_prep(m, prep, pool, all, lens, ns, HX_POOL_MEAN, true, batch, &e) == HX_OK);
+        for (int s = 0; s < ns; s++) {
+            double dot = 0;
+            for (int i = 0; i < E; i++) dot += (double)batch[(size_t)s * E + i] * ref[(size_t)s * E + i];
+            if (dot < wb) wb = dot;
+            dot = 0;
+            for (int i = 0; i < E; i++) dot += (double)batch[(size_t)s * E + i] * old[(size_t)s * E + i];
+            if (dot < wo) wo = dot;
+        }
+        CHECKF(wo > 0.99999, "prepared weights, %s: worst cosine %.7f to the per-row dot path", hx_isa_name((hx_isa)isa), wo);
+        CHECKF(w1 > 0.9999 && wb > 0.9999, "prepared weights, %s: worst cosine %.6f one at a time, %.6f batched",
+               hx_isa_name((hx_isa)isa), w1, wb);
+        printf("prepared weights (%s): worst cosine %.7f one at a time, %.7f batched, %.8f to the per-row dot path\n",
+               hx_isa_name((hx_isa)isa), w1, wb, wo);
+    }
+    hx_isa_set(hx_isa_best());
+    hx_bert_cpu_free(prep);
     /* bad input: clear errors */
     int bad_len = 0;
     CHECK(hx_bert_encode(m, pool, all, &bad_len, 1, HX_POOL_MEAN, true, one, &e) == HX_ERR_RANGE);
@@ -167,7 +200,7 @@ int main(void) {
     snprintf(p, sizeof p, "%s/config.json", dir);
     unlink(p);
     rmdir(dir);
-    free(one); free(batch); free(all); free(lens); free(ref);
+    free(one); free(batch); free(old); free(all); free(lens); free(ref);
     cJSON_Delete(root);
     hx_pool_free(pool);
     hx_model_free(m);

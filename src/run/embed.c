@@ -22,6 +22,7 @@ struct hx_embedder {
     int max_tokens;
     int max_seqs;   /* 0 = by BATCH_TOKENS only */
     void *gpu;      /* hx_cuda_bert when running on CUDA */
+    hx_bert_cpu *cpu; /* the weights as packed f32 for the CPU GEMM; NULL = the per-row dot path */
     char fingerprint[256];
 };
 
@@ -50,6 +51,7 @@ hx_status hx_embedder_open(const char *path, int n_threads, hx_embedder **out, h
         hx_embedder_free(em);
         return st;
     }
+    if ((st = hx_bert_cpu_new(em->model, &em->cpu, e))) { hx_embedder_free(em); return st; }
     em->pool = hx_pool_create(n_threads);
     if (!em->pool) { hx_embedder_free(em); return hx_err(e, HX_ERR_NOMEM, "out of memory"); }
     em->max_tokens = em->model->cfg.n_ctx_train < 256 ? em->model->cfg.n_ctx_train : 256;
@@ -70,6 +72,7 @@ void hx_embedder_free(hx_embedder *em) {
 #ifdef HX_HAVE_CUDA
     hx_cuda_bert_free(em->gpu);
 #endif
+    hx_bert_cpu_free(em->cpu);
     hx_model_free(em->model);
     hx_tok_free(em->tok);
     hx_pool_free(em->pool);
@@ -149,7 +152,7 @@ hx_status hx_embed(hx_embedder *em, const char *const *texts, int n, float *out,
         if (em->gpu) st = hx_cuda_bert_encode(em->gpu, batch_ids, lens, nb, HX_POOL_MEAN, true, vec, e);
         else
 #endif
-        st = hx_bert_encode(em->model, em->pool, batch_ids, lens, nb, HX_POOL_MEAN, true, vec, e);
+        st = hx_bert_encode_prep(em->model, em->cpu, em->pool, batch_ids, lens, nb, HX_POOL_MEAN, true, vec, e);
         if (st) goto done;
         for (int k = 0; k < nb; k++) memcpy(out + (size_t)it[b + k].index * E, vec + (size_t)k * E, (size_t)E * sizeof *out);
         b += nb;
