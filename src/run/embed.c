@@ -148,11 +148,14 @@ hx_status hx_embed(hx_embedder *em, const char *const *texts, int n, float *out,
             tok += it[b + nb].len;
             nb++;
         }
+        /* the model's own pooling (GGUF bert.pooling_type, or sentence-transformers' 1_Pooling):
+         * CLS when it says so, else mean (one vector per text either way) */
+        hx_pooling pool = em->model->cfg.pooling == HX_POOL_CLS ? HX_POOL_CLS : HX_POOL_MEAN;
 #ifdef HX_HAVE_CUDA
-        if (em->gpu) st = hx_cuda_bert_encode(em->gpu, batch_ids, lens, nb, HX_POOL_MEAN, true, vec, e);
+        if (em->gpu) st = hx_cuda_bert_encode(em->gpu, batch_ids, lens, nb, pool, true, vec, e);
         else
 #endif
-        st = hx_bert_encode_prep(em->model, em->cpu, em->pool, batch_ids, lens, nb, HX_POOL_MEAN, true, vec, e);
+        st = hx_bert_encode_prep(em->model, em->cpu, em->pool, batch_ids, lens, nb, pool, true, vec, e);
         if (st) goto done;
         for (int k = 0; k < nb; k++) memcpy(out + (size_t)it[b + k].index * E, vec + (size_t)k * E, (size_t)E * sizeof *out);
         b += nb;
