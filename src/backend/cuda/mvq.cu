@@ -18,6 +18,13 @@
 
 #define WARP 32
 enum { Q_WARPS = 4 };
+// units of a row in flight per lane (HX_MVQ_UNROLL at compile time, for timing variants)
+#ifndef HX_MVQ_UNROLL
+#define HX_MVQ_UNROLL 4
+#endif
+#define MVQ_PRAGMA(x) _Pragma(#x)
+#define MVQ_UNROLL_N(n) MVQ_PRAGMA(unroll n)
+#define MVQ_UNROLL MVQ_UNROLL_N(HX_MVQ_UNROLL)
 
 __device__ __forceinline__ float mvq_warp_sum(float v) {
 #pragma unroll
@@ -195,7 +202,7 @@ k_mvq(hx_mv_set s, int cols, const int8_t *__restrict__ xq, const float *__restr
     mvq_pdl_wait();
     float a0 = 0.0f, a1 = 0.0f;
     int nunits = live ? cols / Q::QK * Q::UNITS : 0;
-#pragma unroll 2
+    MVQ_UNROLL
     for (int u = sub * WARP + lane; u < nunits; u += WARP * wpr) {
         int blk = u / Q::UNITS, unit = u % Q::UNITS;
         const int8_t *xb = xq + (size_t)blk * Q::QK;
