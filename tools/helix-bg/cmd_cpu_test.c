@@ -1,4 +1,4 @@
-/* cmd_cpu_test.c — helix-bg cpu-test [-t N] [--quick] [--json]
+/* cmd_cpu_test.c — helix-bg cpu-test [-t N] [--quick] [--json] [--type T]...
  *
  * 1. Memory bandwidth: multithreaded read-only streaming over a 256 MiB buffer
  *    (GB/s of bytes read) and a copy (GB/s of bytes read + written).
@@ -9,6 +9,7 @@
  *    matrix. Reported as GB/s of weight bytes and % of the read bandwidth.
  * 3. Matmul (batch 64 and 512) GFLOP/s on one layer's matrices.
  * --json: one JSON object per matvec result on stdout (bench/cpu-results.jsonl).
+ * --type T (repeatable): only these weight types.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,12 +88,19 @@ static const int bench_types[] = { HX_TYPE_F32, HX_TYPE_F16, HX_TYPE_BF16, HX_TY
 int cmd_cpu_test(int argc, char **argv) {
     int n_threads = 0;
     bool quick = false, json = false;
+    int only[16], n_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) n_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_only < 16) {
+            if ((only[n_only++] = hx_type_from_name(argv[++i])) < 0) {
+                fprintf(stderr, "cpu-test: unknown type '%s'\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--json")) json = true;
         else {
-            fprintf(stderr, "usage: helix-bg cpu-test [-t N] [--quick] [--json]\n");
+            fprintf(stderr, "usage: helix-bg cpu-test [-t N] [--quick] [--json] [--type T]...\n");
             return 2;
         }
     }
@@ -132,6 +140,9 @@ int cmd_cpu_test(int argc, char **argv) {
             "output GB/s", "%bw", "mm64 GFLOP/s", "mm512 GFLOP/s");
     for (size_t ti = 0; ti < sizeof bench_types / sizeof bench_types[0]; ti++) {
         int type = bench_types[ti];
+        bool want = n_only == 0;
+        for (int k = 0; k < n_only; k++) want |= only[k] == type;
+        if (!want) continue;
         size_t layer_bytes = 0, mat_bytes[N_MATS];
         for (int m = 0; m < N_MATS; m++) {
             mat_bytes[m] = hx_row_size(type, shapes[m][1]) * shapes[m][0];

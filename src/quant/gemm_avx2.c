@@ -1,0 +1,277 @@
+/* gemm_avx2.c — tiled quantized GEMM micro-kernels (AVX2/FMA/F16C) for the
+ * weight types that matter on CPU: Q8_0, Q4_0 (x Q8_0) and Q4_K, Q6_K (x Q8_K).
+ *
+ * A tile is RM weight rows x RN activation rows (tokens). Per block, each
+ * weight block is loaded and unpacked once and used for RN tokens; each
+ * activation block is used for RM rows (from L1). Every (row, token) pair
+ * has its own accumulator and sees exactly the operations of the 1x1 tile in
+ * the same order, so a pair's result does not depend on the tile it sits in:
+ * the per-row dot kernels of these types (hx_dot_*_avx2) ARE the 1x1 tile,
+ * and matvec (RMx1), matmul (RMxRN) and hx_vec_dot agree bit for bit.
+ *
+ * Canonical order per pair: legacy types: acc = fma(dw*dx, float(int dot of
+ * block), acc) block by block; K-quants: per super-block acc = fma(d,
+ * float(sumi), acc) then (Q4_K) acc = fma(dmin, float(mins . bsums), acc);
+ * the 8 lanes are summed once at the end (hsum_ps). The int32 lane sums are
+ * exact, so how the integer work is split (e.g. Q6_K's -32 offset taken from
+ * the Q8_K block sums) does not change the result.
+ *
+ * Tiles are instantiated for every RM, RN in 1..4 (edges of the matrix use the
+ * smaller ones); compiled -O3 so the accumulator arrays are unrolled into
+ * registers. */
+#include "quant/dot.h"
+#include "quant/simd_avx2.h"
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 4")
+
+typedef void (*tile_fn)(int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx, float *y,
+                        size_t ldy);
+
+/* ------------------------------------------------------------------ Q8_0 */
+
+AI void tile_q8_0(const int RM, const int RN, int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x,
+                  size_t ldx, float *y, size_t ldy) {
+    __m256 acc[4][4];
+    UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i wa[4];
+        __m256 dw[4];
+        UNROLL for (int r = 0; r < RM; r++) {
+            const block_q8_0 *a = (const block_q8_0 *)(w + r * ldw) + i;
+            const __m256i v = loadu256(a->qs);
+            wa[r] = _mm256_sign_epi8(v, v);
+            dw[r] = _mm256_set1_ps(f16(a->d));
+        }
+        UNROLL for (int c = 0; c < RN; c++) {
+            const block_q8_0 *b = (const block_q8_0 *)(x + c * ldx) + i;
+            const __m256i xv = loadu256(b->qs);
+            const __m256 dx = _mm256_set1_ps(f16(b->d));
+            UNROLL for (int r = 0; r < RM; r++) {
+                const block_q8_0 *a = (const block_q8_0 *)(w + r * ldw) + i;
+                const __m256i p = _mm256_maddubs_epi16(wa[r], _mm256_sign_epi8(xv, loadu256(a->qs)));
+                const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), s, acc[r][c]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+}
+
+/* ------------------------------------------------------------------ Q4_0 */
+
+/* sum (q-8)*x = sum q*x - sum 8*x, pairwise in int16; the 8*x part is per token */
+AI void tile_q4_0(const int RM, const int RN, int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x,
+                  size_t ldx, float *y, size_t ldy) {
+    __m256 acc[4][4];
+    UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1), eights = _mm256_set1_epi8(8);
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i wq[4];
+        __m256 dw[4];
+        UNROLL for (int r = 0; r < RM; r++) {
+            const block_q4_0 *a = (const block_q4_0 *)(w + r * ldw) + i;
+            wq[r] = unpack_nibbles(a->qs);
+            dw[r] = _mm256_set1_ps(f16(a->d));
+        }
+        UNROLL for (int c = 0; c < RN; c++) {
+            const block_q8_0 *b = (const block_q8_0 *)(x + c * ldx) + i;
+            const __m256i xv = loadu256(b->qs);
+            const __m256i m8 = _mm256_maddubs_epi16(eights, xv);
+            const __m256 dx = _mm256_set1_ps(f16(b->d));
+            UNROLL for (int r = 0; r < RM; r++) {
+                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(wq[r], xv), m8);
+                const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), s, acc[r][c]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+}
+
+/* ------------------------------------------------------------------ Q4_K */
+
+AI void tile_q4_K(const int RM, const int RN, int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x,
+                  size_t ldx, float *y, size_t ldy) {
+    __m256 acc[4][4];
+    UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    for (int64_t i = 0; i < nb; i++) {
+        __m128i sm[4];
+        __m256i sc[4], sumi[4][4];
+        UNROLL for (int r = 0; r < RM; r++) {
+            const block_q4_K *a = (const block_q4_K *)(w + r * ldw) + i;
+            sm[r] = k4_scales_mins(a->scales);
+            /* the 8 int16 scales in both 128-bit halves */
+            sc[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm[r]));
+            UNROLL for (int c = 0; c < RN; c++) sumi[r][c] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 4; j++) {
+            UNROLL for (int r = 0; r < RM; r++) {
+                const block_q4_K *a = (const block_q4_K *)(w + r * ldw) + i;
+                const __m256i bits = loadu256(a->qs + 32 * j);
+                const __m256i lo = _mm256_and_si256(bits, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                const __m256i slo = _mm256_shuffle_epi8(sc[r], bcast16(2 * j));
+                const __m256i shi = _mm256_shuffle_epi8(sc[r], bcast16(2 * j + 1));
+                UNROLL for (int c = 0; c < RN; c++) {
+                    const int8_t *q8 = ((const block_q8_K *)(x + c * ldx) + i)->qs + 64 * j;
+                    const __m256i pl = _mm256_madd_epi16(slo, _mm256_maddubs_epi16(lo, loadu256(q8)));
+                    const __m256i ph = _mm256_madd_epi16(shi, _mm256_maddubs_epi16(hi, loadu256(q8 + 32)));
+                    sumi[r][c] = _mm256_add_epi32(sumi[r][c], _mm256_add_epi32(pl, ph));
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < RM; r++) {
+            const block_q4_K *a = (const block_q4_K *)(w + r * ldw) + i;
+            const float ad = f16(a->d), am = f16(a->dmin);
+            UNROLL for (int c = 0; c < RN; c++) {
+                const block_q8_K *b = (const block_q8_K *)(x + c * ldx) + i;
+                const float d = b->d * ad, dmin = -b->d * am;
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[r][c]), acc[r][c]);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(k4_mins_dot(sm[r], b->bsums)),
+                                            acc[r][c]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+}
+
+/* ------------------------------------------------------------------ Q6_K */
+
+/* Levels q in [0, 63] go unsigned into maddubs; the -32 offset is taken once
+ * per super-block from the Q8_K block sums: sum_s sc_s * 32 * bsum_s. */
+AI void tile_q6_K(const int RM, const int RN, int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x,
+                  size_t ldx, float *y, size_t ldy) {
+    __m256 acc[4][4];
+    UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i sumi[4][4];
+        UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) sumi[r][c] = _mm256_setzero_si256();
+        for (int j = 0; j < 2; j++) {
+            UNROLL for (int r = 0; r < RM; r++) {
+                const block_q6_K *a = (const block_q6_K *)(w + r * ldw) + i;
+                const uint8_t *ql = a->ql + 64 * j, *qh = a->qh + 32 * j;
+                /* int16 scales of this half's 8 sub-blocks in both 128-bit halves */
+                const __m128i s16 = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(a->scales + 8 * j)));
+                const __m256i scales = _mm256_set_m128i(s16, s16);
+                const __m256i b1 = loadu256(ql), b2 = loadu256(ql + 32), bh = loadu256(qh);
+                __m256i q[4];
+                q[0] = _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4));
+                q[1] = _mm256_or_si256(_mm256_and_si256(b2, m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4));
+                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4));
+                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4));
+                __m256i s[4];
+                UNROLL for (int k = 0; k < 4; k++) s[k] = _mm256_shuffle_epi8(scales, bcast16_pair(k));
+                UNROLL for (int c = 0; c < RN; c++) {
+                    const int8_t *q8 = ((const block_q8_K *)(x + c * ldx) + i)->qs + 128 * j;
+                    __m256i p[4];
+                    UNROLL for (int k = 0; k < 4; k++)
+                        p[k] = _mm256_madd_epi16(s[k], _mm256_maddubs_epi16(q[k], loadu256(q8 + 32 * k)));
+                    sumi[r][c] = _mm256_add_epi32(sumi[r][c], _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]),
+                                                                               _mm256_add_epi32(p[2], p[3])));
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < RM; r++) {
+            const block_q6_K *a = (const block_q6_K *)(w + r * ldw) + i;
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a->scales));
+            const float ad = f16(a->d);
+            UNROLL for (int c = 0; c < RN; c++) {
+                const block_q8_K *b = (const block_q8_K *)(x + c * ldx) + i;
+                const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(b->bsums)), 5);
+                const __m256i si = _mm256_sub_epi32(sumi[r][c], off);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(b->d * ad), _mm256_cvtepi32_ps(si), acc[r][c]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+}
+
+/* ------------------------------------------------------- instantiation */
+
+#define TILE(T, M, N)                                                                                             \
+    static void T##_##M##x##N(int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx, float *y, \
+                              size_t ldy) {                                                                       \
+        tile_##T(M, N, nb, w, ldw, x, ldx, y, ldy);                                                               \
+    }
+#define TILES_ROW(T, M) TILE(T, M, 1) TILE(T, M, 2) TILE(T, M, 3) TILE(T, M, 4)
+#define TILES(T) TILES_ROW(T, 1) TILES_ROW(T, 2) TILES_ROW(T, 3) TILES_ROW(T, 4)                                \
+    static const tile_fn tiles_##T[4][4] = {                                                                      \
+        { T##_1x1, T##_1x2, T##_1x3, T##_1x4 }, { T##_2x1, T##_2x2, T##_2x3, T##_2x4 },                         \
+        { T##_3x1, T##_3x2, T##_3x3, T##_3x4 }, { T##_4x1, T##_4x2, T##_4x3, T##_4x4 } };
+
+TILES(q8_0)
+TILES(q4_0)
+TILES(q4_K)
+TILES(q6_K)
+
+/* Tile shape per type for batches (MR rows x NR tokens) and for matvec (MV
+ * rows). Measured on Zen 3 (one thread, 96x1024 weights in L2, 48 tokens,
+ * GFLOP/s, 1x1 / 2x4 / 3x4 / 4x4): Q8_0 33 / 50 / 55 / 56, Q4_0 28 / 53 / 58
+ * / 59, Q4_K 47 / 72 / 74 / 73, Q6_K 44 / 94 / 96 / 96; matvec 1 / 2 / 4 rows:
+ * Q8_0 40 / 48 / 51, Q4_0 37 / 44 / 49. */
+typedef struct { const tile_fn (*t)[4]; int bs, mr, nr, mv; } gemm_kind;
+static gemm_kind kinds[4] = {
+    { tiles_q8_0, QK8_0, 4, 4, 4 },
+    { tiles_q4_0, QK4_0, 4, 4, 4 },
+    { tiles_q4_K, QK_K, 3, 4, 4 },
+    { tiles_q6_K, QK_K, 3, 4, 4 },
+};
+
+static void drive(const gemm_kind *k, int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+                  size_t ldx, float *y, size_t ldy) {
+    const int64_t nb = n / k->bs;
+    const int mr = nc == 1 ? k->mv : k->mr, nr_ = nc == 1 ? 1 : k->nr;
+    for (int64_t r0 = 0; r0 < nr; r0 += mr) {
+        const int rm = (int)(nr - r0 < mr ? nr - r0 : mr);
+        for (int64_t c0 = 0; c0 < nc; c0 += nr_) {
+            const int cn = (int)(nc - c0 < nr_ ? nc - c0 : nr_);
+            k->t[rm - 1][cn - 1](nb, (const uint8_t *)w + r0 * ldw, ldw, (const uint8_t *)x + c0 * ldx, ldx,
+                                 y + c0 * ldy + r0, ldy);
+        }
+    }
+}
+
+void hx_gemm_q8_0_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x, size_t ldx,
+                       float *y, size_t ldy) {
+    drive(&kinds[0], n, nr, nc, w, ldw, x, ldx, y, ldy);
+}
+void hx_gemm_q4_0_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x, size_t ldx,
+                       float *y, size_t ldy) {
+    drive(&kinds[1], n, nr, nc, w, ldw, x, ldx, y, ldy);
+}
+void hx_gemm_q4_K_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x, size_t ldx,
+                       float *y, size_t ldy) {
+    drive(&kinds[2], n, nr, nc, w, ldw, x, ldx, y, ldy);
+}
+void hx_gemm_q6_K_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x, size_t ldx,
+                       float *y, size_t ldy) {
+    drive(&kinds[3], n, nr, nc, w, ldw, x, ldx, y, ldy);
+}
+
+/* Benchmark knob: tile shape per type ("MRxNR[:MV]"), e.g. from HX_GEMM_TILE. */
+void hx_gemm_avx2_set_tile(int which, int mr, int nr, int mv) {
+    if (which < 0 || which > 3) return;
+    if (mr >= 1 && mr <= 4) kinds[which].mr = mr;
+    if (nr >= 1 && nr <= 4) kinds[which].nr = nr;
+    if (mv >= 1 && mv <= 4) kinds[which].mv = mv;
+}
+
+/* the per-row kernels: the 1x1 tile */
+void hx_dot_q8_0_avx2(int64_t n, float *out, const void *w, const void *x) {
+    q8_0_1x1(n / QK8_0, w, 0, x, 0, out, 0);
+}
+void hx_dot_q4_0_avx2(int64_t n, float *out, const void *w, const void *x) {
+    q4_0_1x1(n / QK4_0, w, 0, x, 0, out, 0);
+}
+void hx_dot_q4_K_avx2(int64_t n, float *out, const void *w, const void *x) {
+    q4_K_1x1(n / QK_K, w, 0, x, 0, out, 0);
+}
+void hx_dot_q6_K_avx2(int64_t n, float *out, const void *w, const void *x) {
+    q6_K_1x1(n / QK_K, w, 0, x, 0, out, 0);
+}
