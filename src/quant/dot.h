@@ -35,5 +35,7 @@ void hx_gemm_avx2_set_tile(int which, int mr, int nr, int mv);
 void hx_quant_act_q8_0_avx2(const float *x, void *y, int64_t nb);
 void hx_quant_act_q8_1_avx2(const float *x, void *y, int64_t nb);
 void hx_quant_act_q8_K_avx2(const float *x, void *y, int64_t nb);
+/* Q8_0 by the reference rule of hx_quantize_row (roundf, d = amax/127), bit-identical */
+void hx_quant_q8_0_ref_avx2(const float *x, void *y, int64_t nb);
 
 #endif
