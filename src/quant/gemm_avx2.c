@@ -25,6 +25,27 @@
 #define AI static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 4")
 
+/* Matvec software prefetch. A matvec task streams a contiguous run of rows,
+ * RM rows per tile, and the hardware prefetchers do poorly on it: a row is
+ * only 9 cache lines at 1024 columns and a tile reads RM such short streams
+ * side by side. So RMx1 tiles prefetch PF_TILES tiles ahead: at block i, the
+ * RM block-widths of bytes at the same offset i * RM * sizeof(block) from
+ * the start of tile + PF_TILES; over the nb blocks this covers that tile's
+ * RM * ldw bytes exactly once (consecutive prefetch addresses are at most 64
+ * bytes apart, so no line is skipped). Prefetches past the end of the task
+ * or matrix are harmless hints (they never fault). Measured (one thread, time
+ * on CPU, qwen3-0.6b shapes, 1 / 2 / 4 tiles ahead vs none): 2.0-2.6x the
+ * GB/s of no prefetch for Q4_0, Q8_0, Q4_K; 2 tiles was best. Tiles with RN > 1
+ * (matmul) are compute-bound and reuse their rows from L1: no prefetch. The
+ * per-row kernels (ldw 0) skip it too. */
+enum { PF_TILES = 2 };
+#define PF_SETUP() const char *pfb = (const char *)w + (size_t)PF_TILES * RM * ldw; const bool pf = RN == 1 && ldw;
+#define PF(BS, i)                                                                                                  \
+    if (pf) {                                                                                                      \
+        const char *p_ = pfb + (size_t)(i) * RM * (BS);                                                            \
+        for (int o_ = 0; o_ < RM * (int)(BS); o_ += 64) _mm_prefetch(p_ + o_, _MM_HINT_T0);                        \
+    }
+
 typedef void (*tile_fn)(int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx, float *y,
                         size_t ldy);
 
@@ -35,7 +56,9 @@ AI void tile_q8_0(const int RM, const int RN, int64_t nb, const uint8_t *w, size
     __m256 acc[4][4];
     UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
+    PF_SETUP()
     for (int64_t i = 0; i < nb; i++) {
+        PF(sizeof(block_q8_0), i)
         __m256i wa[4];
         __m256 dw[4];
         UNROLL for (int r = 0; r < RM; r++) {
@@ -67,7 +90,9 @@ AI void tile_q4_0(const int RM, const int RN, int64_t nb, const uint8_t *w, size
     __m256 acc[4][4];
     UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1), eights = _mm256_set1_epi8(8);
+    PF_SETUP()
     for (int64_t i = 0; i < nb; i++) {
+        PF(sizeof(block_q4_0), i)
         __m256i wq[4];
         __m256 dw[4];
         UNROLL for (int r = 0; r < RM; r++) {
@@ -97,7 +122,9 @@ AI void tile_q4_K(const int RM, const int RN, int64_t nb, const uint8_t *w, size
     __m256 acc[4][4];
     UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0xF);
+    PF_SETUP()
     for (int64_t i = 0; i < nb; i++) {
+        PF(sizeof(block_q4_K), i)
         __m128i sm[4];
         __m256i sc[4], sumi[4][4];
         UNROLL for (int r = 0; r < RM; r++) {
@@ -146,7 +173,9 @@ AI void tile_q6_K(const int RM, const int RN, int64_t nb, const uint8_t *w, size
     __m256 acc[4][4];
     UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    PF_SETUP()
     for (int64_t i = 0; i < nb; i++) {
+        PF(sizeof(block_q6_K), i)
         __m256i sumi[4][4];
         UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) sumi[r][c] = _mm256_setzero_si256();
         for (int j = 0; j < 2; j++) {
