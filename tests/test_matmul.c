@@ -71,8 +71,10 @@ static void check_one(hx_pool *pool, int type, int64_t rows, int64_t cols, int64
 /* The tiled GEMM kernels (hx_get_gemm) against the per-row dot kernel of the
  * same ISA, pair by pair: bit-identical by construction (the per-row kernel is
  * the 1x1 tile), checked directly and through hx_matmul with 1 and 2 threads;
- * and against a float64 dot of the dequantized operands. Random odd shapes,
- * n = 1..17 and 64 (edge tiles of every size). */
+ * and against a float64 dot of the dequantized operands. The batch kernel
+ * (hx_get_gemm_batch, what hx_matmul runs for n > 1) against the per-row
+ * kernel it names (Q4_0: scalar), bit for bit. Random odd shapes, n = 1..17
+ * and 64 (edge tiles of every size, partial 8-row groups). */
 static void check_gemm(hx_pool *pool2, hx_pool *pool1, int type, hx_rng *rng) {
     const hx_type_info *ti = hx_type_get(type);
     hx_isa isa = hx_isa_current();
@@ -109,6 +111,23 @@ static void check_gemm(hx_pool *pool2, hx_pool *pool1, int type, hx_rng *rng) {
         for (int64_t t = 0; t < n; t++)
             for (int64_t r = 0; r < rows; r++) dot(cols, &yr[t * rows + r], wq + r * wrow, xq + t * xrow);
         gemm(cols, rows, n, wq, wrow, xq, xrow, yg, (size_t)rows);
+        /* the batch kernel (matmul with n > 1) against the per-row kernel it
+         * claims to equal (Q4_0: the scalar one) */
+        hx_gemm_fn gemm_b = hx_get_gemm_batch(type, isa);
+        hx_vec_dot_fn dot_b = hx_get_vec_dot(type, hx_gemm_batch_ref_isa(type, isa));
+        CHECK(gemm_b && dot_b);
+        float *yb = malloc(sizeof(float) * n * rows), *yrb = malloc(sizeof(float) * n * rows);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t r = 0; r < rows; r++) dot_b(cols, &yrb[t * rows + r], wq + r * wrow, xq + t * xrow);
+        gemm_b(cols, rows, n, wq, wrow, xq, xrow, yb, (size_t)rows);
+        int64_t diff_b = 0;
+        for (int64_t o = 0; o < n * rows; o++) diff_b += memcmp(&yb[o], &yrb[o], 4) != 0;
+        CHECKF(!diff_b, "batch gemm %s %lldx%lld n=%lld: %lld outputs differ from the %s per-row kernel",
+               hx_type_name(type), (long long)rows, (long long)cols, (long long)n, (long long)diff_b,
+               hx_isa_name(hx_gemm_batch_ref_isa(type, isa)));
+        /* matmul: n == 1 runs the matvec tiles (= AVX2 per-row), n > 1 the batch kernel */
+        const float *ym = n > 1 ? yrb : yr;
+        bool same_m = n > 1 ? true : same_isa;
         hx_tensor W = { "w", type, { cols, rows, 1, 1 }, wq };
         hx_error e = {0};
         CHECKF(hx_matmul(pool1, &W, x, n, y1, &e) == HX_OK, "%s", e.msg);
@@ -119,19 +138,22 @@ static void check_gemm(hx_pool *pool2, hx_pool *pool1, int type, hx_rng *rng) {
             for (int64_t r = 0; r < rows; r++) {
                 size_t o = t * rows + r;
                 diff_g += memcmp(&yg[o], &yr[o], 4) != 0;
-                diff_1 += memcmp(&y1[o], &yr[o], 4) != 0;
-                diff_2 += memcmp(&y2[o], &yr[o], 4) != 0;
+                diff_1 += memcmp(&y1[o], &ym[o], 4) != 0;
+                diff_2 += memcmp(&y2[o], &ym[o], 4) != 0;
                 double s = 0, mag = 0;
                 for (int64_t k = 0; k < cols; k++) {
                     s += (double)wd[r * cols + k] * xd[t * cols + k];
                     mag += fabs((double)wd[r * cols + k] * xd[t * cols + k]);
                 }
                 double err = fabs(yg[o] - s) / (mag > 0 ? mag : 1);
+                double err_b = fabs(yb[o] - s) / (mag > 0 ? mag : 1);
                 if (err > worst) worst = err;
+                if (err_b > worst) worst = err_b;
             }
-        if (same_isa) {
+        if (same_isa)
             CHECKF(!diff_g, "gemm %s %lldx%lld n=%lld: %lld outputs differ from the per-row kernel", hx_type_name(type),
                    (long long)rows, (long long)cols, (long long)n, (long long)diff_g);
+        if (same_m) {
             CHECKF(!diff_1 && !diff_2, "matmul %s %lldx%lld n=%lld: %lld / %lld outputs (1 / 2 threads) differ from the "
                    "per-row kernel", hx_type_name(type), (long long)rows, (long long)cols, (long long)n,
                    (long long)diff_1, (long long)diff_2);
@@ -140,6 +162,7 @@ static void check_gemm(hx_pool *pool2, hx_pool *pool1, int type, hx_rng *rng) {
                (long long)cols, (long long)n, worst);
         checked++;
         free(wf); free(wd); free(x); free(xd); free(wq); free(xq); free(yr); free(yg); free(y1); free(y2);
+        free(yb); free(yrb);
     }
     printf("gemm %s: %d shapes, tiled == per-row (%s) and within 2e-5 of float64\n", hx_type_name(type), checked,
            same_isa ? "bit for bit" : "not compared: other ISA");

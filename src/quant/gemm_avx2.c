@@ -22,6 +22,8 @@
 #include "quant/dot.h"
 #include "quant/simd_avx2.h"
 
+#include <stdlib.h>
+
 #define AI static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 4")
 
@@ -303,4 +305,149 @@ void hx_dot_q4_K_avx2(int64_t n, float *out, const void *w, const void *x) {
 }
 void hx_dot_q6_K_avx2(int64_t n, float *out, const void *w, const void *x) {
     q6_K_1x1(n / QK_K, w, 0, x, 0, out, 0);
+}
+
+/* ------------------------------------------- Q4_0 batch GEMM, packed rows
+ *
+ * For batches (prefill) the tiles above spend 6 vector ops per (row, token,
+ * block): maddubs, offset, madd, cvt, scale, fma. Here one vector lane holds
+ * one weight row instead: a group of 8 rows is repacked per call so that the
+ * 32-bit lane r of step vector j holds row r's levels 4j..4j+3 (minus 8, as
+ * s8), and the token's 4 activation bytes of that step are broadcast to all
+ * lanes. 8 steps of maddubs + int16 add give each row's block sum in its own
+ * lane, no horizontal sums: ~21 ops per (8 rows, token, block).
+ *
+ * maddubs wants the unsigned operand first, so the activations go in as
+ * x + 128 (u8) and the weights as q - 8 (s8): sum (x+128)(q-8) = sum x(q-8)
+ * + 128 sum (q-8); the second term is per (row, block) and subtracted from
+ * the int32 sum. Range: |(x+128)(q-8)| <= 255 * 8 = 2040, a pair <= 4080, 8
+ * steps <= 32640 < 32767, so the int16 accumulator cannot overflow (maddubs
+ * cannot saturate either). The block sum is exact, and the float part is the
+ * scalar kernel's: s += (float)sumi * (dw * dx), mul then add (no contraction
+ * under -std=c17), so every output is bit-identical to hx_dot_q4_0_scalar. */
+typedef struct {
+    __m256i q[8];   /* step j: lane r = levels 4j..4j+3 of row r, minus 8 */
+    __m256i corr;   /* lane r: 128 * sum of row r's (q - 8) */
+    __m256 d;       /* lane r: row r's block scale */
+} q4_0_pack;
+
+static void pack_q4_0(q4_0_pack *p, int64_t nb, const uint8_t *w, size_t ldw, int rows) {
+    const __m256i eight = _mm256_set1_epi8(8), ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i v[8];
+        float d[8];
+        for (int r = 0; r < 8; r++) {
+            if (r < rows) {
+                const block_q4_0 *a = (const block_q4_0 *)(w + r * ldw) + i;
+                v[r] = _mm256_sub_epi8(unpack_nibbles(a->qs), eight);
+                d[r] = f16(a->d);
+            } else {
+                v[r] = _mm256_setzero_si256();
+                d[r] = 0.f;
+            }
+        }
+        /* 8x8 transpose of 32-bit lanes: row r's dword j -> vector j, lane r */
+        __m256i t[8], u[8];
+        for (int r = 0; r < 8; r += 2) {
+            t[r] = _mm256_unpacklo_epi32(v[r], v[r + 1]);
+            t[r + 1] = _mm256_unpackhi_epi32(v[r], v[r + 1]);
+        }
+        for (int r = 0; r < 8; r += 4)
+            for (int k = 0; k < 2; k++) {
+                u[r + k] = _mm256_unpacklo_epi64(t[r + k], t[r + k + 2]);
+                u[r + k + 2] = _mm256_unpackhi_epi64(t[r + k], t[r + k + 2]);
+            }
+        /* u[0]: dword 0 of rows 0-3 | dword 4 of rows 0-3; u[4]: the same for rows 4-7;
+         * u[1]: dword 2 ..., u[2]: dword 1, u[3]: dword 3 (unpack order lo/hi) */
+        static const int dw_of[4] = { 0, 2, 1, 3 };
+        __m256i sum = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
+            const __m256i lo = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+            const __m256i hi = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+            p[i].q[dw_of[k]] = lo;
+            p[i].q[dw_of[k] + 4] = hi;
+            sum = _mm256_add_epi16(sum, _mm256_add_epi16(_mm256_maddubs_epi16(ones8, lo),
+                                                         _mm256_maddubs_epi16(ones8, hi)));
+        }
+        p[i].corr = _mm256_slli_epi32(_mm256_madd_epi16(sum, ones16), 7);
+        p[i].d = _mm256_loadu_ps(d);
+    }
+}
+
+/* RN tokens against one packed group; xs: (x + 128) bytes, dx: scales, both [token][block] */
+AI void q4_0_packed_tile(const int RN, int64_t nb, const q4_0_pack *p, const uint8_t *xs, const float *dx,
+                         float *acc_out) {
+    __m256 acc[4];
+    UNROLL for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i s16[4];
+        UNROLL for (int c = 0; c < RN; c++) s16[c] = _mm256_setzero_si256();
+        UNROLL for (int j = 0; j < 8; j++) {
+            const __m256i wq = p[i].q[j];
+            UNROLL for (int c = 0; c < RN; c++) {
+                int32_t b;
+                memcpy(&b, xs + ((size_t)c * nb + i) * 32 + 4 * j, 4);
+                s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(_mm256_set1_epi32(b), wq));
+            }
+        }
+        UNROLL for (int c = 0; c < RN; c++) {
+            const __m256i si = _mm256_sub_epi32(_mm256_madd_epi16(s16[c], ones16), p[i].corr);
+            const __m256 d = _mm256_mul_ps(p[i].d, _mm256_set1_ps(dx[(size_t)c * nb + i]));
+            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(si), d));
+        }
+    }
+    UNROLL for (int c = 0; c < RN; c++) _mm256_storeu_ps(acc_out + 8 * c, acc[c]);
+}
+
+static void q4_0_packed_1(int64_t nb, const q4_0_pack *p, const uint8_t *xs, const float *dx, float *o) {
+    q4_0_packed_tile(1, nb, p, xs, dx, o);
+}
+static void q4_0_packed_2(int64_t nb, const q4_0_pack *p, const uint8_t *xs, const float *dx, float *o) {
+    q4_0_packed_tile(2, nb, p, xs, dx, o);
+}
+static void q4_0_packed_3(int64_t nb, const q4_0_pack *p, const uint8_t *xs, const float *dx, float *o) {
+    q4_0_packed_tile(3, nb, p, xs, dx, o);
+}
+static void q4_0_packed_4(int64_t nb, const q4_0_pack *p, const uint8_t *xs, const float *dx, float *o) {
+    q4_0_packed_tile(4, nb, p, xs, dx, o);
+}
+
+/* Same contract as hx_gemm_q4_0_avx2 but bit-identical to the scalar kernel
+ * (not to the AVX2 per-row one): for batches. If its scratch cannot be
+ * allocated it computes the pairs with the scalar kernel (same bits, slower). */
+void hx_gemm_q4_0_packed_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+                              size_t ldx, float *y, size_t ldy) {
+    const int64_t nb = n / QK4_0;
+    q4_0_pack *p = aligned_alloc(32, sizeof(q4_0_pack) * (size_t)nb);
+    uint8_t *xs = aligned_alloc(32, (size_t)(nc * nb * 32 + 32));
+    float *dx = malloc(sizeof(float) * (size_t)(nc * nb));
+    if (!p || !xs || !dx) {
+        free(p); free(xs); free(dx);
+        for (int64_t c = 0; c < nc; c++)
+            for (int64_t r = 0; r < nr; r++)
+                hx_dot_q4_0_scalar(n, &y[c * ldy + r], (const uint8_t *)w + r * ldw, (const uint8_t *)x + c * ldx);
+        return;
+    }
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    for (int64_t c = 0; c < nc; c++) {
+        const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)x + c * ldx);
+        for (int64_t i = 0; i < nb; i++) {
+            _mm256_store_si256((__m256i *)(xs + (c * nb + i) * 32), _mm256_xor_si256(loadu256(b[i].qs), bias));
+            dx[c * nb + i] = f16(b[i].d);
+        }
+    }
+    static void (*const tiles[4])(int64_t, const q4_0_pack *, const uint8_t *, const float *, float *) = {
+        q4_0_packed_1, q4_0_packed_2, q4_0_packed_3, q4_0_packed_4 };
+    for (int64_t r0 = 0; r0 < nr; r0 += 8) {
+        const int rows = (int)(nr - r0 < 8 ? nr - r0 : 8);
+        pack_q4_0(p, nb, (const uint8_t *)w + r0 * ldw, ldw, rows);
+        for (int64_t c0 = 0; c0 < nc; c0 += 4) {
+            const int cn = (int)(nc - c0 < 4 ? nc - c0 : 4);
+            float o[32];
+            tiles[cn - 1](nb, p, xs + c0 * nb * 32, dx + c0 * nb, o);
+            for (int c = 0; c < cn; c++) memcpy(y + (c0 + c) * ldy + r0, o + 8 * c, sizeof(float) * rows);
+        }
+    }
+    free(p); free(xs); free(dx);
 }

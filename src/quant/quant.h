@@ -94,5 +94,12 @@ void hx_vec_dot(int type, int64_t n, float *out, const void *w, const void *x);
 typedef void (*hx_gemm_fn)(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
                            size_t ldx, float *y, size_t ldy);
 hx_gemm_fn hx_get_gemm(int type, hx_isa isa);
+/* GEMM for batches (nc > 1, prefill): hx_get_gemm's kernel, except where a
+ * faster batch kernel exists (AVX2: Q4_0 on 8-row groups repacked per call);
+ * that one is bit-identical to hx_get_vec_dot(type, HX_ISA_SCALAR) instead of
+ * the AVX2 per-row kernel. hx_gemm_batch_ref_isa says which per-row kernel a
+ * batch kernel's outputs equal. */
+hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa);
+hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa);
 
 #endif

@@ -128,7 +128,7 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
         /* the tiled kernels give the same bits as the AVX2 per-row ones; on
          * AVX-512 machines its per-row kernels stay in charge of matvec */
         hx_isa isa = hx_isa_current();
-        j.gemm[m] = n > 1 || isa == HX_ISA_AVX2 ? hx_get_gemm(W->type, isa) : NULL;
+        j.gemm[m] = n > 1 ? hx_get_gemm_batch(W->type, isa) : isa == HX_ISA_AVX2 ? hx_get_gemm(W->type, isa) : NULL;
         j.dot[m] = dot; j.w[m] = W->data; j.w_row[m] = w_row; j.rows[m] = rows; j.y[m] = Ys[m];
         work += (double)w_row * rows * n;
     }
@@ -159,7 +159,7 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
         if (rpt < 1) rpt = 1;
         int64_t max_rpt = (j.rows[m] + 8 * nth - 1) / (8 * nth);
         if (rpt > max_rpt) rpt = max_rpt > 0 ? max_rpt : 1;
-        if (j.gemm[m]) rpt = (rpt + 11) / 12 * 12; /* whole tiles of 3 or 4 rows */
+        if (j.gemm[m]) rpt = (rpt + 23) / 24 * 24; /* whole tiles of 3, 4 or 8 rows */
         j.rpt[m] = rpt;
         j.task0[m + 1] = j.task0[m] + (j.rows[m] + rpt - 1) / rpt;
     }
