@@ -451,3 +451,166 @@ void hx_gemm_q4_0_packed_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, 
     }
     free(p); free(xs); free(dx);
 }
+
+/* ------------------------------------------- Q4_K batch GEMM, packed rows
+ *
+ * The Q4_0 scheme above for Q4_K: per 8-row group and super-block, the levels
+ * of each 32-element sub-block j are transposed to one row per 32-bit lane
+ * (u8, 0..15, the unsigned maddubs operand; the Q8_K activations are s8 as
+ * stored and broadcast 4 bytes per step). Per (row, sub-block) the int16
+ * accumulator holds two partial sums (<= 8 steps * 2 * 15 * 128 = 30720, no
+ * overflow); one madd with the row's scale (as an int16 pair) gives
+ * sc * sumi in int32. The mins term sum_j m_j * (bsum 2j + bsum 2j+1) is 4
+ * madds of (m_j, m_j+1) int16 pairs against the token's pair sums. Both
+ * integer sums are exact and the float part is the scalar kernel's:
+ * s += bd * (dw * (float)sum_sc - dmin * (float)sum_m), so every output is
+ * bit-identical to hx_dot_q4_K_scalar. */
+typedef struct {
+    __m256i q[8][8];  /* sub-block j, step k: lane r = levels 4k..4k+3 of row r */
+    __m256i sc[8];    /* sub-block j: lane r = (sc, sc) as int16 */
+    __m256i mn[4];    /* lane r = (m 2k, m 2k+1) as int16 */
+    __m256 d, dmin;
+} q4_K_pack;
+
+/* 8 rows x 8 dwords -> 8 vectors of one dword position (lane = row) */
+static inline void transpose8x32(const __m256i v[8], __m256i out[8]) {
+    __m256i t[8], u[8];
+    for (int r = 0; r < 8; r += 2) {
+        t[r] = _mm256_unpacklo_epi32(v[r], v[r + 1]);
+        t[r + 1] = _mm256_unpackhi_epi32(v[r], v[r + 1]);
+    }
+    for (int r = 0; r < 8; r += 4)
+        for (int k = 0; k < 2; k++) {
+            u[r + k] = _mm256_unpacklo_epi64(t[r + k], t[r + k + 2]);
+            u[r + k + 2] = _mm256_unpackhi_epi64(t[r + k], t[r + k + 2]);
+        }
+    static const int dw_of[4] = { 0, 2, 1, 3 };
+    for (int k = 0; k < 4; k++) {
+        out[dw_of[k]] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+        out[dw_of[k] + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+    }
+}
+
+static void pack_q4_K(q4_K_pack *p, int64_t nb, const uint8_t *w, size_t ldw, int rows) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    for (int64_t i = 0; i < nb; i++) {
+        int32_t sc[8][8], mn[4][8];
+        float d[8], dmin[8];
+        for (int r = 0; r < 8; r++) {
+            uint8_t sm[16] = {0};
+            d[r] = dmin[r] = 0.f;
+            if (r < rows) {
+                const block_q4_K *a = (const block_q4_K *)(w + r * ldw) + i;
+                _mm_storeu_si128((__m128i *)sm, k4_scales_mins(a->scales));
+                d[r] = f16(a->d);
+                dmin[r] = f16(a->dmin);
+            }
+            for (int j = 0; j < 8; j++) sc[j][r] = (int32_t)(sm[j] * 0x10001u);
+            for (int k = 0; k < 4; k++) mn[k][r] = (int32_t)(sm[8 + 2 * k] | (uint32_t)sm[9 + 2 * k] << 16);
+        }
+        for (int jp = 0; jp < 4; jp++) {
+            __m256i lo[8], hi[8];
+            for (int r = 0; r < 8; r++) {
+                if (r < rows) {
+                    const block_q4_K *a = (const block_q4_K *)(w + r * ldw) + i;
+                    const __m256i bits = loadu256(a->qs + 32 * jp);
+                    lo[r] = _mm256_and_si256(bits, m4);
+                    hi[r] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                } else {
+                    lo[r] = hi[r] = _mm256_setzero_si256();
+                }
+            }
+            transpose8x32(lo, p[i].q[2 * jp]);
+            transpose8x32(hi, p[i].q[2 * jp + 1]);
+        }
+        for (int j = 0; j < 8; j++) p[i].sc[j] = _mm256_loadu_si256((const __m256i *)sc[j]);
+        for (int k = 0; k < 4; k++) p[i].mn[k] = _mm256_loadu_si256((const __m256i *)mn[k]);
+        p[i].d = _mm256_loadu_ps(d);
+        p[i].dmin = _mm256_loadu_ps(dmin);
+    }
+}
+
+/* RN tokens against one packed group; sp: per token and super-block, the 4
+ * int16 pairs (S 2k, S 2k+1), S j = bsum 2j + bsum 2j+1 */
+AI void q4_K_packed_tile(const int RN, int64_t nb, const q4_K_pack *p, const uint8_t *x, size_t ldx,
+                         const int32_t *sp, float *acc_out) {
+    __m256 acc[4];
+    UNROLL for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const int8_t *xq[4];
+        __m256i isc[4];
+        UNROLL for (int c = 0; c < RN; c++) {
+            xq[c] = ((const block_q8_K *)(x + c * ldx) + i)->qs;
+            isc[c] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 8; j++) {
+            __m256i s16[4];
+            UNROLL for (int c = 0; c < RN; c++) s16[c] = _mm256_setzero_si256();
+            UNROLL for (int k = 0; k < 8; k++) {
+                const __m256i wq = p[i].q[j][k];
+                UNROLL for (int c = 0; c < RN; c++) {
+                    int32_t b;
+                    memcpy(&b, xq[c] + 32 * j + 4 * k, 4);
+                    s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(wq, _mm256_set1_epi32(b)));
+                }
+            }
+            UNROLL for (int c = 0; c < RN; c++) isc[c] = _mm256_add_epi32(isc[c], _mm256_madd_epi16(s16[c], p[i].sc[j]));
+        }
+        UNROLL for (int c = 0; c < RN; c++) {
+            const int32_t *s = sp + ((size_t)c * nb + i) * 4;
+            __m256i im = _mm256_madd_epi16(p[i].mn[0], _mm256_set1_epi32(s[0]));
+            UNROLL for (int k = 1; k < 4; k++)
+                im = _mm256_add_epi32(im, _mm256_madd_epi16(p[i].mn[k], _mm256_set1_epi32(s[k])));
+            const __m256 t = _mm256_sub_ps(_mm256_mul_ps(p[i].d, _mm256_cvtepi32_ps(isc[c])),
+                                           _mm256_mul_ps(p[i].dmin, _mm256_cvtepi32_ps(im)));
+            const float bd = ((const block_q8_K *)(x + c * ldx) + i)->d;
+            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_set1_ps(bd), t));
+        }
+    }
+    UNROLL for (int c = 0; c < RN; c++) _mm256_storeu_ps(acc_out + 8 * c, acc[c]);
+}
+
+#define Q4K_PT(N)                                                                                                 \
+    static void q4_K_packed_##N(int64_t nb, const q4_K_pack *p, const uint8_t *x, size_t ldx, const int32_t *sp, \
+                                float *o) {                                                                       \
+        q4_K_packed_tile(N, nb, p, x, ldx, sp, o);                                                                \
+    }
+Q4K_PT(1) Q4K_PT(2) Q4K_PT(3) Q4K_PT(4)
+
+/* Same contract as hx_gemm_q4_K_avx2 but bit-identical to hx_dot_q4_K_scalar;
+ * without scratch memory it computes the pairs with the scalar kernel. */
+void hx_gemm_q4_K_packed_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+                              size_t ldx, float *y, size_t ldy) {
+    const int64_t nb = n / QK_K;
+    q4_K_pack *p = aligned_alloc(32, sizeof(q4_K_pack) * (size_t)nb);
+    int32_t *sp = malloc(sizeof(int32_t) * 4 * (size_t)(nc * nb));
+    if (!p || !sp) {
+        free(p); free(sp);
+        for (int64_t c = 0; c < nc; c++)
+            for (int64_t r = 0; r < nr; r++)
+                hx_dot_q4_K_scalar(n, &y[c * ldy + r], (const uint8_t *)w + r * ldw, (const uint8_t *)x + c * ldx);
+        return;
+    }
+    for (int64_t c = 0; c < nc; c++) {
+        const block_q8_K *b = (const block_q8_K *)((const uint8_t *)x + c * ldx);
+        for (int64_t i = 0; i < nb; i++)
+            for (int k = 0; k < 4; k++) {
+                const int s0 = b[i].bsums[4 * k] + b[i].bsums[4 * k + 1];
+                const int s1 = b[i].bsums[4 * k + 2] + b[i].bsums[4 * k + 3];
+                sp[(c * nb + i) * 4 + k] = (int32_t)((uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16);
+            }
+    }
+    static void (*const tiles[4])(int64_t, const q4_K_pack *, const uint8_t *, size_t, const int32_t *, float *) = {
+        q4_K_packed_1, q4_K_packed_2, q4_K_packed_3, q4_K_packed_4 };
+    for (int64_t r0 = 0; r0 < nr; r0 += 8) {
+        const int rows = (int)(nr - r0 < 8 ? nr - r0 : 8);
+        pack_q4_K(p, nb, (const uint8_t *)w + r0 * ldw, ldw, rows);
+        for (int64_t c0 = 0; c0 < nc; c0 += 4) {
+            const int cn = (int)(nc - c0 < 4 ? nc - c0 : 4);
+            float o[32];
+            tiles[cn - 1](nb, p, (const uint8_t *)x + c0 * ldx, ldx, sp + c0 * nb * 4, o);
+            for (int c = 0; c < cn; c++) memcpy(y + (c0 + c) * ldy + r0, o + 8 * c, sizeof(float) * rows);
+        }
+    }
+    free(p); free(sp);
+}
