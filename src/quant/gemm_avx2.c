@@ -48,6 +48,25 @@ enum { PF_TILES = 2 };
         for (int o_ = 0; o_ < RM * (int)(BS); o_ += 64) _mm_prefetch(p_ + o_, _MM_HINT_T0);                        \
     }
 
+/* 8 rows x 8 dwords -> 8 vectors of one dword position (lane = row) */
+static inline void transpose8x32(const __m256i v[8], __m256i out[8]) {
+    __m256i t[8], u[8];
+    for (int r = 0; r < 8; r += 2) {
+        t[r] = _mm256_unpacklo_epi32(v[r], v[r + 1]);
+        t[r + 1] = _mm256_unpackhi_epi32(v[r], v[r + 1]);
+    }
+    for (int r = 0; r < 8; r += 4)
+        for (int k = 0; k < 2; k++) {
+            u[r + k] = _mm256_unpacklo_epi64(t[r + k], t[r + k + 2]);
+            u[r + k + 2] = _mm256_unpackhi_epi64(t[r + k], t[r + k + 2]);
+        }
+    static const int dw_of[4] = { 0, 2, 1, 3 };
+    for (int k = 0; k < 4; k++) {
+        out[dw_of[k]] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+        out[dw_of[k] + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+    }
+}
+
 typedef void (*tile_fn)(int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx, float *y,
                         size_t ldy);
 
@@ -375,24 +394,28 @@ static void pack_q4_0(q4_0_pack *p, int64_t nb, const uint8_t *w, size_t ldw, in
 }
 
 /* RN tokens against one packed group; xs: (x + 128) bytes, dx: scales, both [token][block] */
-AI void q4_0_packed_tile(const int RN, int64_t nb, const q4_0_pack *p, const uint8_t *xs, const float *dx,
-                         float *acc_out) {
+AI void q4_0_packed_tile(const int RN, const int H, int64_t nb, const q4_0_pack *p, const uint8_t *xs,
+                         const float *dx, float *acc_out) {
     __m256 acc[4];
     UNROLL for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
     const __m256i ones16 = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < nb; i++) {
-        __m256i s16[4];
-        UNROLL for (int c = 0; c < RN; c++) s16[c] = _mm256_setzero_si256();
-        UNROLL for (int j = 0; j < 8; j++) {
-            const __m256i wq = p[i].q[j];
-            UNROLL for (int c = 0; c < RN; c++) {
-                int32_t b;
-                memcpy(&b, xs + ((size_t)c * nb + i) * 32 + 4 * j, 4);
-                s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(_mm256_set1_epi32(b), wq));
+        __m256i s16[4], s32[4];
+        UNROLL for (int c = 0; c < RN; c++) s32[c] = _mm256_setzero_si256();
+        UNROLL for (int h = 0; h < 8; h += H) { /* H steps per int16 accumulation */
+            UNROLL for (int c = 0; c < RN; c++) s16[c] = _mm256_setzero_si256();
+            UNROLL for (int j = h; j < h + H; j++) {
+                const __m256i wq = p[i].q[j];
+                UNROLL for (int c = 0; c < RN; c++) {
+                    int32_t b;
+                    memcpy(&b, xs + ((size_t)c * nb + i) * 32 + 4 * j, 4);
+                    s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(_mm256_set1_epi32(b), wq));
+                }
             }
+            UNROLL for (int c = 0; c < RN; c++) s32[c] = _mm256_add_epi32(s32[c], _mm256_madd_epi16(s16[c], ones16));
         }
         UNROLL for (int c = 0; c < RN; c++) {
-            const __m256i si = _mm256_sub_epi32(_mm256_madd_epi16(s16[c], ones16), p[i].corr);
+            const __m256i si = _mm256_sub_epi32(s32[c], p[i].corr);
             const __m256 d = _mm256_mul_ps(p[i].d, _mm256_set1_ps(dx[(size_t)c * nb + i]));
             acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(si), d));
         }
@@ -400,24 +423,64 @@ AI void q4_0_packed_tile(const int RN, int64_t nb, const q4_0_pack *p, const uin
     UNROLL for (int c = 0; c < RN; c++) _mm256_storeu_ps(acc_out + 8 * c, acc[c]);
 }
 
-static void q4_0_packed_1(int64_t nb, const q4_0_pack *p, const uint8_t *xs, const float *dx, float *o) {
-    q4_0_packed_tile(1, nb, p, xs, dx, o);
+#define Q40_PT(N, H, T)                                                                                           \
+    static void T##_packed_##N(int64_t nb, const q4_0_pack *p, const uint8_t *xs, const float *dx, float *o) {    \
+        q4_0_packed_tile(N, H, nb, p, xs, dx, o);                                                                 \
+    }
+Q40_PT(1, 8, q4_0) Q40_PT(2, 8, q4_0) Q40_PT(3, 8, q4_0) Q40_PT(4, 8, q4_0)
+Q40_PT(1, 4, q5_0) Q40_PT(2, 4, q5_0) Q40_PT(3, 4, q5_0) Q40_PT(4, 4, q5_0)
+
+/* Q5_0 in the same packed form: levels q - 16 in [-16, 15]; with x + 128 a
+ * pair is <= 2 * 255 * 16 = 8160, so the int16 accumulator takes 4 steps
+ * (<= 32640) before a madd: H = 4. corr = 128 * sum(q - 16). */
+static void pack_q5_0(q4_0_pack *p, int64_t nb, const uint8_t *w, size_t ldw, int rows) {
+    const __m256i sixteen = _mm256_set1_epi8(16), ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i v[8];
+        float d[8];
+        for (int r = 0; r < 8; r++) {
+            if (r < rows) {
+                const block_q5_0 *a = (const block_q5_0 *)(w + r * ldw) + i;
+                const __m256i hb = _mm256_and_si256(bytes_from_bits(a->qh), sixteen);
+                v[r] = _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(a->qs), hb), sixteen);
+                d[r] = f16(a->d);
+            } else {
+                v[r] = _mm256_setzero_si256();
+                d[r] = 0.f;
+            }
+        }
+        transpose8x32(v, p[i].q);
+        __m256i sum = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(ones8, p[i].q[j]));
+        p[i].corr = _mm256_slli_epi32(_mm256_madd_epi16(sum, ones16), 7);
+        p[i].d = _mm256_loadu_ps(d);
+    }
 }
-static void q4_0_packed_2(int64_t nb, const q4_0_pack *p, const uint8_t *xs, const float *dx, float *o) {
-    q4_0_packed_tile(2, nb, p, xs, dx, o);
-}
-static void q4_0_packed_3(int64_t nb, const q4_0_pack *p, const uint8_t *xs, const float *dx, float *o) {
-    q4_0_packed_tile(3, nb, p, xs, dx, o);
-}
-static void q4_0_packed_4(int64_t nb, const q4_0_pack *p, const uint8_t *xs, const float *dx, float *o) {
-    q4_0_packed_tile(4, nb, p, xs, dx, o);
-}
+
+typedef void (*q4_0_pack_fn)(q4_0_pack *, int64_t, const uint8_t *, size_t, int);
+typedef void (*q4_0_tile_fn)(int64_t, const q4_0_pack *, const uint8_t *, const float *, float *);
+static void gemm_packed_legacy(q4_0_pack_fn pack, const q4_0_tile_fn tiles[4], hx_vec_dot_fn scalar, int64_t n,
+                               int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x, size_t ldx,
+                               float *y, size_t ldy);
 
 /* Same contract as hx_gemm_q4_0_avx2 but bit-identical to the scalar kernel
  * (not to the AVX2 per-row one): for batches. If its scratch cannot be
  * allocated it computes the pairs with the scalar kernel (same bits, slower). */
 void hx_gemm_q4_0_packed_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
                               size_t ldx, float *y, size_t ldy) {
+    static const q4_0_tile_fn tiles[4] = { q4_0_packed_1, q4_0_packed_2, q4_0_packed_3, q4_0_packed_4 };
+    gemm_packed_legacy(pack_q4_0, tiles, hx_dot_q4_0_scalar, n, nr, nc, w, ldw, x, ldx, y, ldy);
+}
+/* the same for Q5_0, bit-identical to hx_dot_q5_0_scalar */
+void hx_gemm_q5_0_packed_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+                              size_t ldx, float *y, size_t ldy) {
+    static const q4_0_tile_fn tiles[4] = { q5_0_packed_1, q5_0_packed_2, q5_0_packed_3, q5_0_packed_4 };
+    gemm_packed_legacy(pack_q5_0, tiles, hx_dot_q5_0_scalar, n, nr, nc, w, ldw, x, ldx, y, ldy);
+}
+
+static void gemm_packed_legacy(q4_0_pack_fn pack, const q4_0_tile_fn tiles[4], hx_vec_dot_fn scalar, int64_t n,
+                               int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x, size_t ldx,
+                               float *y, size_t ldy) {
     const int64_t nb = n / QK4_0;
     q4_0_pack *p = aligned_alloc(32, sizeof(q4_0_pack) * (size_t)nb);
     uint8_t *xs = aligned_alloc(32, (size_t)(nc * nb * 32 + 32));
@@ -426,7 +489,7 @@ void hx_gemm_q4_0_packed_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, 
         free(p); free(xs); free(dx);
         for (int64_t c = 0; c < nc; c++)
             for (int64_t r = 0; r < nr; r++)
-                hx_dot_q4_0_scalar(n, &y[c * ldy + r], (const uint8_t *)w + r * ldw, (const uint8_t *)x + c * ldx);
+                scalar(n, &y[c * ldy + r], (const uint8_t *)w + r * ldw, (const uint8_t *)x + c * ldx);
         return;
     }
     const __m256i bias = _mm256_set1_epi8((char)0x80);
@@ -437,11 +500,9 @@ void hx_gemm_q4_0_packed_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, 
             dx[c * nb + i] = f16(b[i].d);
         }
     }
-    static void (*const tiles[4])(int64_t, const q4_0_pack *, const uint8_t *, const float *, float *) = {
-        q4_0_packed_1, q4_0_packed_2, q4_0_packed_3, q4_0_packed_4 };
     for (int64_t r0 = 0; r0 < nr; r0 += 8) {
         const int rows = (int)(nr - r0 < 8 ? nr - r0 : 8);
-        pack_q4_0(p, nb, (const uint8_t *)w + r0 * ldw, ldw, rows);
+        pack(p, nb, (const uint8_t *)w + r0 * ldw, ldw, rows);
         for (int64_t c0 = 0; c0 < nc; c0 += 4) {
             const int cn = (int)(nc - c0 < 4 ? nc - c0 : 4);
             float o[32];
@@ -471,25 +532,6 @@ typedef struct {
     __m256i mn[4];    /* lane r = (m 2k, m 2k+1) as int16 */
     __m256 d, dmin;
 } q4_K_pack;
-
-/* 8 rows x 8 dwords -> 8 vectors of one dword position (lane = row) */
-static inline void transpose8x32(const __m256i v[8], __m256i out[8]) {
-    __m256i t[8], u[8];
-    for (int r = 0; r < 8; r += 2) {
-        t[r] = _mm256_unpacklo_epi32(v[r], v[r + 1]);
-        t[r + 1] = _mm256_unpackhi_epi32(v[r], v[r + 1]);
-    }
-    for (int r = 0; r < 8; r += 4)
-        for (int k = 0; k < 2; k++) {
-            u[r + k] = _mm256_unpacklo_epi64(t[r + k], t[r + k + 2]);
-            u[r + k + 2] = _mm256_unpackhi_epi64(t[r + k], t[r + k + 2]);
-        }
-    static const int dw_of[4] = { 0, 2, 1, 3 };
-    for (int k = 0; k < 4; k++) {
-        out[dw_of[k]] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
-        out[dw_of[k] + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
-    }
-}
 
 static void pack_q4_K(q4_K_pack *p, int64_t nb, const uint8_t *w, size_t ldw, int rows) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
