@@ -198,6 +198,7 @@ hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa) {
         if (type == HX_TYPE_Q4_0) return hx_gemm_q4_0_packed_avx2;
         if (type == HX_TYPE_Q5_0) return hx_gemm_q5_0_packed_avx2;
         if (type == HX_TYPE_Q4_K) return hx_gemm_q4_K_packed_avx2;
+        if (type == HX_TYPE_Q6_K) return hx_gemm_q6_K_packed_avx2;
     }
     return hx_get_gemm(type, isa);
 }
@@ -205,7 +206,7 @@ hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa) {
 hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa) {
     hx_gemm_fn g = hx_get_gemm_batch(type, isa);
     return g == hx_gemm_q8_0_packed_avx2 || g == hx_gemm_q4_0_packed_avx2 || g == hx_gemm_q5_0_packed_avx2 ||
-                   g == hx_gemm_q4_K_packed_avx2
+                   g == hx_gemm_q4_K_packed_avx2 || g == hx_gemm_q6_K_packed_avx2
                ? HX_ISA_SCALAR : HX_ISA_AVX2;
 }
 

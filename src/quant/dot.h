@@ -30,8 +30,9 @@ HX_DOT_KERNELS_AVX512(HX_DECL_AVX512)
                                                 const void *x, size_t ldx, float *y, size_t ldy);
 HX_DECL_GEMM(q8_0) HX_DECL_GEMM(q4_0) HX_DECL_GEMM(q4_K) HX_DECL_GEMM(q6_K)
 void hx_gemm_avx2_set_tile(int which, int mr, int nr, int mv);
-/* batch GEMMs on packed 8-row groups, bit-identical to hx_dot_{q8_0,q4_0,q5_0,q4_K}_scalar */
+/* batch GEMMs on packed 8-row groups, bit-identical to hx_dot_{q8_0,q4_0,q5_0,q4_K,q6_K}_scalar */
 HX_DECL_GEMM(q8_0_packed) HX_DECL_GEMM(q4_0_packed) HX_DECL_GEMM(q5_0_packed) HX_DECL_GEMM(q4_K_packed)
+HX_DECL_GEMM(q6_K_packed)
 
 /* activation quantizers (act_avx2.c); nb = number of blocks */
 void hx_quant_act_q8_0_avx2(const float *x, void *y, int64_t nb);

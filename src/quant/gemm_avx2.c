@@ -762,3 +762,130 @@ void hx_gemm_q8_0_packed_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, 
     }
     free(p); free(xs); free(dx);
 }
+
+/* ------------------------------------------- Q6_K batch GEMM, packed rows
+ *
+ * Levels q in [0, 63] (unsigned, the first maddubs operand) one row per lane
+ * as above; a pair is <= 2 * 63 * 128 = 16128, so the int16 accumulator takes
+ * 2 steps; each half sub-block is madd-ed with the row's int8 scale as an
+ * int16 pair. The -32 offset is 32 * sum_j sc_j * bsum_j, 8 madds of
+ * (sc 2k, sc 2k+1) against the token's bsum pairs. Exact integer total and
+ * the scalar kernel's float order, s += (bd * dw) * (float)total:
+ * bit-identical to hx_dot_q6_K_scalar. */
+typedef struct {
+    __m256i q[8][8];  /* 32-element group g, step k: lane r = levels 4k..4k+3 of the group, row r */
+    __m256i sc[16];   /* sub-block j: lane r = (sc, sc) as int16 */
+    __m256i scp[8];   /* lane r = (sc 2k, sc 2k+1) as int16 */
+    __m256 d;
+} q6_K_pack;
+
+static void pack_q6_K(q6_K_pack *p, int64_t nb, const uint8_t *w, size_t ldw, int rows) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i e[8][8]; /* [group][row] */
+        int32_t sc[16][8], scp[8][8];
+        float d[8];
+        for (int r = 0; r < 8; r++) {
+            if (r >= rows) {
+                for (int g = 0; g < 8; g++) e[g][r] = _mm256_setzero_si256();
+                for (int j = 0; j < 16; j++) sc[j][r] = 0;
+                for (int k = 0; k < 8; k++) scp[k][r] = 0;
+                d[r] = 0.f;
+                continue;
+            }
+            const block_q6_K *a = (const block_q6_K *)(w + r * ldw) + i;
+            for (int j = 0; j < 2; j++) {
+                const __m256i b1 = loadu256(a->ql + 64 * j), b2 = loadu256(a->ql + 64 * j + 32);
+                const __m256i bh = loadu256(a->qh + 32 * j);
+                e[4 * j][r] = _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4));
+                e[4 * j + 1][r] = _mm256_or_si256(_mm256_and_si256(b2, m4),
+                                                  _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4));
+                e[4 * j + 2][r] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
+                                                  _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4));
+                e[4 * j + 3][r] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                                                  _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4));
+            }
+            for (int j = 0; j < 16; j++) sc[j][r] = (int32_t)((uint16_t)a->scales[j] * 0x10001u);
+            for (int k = 0; k < 8; k++)
+                scp[k][r] = (int32_t)((uint16_t)a->scales[2 * k] | (uint32_t)(uint16_t)a->scales[2 * k + 1] << 16);
+            d[r] = f16(a->d);
+        }
+        for (int g = 0; g < 8; g++) transpose8x32(e[g], p[i].q[g]);
+        for (int j = 0; j < 16; j++) p[i].sc[j] = _mm256_loadu_si256((const __m256i *)sc[j]);
+        for (int k = 0; k < 8; k++) p[i].scp[k] = _mm256_loadu_si256((const __m256i *)scp[k]);
+        p[i].d = _mm256_loadu_ps(d);
+    }
+}
+
+AI void q6_K_packed_tile(const int RN, int64_t nb, const q6_K_pack *p, const uint8_t *x, size_t ldx,
+                         float *acc_out) {
+    __m256 acc[4];
+    UNROLL for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const block_q8_K *b[4];
+        __m256i isc[4];
+        UNROLL for (int c = 0; c < RN; c++) {
+            b[c] = (const block_q8_K *)(x + c * ldx) + i;
+            isc[c] = _mm256_setzero_si256();
+        }
+        for (int g = 0; g < 8; g++) {
+            UNROLL for (int h = 0; h < 4; h++) { /* 2 steps each; sub-block 2g + h / 2 */
+                const __m256i w0 = p[i].q[g][2 * h], w1 = p[i].q[g][2 * h + 1];
+                const __m256i scv = p[i].sc[2 * g + h / 2];
+                UNROLL for (int c = 0; c < RN; c++) {
+                    int32_t b0, b1;
+                    memcpy(&b0, b[c]->qs + 32 * g + 8 * h, 4);
+                    memcpy(&b1, b[c]->qs + 32 * g + 8 * h + 4, 4);
+                    const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, _mm256_set1_epi32(b0)),
+                                                         _mm256_maddubs_epi16(w1, _mm256_set1_epi32(b1)));
+                    isc[c] = _mm256_add_epi32(isc[c], _mm256_madd_epi16(s16, scv));
+                }
+            }
+        }
+        UNROLL for (int c = 0; c < RN; c++) {
+            __m256i off = _mm256_setzero_si256();
+            UNROLL for (int k = 0; k < 8; k++) {
+                int32_t bs;
+                memcpy(&bs, b[c]->bsums + 2 * k, 4);
+                off = _mm256_add_epi32(off, _mm256_madd_epi16(p[i].scp[k], _mm256_set1_epi32(bs)));
+            }
+            const __m256i total = _mm256_sub_epi32(isc[c], _mm256_slli_epi32(off, 5));
+            const __m256 d = _mm256_mul_ps(_mm256_set1_ps(b[c]->d), p[i].d);
+            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(d, _mm256_cvtepi32_ps(total)));
+        }
+    }
+    UNROLL for (int c = 0; c < RN; c++) _mm256_storeu_ps(acc_out + 8 * c, acc[c]);
+}
+
+#define Q6K_PT(N)                                                                                                 \
+    static void q6_K_packed_##N(int64_t nb, const q6_K_pack *p, const uint8_t *x, size_t ldx, float *o) {         \
+        q6_K_packed_tile(N, nb, p, x, ldx, o);                                                                    \
+    }
+Q6K_PT(1) Q6K_PT(2) Q6K_PT(3) Q6K_PT(4)
+
+/* Same contract as hx_gemm_q6_K_avx2 but bit-identical to hx_dot_q6_K_scalar;
+ * without scratch memory it computes the pairs with the scalar kernel. */
+void hx_gemm_q6_K_packed_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+                              size_t ldx, float *y, size_t ldy) {
+    const int64_t nb = n / QK_K;
+    q6_K_pack *p = aligned_alloc(32, sizeof(q6_K_pack) * (size_t)nb);
+    if (!p) {
+        for (int64_t c = 0; c < nc; c++)
+            for (int64_t r = 0; r < nr; r++)
+                hx_dot_q6_K_scalar(n, &y[c * ldy + r], (const uint8_t *)w + r * ldw, (const uint8_t *)x + c * ldx);
+        return;
+    }
+    static void (*const tiles[4])(int64_t, const q6_K_pack *, const uint8_t *, size_t, float *) = {
+        q6_K_packed_1, q6_K_packed_2, q6_K_packed_3, q6_K_packed_4 };
+    for (int64_t r0 = 0; r0 < nr; r0 += 8) {
+        const int rows = (int)(nr - r0 < 8 ? nr - r0 : 8);
+        pack_q6_K(p, nb, (const uint8_t *)w + r0 * ldw, ldw, rows);
+        for (int64_t c0 = 0; c0 < nc; c0 += 4) {
+            const int cn = (int)(nc - c0 < 4 ? nc - c0 : 4);
+            float o[32];
+            tiles[cn - 1](nb, p, (const uint8_t *)x + c0 * ldx, ldx, o);
+            for (int c = 0; c < cn; c++) memcpy(y + (c0 + c) * ldy + r0, o + 8 * c, sizeof(float) * rows);
+        }
+    }
+    free(p);
+}

@@ -95,7 +95,8 @@ typedef void (*hx_gemm_fn)(int64_t n, int64_t nr, int64_t nc, const void *w, siz
                            size_t ldx, float *y, size_t ldy);
 hx_gemm_fn hx_get_gemm(int type, hx_isa isa);
 /* GEMM for batches (nc > 1, prefill): hx_get_gemm's kernel, except where a
- * faster batch kernel exists (AVX2: Q8_0, Q4_0, Q5_0, Q4_K on 8-row groups repacked per call);
+ * faster batch kernel exists (AVX2: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K on 8-row groups repacked
+ * per call);
  * that one is bit-identical to hx_get_vec_dot(type, HX_ISA_SCALAR) instead of
  * the AVX2 per-row kernel. hx_gemm_batch_ref_isa says which per-row kernel a
  * batch kernel's outputs equal. */
