@@ -70,6 +70,30 @@ static inline void transpose8x32(const __m256i v[8], __m256i out[8]) {
 typedef void (*tile_fn)(int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx, float *y,
                         size_t ldy);
 
+/* The f16 scales of RM rows' blocks (at byte offset boff in each row) times
+ * dx, as 8 floats whose 128-bit halves both hold the RM products: gathered in
+ * integer registers (idle ports), one vcvtph2ps and one mul for all rows;
+ * lane_bcast then spreads row r's product with one in-lane permute. The
+ * products are the same floats as f16(dw) * f16(dx) computed row by row. */
+AI __m256 scales_x(const int RM, const uint8_t *w, size_t ldw, size_t boff, __m128 dx) {
+    uint64_t u = 0;
+    UNROLL for (int r = 0; r < RM; r++) {
+        uint16_t h;
+        memcpy(&h, w + r * ldw + boff, 2);
+        u |= (uint64_t)h << (16 * r);
+    }
+    const __m128 f = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)u)), dx);
+    return _mm256_set_m128(f, f);
+}
+AI __m256 lane_bcast(__m256 v, int r) {
+    switch (r) {
+    case 0: return _mm256_permute_ps(v, 0x00);
+    case 1: return _mm256_permute_ps(v, 0x55);
+    case 2: return _mm256_permute_ps(v, 0xAA);
+    default: return _mm256_permute_ps(v, 0xFF);
+    }
+}
+
 /* ------------------------------------------------------------------ Q8_0 */
 
 AI void tile_q8_0(const int RM, const int RN, int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x,
@@ -81,22 +105,20 @@ AI void tile_q8_0(const int RM, const int RN, int64_t nb, const uint8_t *w, size
     for (int64_t i = 0; i < nb; i++) {
         PF(sizeof(block_q8_0), i)
         __m256i wa[4];
-        __m256 dw[4];
         UNROLL for (int r = 0; r < RM; r++) {
             const block_q8_0 *a = (const block_q8_0 *)(w + r * ldw) + i;
             const __m256i v = loadu256(a->qs);
             wa[r] = _mm256_sign_epi8(v, v);
-            dw[r] = _mm256_set1_ps(f16(a->d));
         }
         UNROLL for (int c = 0; c < RN; c++) {
             const block_q8_0 *b = (const block_q8_0 *)(x + c * ldx) + i;
             const __m256i xv = loadu256(b->qs);
-            const __m256 dx = _mm256_set1_ps(f16(b->d));
+            const __m256 d = scales_x(RM, w, ldw, (size_t)i * sizeof(block_q8_0), _mm_set1_ps(f16(b->d)));
             UNROLL for (int r = 0; r < RM; r++) {
                 const block_q8_0 *a = (const block_q8_0 *)(w + r * ldw) + i;
                 const __m256i p = _mm256_maddubs_epi16(wa[r], _mm256_sign_epi8(xv, loadu256(a->qs)));
                 const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), s, acc[r][c]);
+                acc[r][c] = _mm256_fmadd_ps(lane_bcast(d, r), s, acc[r][c]);
             }
         }
     }
@@ -115,21 +137,19 @@ AI void tile_q4_0(const int RM, const int RN, int64_t nb, const uint8_t *w, size
     for (int64_t i = 0; i < nb; i++) {
         PF(sizeof(block_q4_0), i)
         __m256i wq[4];
-        __m256 dw[4];
         UNROLL for (int r = 0; r < RM; r++) {
             const block_q4_0 *a = (const block_q4_0 *)(w + r * ldw) + i;
             wq[r] = unpack_nibbles(a->qs);
-            dw[r] = _mm256_set1_ps(f16(a->d));
         }
         UNROLL for (int c = 0; c < RN; c++) {
             const block_q8_0 *b = (const block_q8_0 *)(x + c * ldx) + i;
             const __m256i xv = loadu256(b->qs);
             const __m256i m8 = _mm256_maddubs_epi16(eights, xv);
-            const __m256 dx = _mm256_set1_ps(f16(b->d));
+            const __m256 d = scales_x(RM, w, ldw, (size_t)i * sizeof(block_q4_0), _mm_set1_ps(f16(b->d)));
             UNROLL for (int r = 0; r < RM; r++) {
                 const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(wq[r], xv), m8);
                 const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), s, acc[r][c]);
+                acc[r][c] = _mm256_fmadd_ps(lane_bcast(d, r), s, acc[r][c]);
             }
         }
     }
