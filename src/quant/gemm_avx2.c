@@ -18,7 +18,13 @@
  *
  * Tiles are instantiated for every RM, RN in 1..4 (edges of the matrix use the
  * smaller ones); compiled -O3 so the accumulator arrays are unrolled into
- * registers. */
+ * registers.
+ *
+ * Since then the tiles serve matvec (RMx1, with software prefetch) and the
+ * batch path (hx_get_gemm_batch, matmul with n > 1) uses the packed kernels at
+ * the end of this file for Q8_0, Q4_0, Q5_0, Q4_K, Q6_K: 8 weight rows repacked
+ * per call so that one row sits in one 32-bit lane, with exact integer block
+ * sums; those are bit-identical to the scalar per-row kernels instead. */
 #include "quant/dot.h"
 #include "quant/simd_avx2.h"
 

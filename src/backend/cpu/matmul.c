@@ -10,7 +10,10 @@
  * are to keep both cores streaming and to make tasks big enough that the
  * pool's hand-out cost vanishes (a task = a chunk of rows, ~64 KiB of weights).
  * Matmul is compute-bound for large n: a task owns a block of weight rows that
- * stays in L1/L2 while every token of a token block uses it. */
+ * stays in L1/L2 while every token of a token block uses it. Kernels: matvec
+ * runs hx_get_gemm's tiles (bit-identical to the AVX2 per-row kernel), n > 1
+ * hx_get_gemm_batch's (for Q8_0/Q4_0/Q5_0/Q4_K/Q6_K packed 8-row kernels,
+ * bit-identical to the scalar per-row kernel). */
 #include "backend/cpu/matmul.h"
 
 #include <math.h>
