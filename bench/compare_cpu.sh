@@ -1,57 +1,87 @@
 #!/usr/bin/env bash
-# Compare helix-bg bench with llama.cpp's llama-bench on the same GGUF files, in
-# the same run, on this CPU. Appends one JSON object per measurement to
-# bench/results.jsonl and prints a table.
+# Compare helix-bg bench with llama.cpp's llama-bench on the same GGUF files, on
+# this CPU, each llama-bench run right after the helix run on the same file.
+# Prints a markdown table (model, mix, test, helix tok/s, llama.cpp tok/s,
+# ratio) and appends one JSON object per measurement to bench/results.jsonl.
 #
-#   LLAMA_BENCH=/path/to/llama-bench bash bench/compare_cpu.sh [-p 128] [-n 32] [-r 3] [-t 2] FILE.gguf...
+#   LLAMA_BENCH=/path/to/llama-bench bash bench/compare_cpu.sh [-p 512] [-n 128] [-r 3] [-t 2] [SPEC...]
 #
-# llama.cpp is a peer built outside this repository (never vendored here).
+# SPEC is PRESET:MIX or PRESET:MIX:P:N (its own prompt / generation lengths);
+# default: smollm-135m and qwen3-0.6b, each in q8_0, q4_0 and q4_k_m. Models
+# are random-weight files with the real shapes, written once by `helix-bg synth`
+# into ~/.cache/helix/synth (HX_SYNTH_DIR) and reused. Without LLAMA_BENCH only
+# helix runs. llama.cpp is a peer built outside this repository (never vendored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-P=128; N=32; R=3; T=$(nproc)
+P=512; N=128; R=3; T=2
 while [ $# -gt 0 ]; do
   case "$1" in
     -p) P=$2; shift 2;; -n) N=$2; shift 2;; -r) R=$2; shift 2;; -t) T=$2; shift 2;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0;;
+    -*) echo "unknown option $1" >&2; exit 2;;
     *) break;;
   esac
 done
-[ $# -gt 0 ] || { echo "usage: $0 [-p N] [-n N] [-r N] [-t N] FILE.gguf..." >&2; exit 2; }
+specs=("$@")
+[ ${#specs[@]} -gt 0 ] || specs=(smollm-135m:q8_0 smollm-135m:q4_0 smollm-135m:q4_k_m
+                                 qwen3-0.6b:q8_0 qwen3-0.6b:q4_0 qwen3-0.6b:q4_k_m)
 BIN=${HX_BIN:-build/helix-bg}
 LB=${LLAMA_BENCH:-}
-date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+SYN=${HX_SYNTH_DIR:-$HOME/.cache/helix/synth}
+mkdir -p "$SYN"
+date=$(date -u +%F)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-device="cpu: $cpu, $T threads"
-out=bench/results.jsonl
-printf '%-40s %-10s %-8s %12s %12s\n' model engine test "t/s" "ratio"
-for f in "$@"; do
-  name=$(basename "$f" .gguf)
-  hx=$("$BIN" bench -m "$f" -p "$P" -n "$N" -r "$R" -t "$T" --json)
+device="$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1) $(nproc)-core, $T threads"
+out=${HX_RESULTS:-bench/results.jsonl}
+table=$(mktemp)
+trap 'rm -f "$table"' EXIT
+
+jsonl() { # engine model mix test tokens_per_s
+  printf '{"date": "%s", "commit": "%s", "device": "%s", "engine": "%s", "model": "%s", "mix": "%s", "test": "%s", "tokens_per_s": %s}\n' \
+    "$date" "$commit" "$device" "$1" "$2" "$3" "$4" "$5" >> "$out"
+}
+
+echo "# uptime before: $(uptime)"
+for spec in "${specs[@]}"; do
+  IFS=: read -r preset mix sp sn <<< "$spec"
+  p=${sp:-$P}; n=${sn:-$N}
+  f="$SYN/$preset-$mix.gguf"
+  if [ ! -s "$f" ]; then
+    echo "# synth $preset $mix -> $f" >&2
+    "$BIN" synth --preset "$preset" --type "$mix" -o "$f.tmp" -t "$T" >&2 && mv "$f.tmp" "$f"
+  fi
   declare -A hxv=() lbv=()
+  echo "# $preset $mix: helix-bg bench -p $p -n $n -r $R -t $T" >&2
   while IFS= read -r line; do
-    test=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["test"])' "$line")
-    tps=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tokens_per_s"])' "$line")
-    mix=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mix"])' "$line")
+    [ -n "$line" ] || continue
+    read -r test tps < <(python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print(j["test"], j["tokens_per_s"])' "$line")
     hxv[$test]=$tps
-    echo "{\"date\": \"$date\", \"commit\": \"$commit\", \"device\": \"$device\", \"engine\": \"helix\", \"model\": \"$name\", \"mix\": \"$mix\", \"test\": \"$test\", \"tokens_per_s\": $tps}" >> "$out"
-  done <<< "$hx"
+    jsonl helix "$preset" "$mix" "$test" "$tps"
+  done < <("$BIN" bench -m "$f" -p "$p" -n "$n" -r "$R" -t "$T" --json)
   if [ -n "$LB" ]; then
-    lbj=$("$LB" -m "$f" -p "$P" -n "$N" -r "$R" -t "$T" -o jsonl 2>/dev/null)
+    echo "# $preset $mix: llama-bench -p $p -n $n -r $R -t $T" >&2
     while IFS= read -r line; do
       [ -n "$line" ] || continue
-      read -r test tps mix < <(python3 -c '
+      read -r test tps < <(python3 -c '
 import json,sys
 j=json.loads(sys.argv[1]); p=j.get("n_prompt",0); g=j.get("n_gen",0)
-print(("pp%d" % p) if p else ("tg%d" % g), j["avg_ts"], j.get("model_type","?").split()[-1])' "$line")
+print(("pp%d" % p) if p else ("tg%d" % g), j["avg_ts"])' "$line")
       lbv[$test]=$tps
-      echo "{\"date\": \"$date\", \"commit\": \"$commit\", \"device\": \"$device\", \"engine\": \"llama.cpp\", \"model\": \"$name\", \"mix\": \"$mix\", \"test\": \"$test\", \"tokens_per_s\": $tps}" >> "$out"
-    done <<< "$lbj"
+      jsonl llama.cpp "$preset" "$mix" "$test" "$tps"
+    done < <("$LB" -m "$f" -p "$p" -n "$n" -r "$R" -t "$T" -o jsonl 2>/dev/null)
   fi
-  for test in "pp$P" "tg$N"; do
-    h=${hxv[$test]:-nan}; l=${lbv[$test]:-}
-    ratio=$([ -n "$l" ] && python3 -c "print('%.2fx' % ($h/$l))" || echo "-")
-    printf '%-40s %-10s %-8s %12.1f %12s\n' "$name" helix "$test" "$h" "$ratio"
-    [ -n "$l" ] && printf '%-40s %-10s %-8s %12.1f\n' "$name" llama.cpp "$test" "$l"
+  for test in "pp$p" "tg$n"; do
+    h=${hxv[$test]:-}; l=${lbv[$test]:-}
+    python3 -c '
+import sys
+m, x, t, h, l = sys.argv[1:]
+f = lambda v: "%.1f" % float(v) if v else "-"
+r = "%.2fx" % (float(h) / float(l)) if h and l else "-"
+print("| %s | %s | %s | %s | %s | %s |" % (m, x, t, f(h), f(l), r))' "$preset" "$mix" "$test" "$h" "$l" >> "$table"
   done
   unset hxv lbv
 done
+echo "# uptime after: $(uptime)"
+echo "| model | mix | test | helix tok/s | llama.cpp tok/s | ratio |"
+echo "|---|---|---|---:|---:|---:|"
+cat "$table"

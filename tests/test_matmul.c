@@ -68,6 +68,143 @@ static void check_one(hx_pool *pool, int type, int64_t rows, int64_t cols, int64
     free(wf); free(wd); free(wq); free(xq); free(x); free(xd); free(y);
 }
 
+/* The tiled GEMM kernels (hx_get_gemm) against the per-row dot kernel of the
+ * same ISA, pair by pair: bit-identical by construction (the per-row kernel is
+ * the 1x1 tile), checked directly and through hx_matmul with 1 and 2 threads;
+ * and against a float64 dot of the dequantized operands. The batch kernel
+ * (hx_get_gemm_batch, what hx_matmul runs for n > 1) against the per-row
+ * kernel it names (Q4_0: scalar), bit for bit. Random odd shapes, n = 1..17
+ * and 64 (edge tiles of every size, partial 8-row groups). */
+static void check_gemm(hx_pool *pool2, hx_pool *pool1, int type, hx_rng *rng) {
+    const hx_type_info *ti = hx_type_get(type);
+    hx_isa isa = hx_isa_current();
+    hx_gemm_fn gemm = hx_get_gemm(type, isa);
+    bool tiles = gemm != NULL;  /* Q5_0: a batch kernel only */
+    if (!tiles) gemm = hx_get_gemm_batch(type, isa);
+    if (!gemm) {
+        printf("SKIP gemm %s: no tiled kernel at ISA %s\n", hx_type_name(type), hx_isa_name(isa));
+        CHECK(isa < HX_ISA_AVX2);
+        return;
+    }
+    hx_vec_dot_fn dot = hx_get_vec_dot(type, isa);
+    bool same_isa = dot == hx_get_vec_dot(type, HX_ISA_AVX2); /* AVX-512 per-row kernels round differently */
+    int checked = 0;
+    for (int ni = 0; ni < 18; ni++) {
+        int64_t n = ni < 17 ? ni + 1 : 64;
+        int64_t rows = 1 + (int64_t)(hx_rng_u64(rng) % 70) * 2;               /* odd, 1..139 */
+        int64_t cols = ti->block_size * (1 + (int64_t)(hx_rng_u64(rng) % 5) * 2); /* odd block count */
+        size_t wrow = hx_row_size(type, cols), xrow = hx_row_size(ti->dot_type, cols);
+        float *wf = malloc(sizeof(float) * cols), *wd = malloc(sizeof(float) * rows * cols);
+        float *x = malloc(sizeof(float) * n * cols), *xd = malloc(sizeof(float) * n * cols);
+        uint8_t *wq = malloc(wrow * rows), *xq = malloc(xrow * n);
+        float *yr = malloc(sizeof(float) * n * rows), *yg = malloc(sizeof(float) * n * rows);
+        float *y1 = malloc(sizeof(float) * n * rows), *y2 = malloc(sizeof(float) * n * rows);
+        for (int64_t r = 0; r < rows; r++) {
+            float sc = expf((float)hx_rng_normal(rng)); /* rows of different magnitudes */
+            for (int64_t k = 0; k < cols; k++) wf[k] = (float)hx_rng_normal(rng) * sc;
+            hx_quantize_row(type, wf, wq + r * wrow, cols);
+            hx_dequantize_row(type, wq + r * wrow, wd + r * cols, cols);
+        }
+        for (int64_t i = 0; i < n * cols; i++) x[i] = (float)hx_rng_normal(rng);
+        for (int64_t t = 0; t < n; t++) {
+            hx_quantize_row(ti->dot_type, x + t * cols, xq + t * xrow, cols);
+            hx_dequantize_row(ti->dot_type, xq + t * xrow, xd + t * cols, cols);
+        }
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t r = 0; r < rows; r++) dot(cols, &yr[t * rows + r], wq + r * wrow, xq + t * xrow);
+        gemm(cols, rows, n, wq, wrow, xq, xrow, yg, (size_t)rows);
+        /* the batch kernel (matmul with n > 1) against the per-row kernel it
+         * claims to equal (Q4_0: the scalar one) */
+        hx_gemm_fn gemm_b = hx_get_gemm_batch(type, isa);
+        hx_vec_dot_fn dot_b = hx_get_vec_dot(type, hx_gemm_batch_ref_isa(type, isa));
+        CHECK(gemm_b && dot_b);
+        float *yb = malloc(sizeof(float) * n * rows), *yrb = malloc(sizeof(float) * n * rows);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t r = 0; r < rows; r++) dot_b(cols, &yrb[t * rows + r], wq + r * wrow, xq + t * xrow);
+        gemm_b(cols, rows, n, wq, wrow, xq, xrow, yb, (size_t)rows);
+        int64_t diff_b = 0;
+        for (int64_t o = 0; o < n * rows; o++) diff_b += memcmp(&yb[o], &yrb[o], 4) != 0;
+        CHECKF(!diff_b, "batch gemm %s %lldx%lld n=%lld: %lld outputs differ from the %s per-row kernel",
+               hx_type_name(type), (long long)rows, (long long)cols, (long long)n, (long long)diff_b,
+               hx_isa_name(hx_gemm_batch_ref_isa(type, isa)));
+        /* matmul: n == 1 runs the matvec tiles (= AVX2 per-row), n > 1 the batch kernel */
+        const float *ym = n > 1 ? yrb : yr;
+        bool same_m = n > 1 ? true : same_isa;
+        hx_tensor W = { "w", type, { cols, rows, 1, 1 }, wq };
+        hx_error e = {0};
+        CHECKF(hx_matmul(pool1, &W, x, n, y1, &e) == HX_OK, "%s", e.msg);
+        CHECKF(hx_matmul(pool2, &W, x, n, y2, &e) == HX_OK, "%s", e.msg);
+        double worst = 0;
+        int64_t diff_g = 0, diff_1 = 0, diff_2 = 0;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t r = 0; r < rows; r++) {
+                size_t o = t * rows + r;
+                diff_g += memcmp(&yg[o], &yr[o], 4) != 0;
+                diff_1 += memcmp(&y1[o], &ym[o], 4) != 0;
+                diff_2 += memcmp(&y2[o], &ym[o], 4) != 0;
+                double s = 0, mag = 0;
+                for (int64_t k = 0; k < cols; k++) {
+                    s += (double)wd[r * cols + k] * xd[t * cols + k];
+                    mag += fabs((double)wd[r * cols + k] * xd[t * cols + k]);
+                }
+                double err = fabs(yg[o] - s) / (mag > 0 ? mag : 1);
+                double err_b = fabs(yb[o] - s) / (mag > 0 ? mag : 1);
+                if (err > worst) worst = err;
+                if (err_b > worst) worst = err_b;
+            }
+        if (same_isa && tiles)
+            CHECKF(!diff_g, "gemm %s %lldx%lld n=%lld: %lld outputs differ from the per-row kernel", hx_type_name(type),
+                   (long long)rows, (long long)cols, (long long)n, (long long)diff_g);
+        if (same_m) {
+            CHECKF(!diff_1 && !diff_2, "matmul %s %lldx%lld n=%lld: %lld / %lld outputs (1 / 2 threads) differ from the "
+                   "per-row kernel", hx_type_name(type), (long long)rows, (long long)cols, (long long)n,
+                   (long long)diff_1, (long long)diff_2);
+        }
+        CHECKF(worst < 2e-5, "gemm %s %lldx%lld n=%lld: rel err vs float64 %g", hx_type_name(type), (long long)rows,
+               (long long)cols, (long long)n, worst);
+        checked++;
+        free(wf); free(wd); free(x); free(xd); free(wq); free(xq); free(yr); free(yg); free(y1); free(y2);
+        free(yb); free(yrb);
+    }
+    printf("gemm %s: %d shapes, %s; batch kernel == %s per-row; within 2e-5 of float64\n", hx_type_name(type),
+           checked, !tiles ? "no tiles" : same_isa ? "tiled == per-row bit for bit" : "tiles not compared: other ISA",
+           hx_isa_name(hx_gemm_batch_ref_isa(type, isa)));
+}
+
+/* The batch kernels' int16 accumulators at their worst case: every weight at
+ * the most negative level and every activation at +-127 (x + 128 = 255 or
+ * 1): exact against the per-row kernel they claim to equal. */
+static void check_gemm_extremes(int type) {
+    const hx_type_info *ti = hx_type_get(type);
+    hx_isa isa = hx_isa_current();
+    hx_gemm_fn gb = hx_get_gemm_batch(type, isa);
+    if (!gb) return;
+    hx_vec_dot_fn ref = hx_get_vec_dot(type, hx_gemm_batch_ref_isa(type, isa));
+    const int64_t cols = 4 * 256, rows = 11, n = 5;
+    size_t wrow = hx_row_size(type, cols), xrow = hx_row_size(ti->dot_type, cols);
+    uint8_t *wq = malloc(wrow * rows), *xq = malloc(xrow * n);
+    float *f = malloc(sizeof(float) * cols), *y = malloc(sizeof(float) * rows * n);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t k = 0; k < cols; k++) f[k] = r % 3 == 0 ? -1.f : r % 3 == 1 ? 1.f : (k % 7 ? -1.f : 0.5f);
+        hx_quantize_row(type, f, wq + r * wrow, cols);
+    }
+    for (int64_t t = 0; t < n; t++) {
+        for (int64_t k = 0; k < cols; k++) f[k] = t % 2 ? -1.f : 1.f;
+        hx_quantize_row(ti->dot_type, f, xq + t * xrow, cols);
+    }
+    gb(cols, rows, n, wq, wrow, xq, xrow, y, (size_t)rows);
+    int diff = 0;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            float want;
+            ref(cols, &want, wq + r * wrow, xq + t * xrow);
+            diff += memcmp(&want, &y[t * rows + r], 4) != 0;
+        }
+    CHECKF(!diff, "batch gemm %s, extreme levels: %d of %lld outputs differ", hx_type_name(type), diff,
+           (long long)(rows * n));
+    free(wq); free(xq); free(f); free(y);
+}
+
 int main(void) {
     hx_rng rng;
     hx_rng_seed(&rng, 1234);
@@ -83,6 +220,15 @@ int main(void) {
                 for (int c = 0; c < 3; c++)
                     check_one(b == 2 ? NULL : pool, types[i], rows_list[b], cols_list[a], n_list[c],
                               (a + b + c) % 2 ? HX_MM_ROUND_F16_ACT : 0, &rng);
+    }
+    {
+        hx_pool *pool1 = hx_pool_create(1);
+        const int gemm_types[] = { HX_TYPE_Q8_0, HX_TYPE_Q4_0, HX_TYPE_Q5_0, HX_TYPE_Q4_K, HX_TYPE_Q6_K };
+        for (size_t i = 0; i < sizeof gemm_types / sizeof gemm_types[0]; i++) {
+            check_gemm(pool, pool1, gemm_types[i], &rng);
+            check_gemm_extremes(gemm_types[i]);
+        }
+        hx_pool_free(pool1);
     }
     /* hx_matmul_multi == separate products, bit for bit; mixed dot types refused */
     {

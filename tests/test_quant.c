@@ -236,6 +236,8 @@ static void test_act_quant(void) {
         x[i] = v;
     }
     x[4 * 256 + 3] = -9.f; x[4 * 256 + 200] = 9.f;                /* +-max tie: first one wins */
+    /* a block with amax 127 (d = 1): exact half-way values, rounded away from zero by roundf */
+    for (int j = 0; j < 32; j++) x[8 * 256 + j] = (j == 0) ? 127.f : (float)(j - 16) + (j % 2 ? 0.5f : -0.5f);
     const hx_isa saved = hx_isa_current(), best = hx_isa_best();
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         int t = types[k];
@@ -247,6 +249,12 @@ static void test_act_quant(void) {
             hx_isa_set(HX_ISA_AVX2);
             CHECK(hx_quantize_row_act(t, x, qv, n) == rs);
             CHECKF(!memcmp(qs, qv, rs), "%s: AVX2 activation quantizer differs from scalar", hx_type_name(t));
+            /* hx_quantize_row (reference rule) has AVX2 paths for Q8_0 and Q8_K too */
+            hx_isa_set(HX_ISA_SCALAR);
+            hx_quantize_row(t, x, qs, n);
+            hx_isa_set(HX_ISA_AVX2);
+            hx_quantize_row(t, x, qv, n);
+            CHECKF(!memcmp(qs, qv, rs), "%s: AVX2 hx_quantize_row differs from scalar", hx_type_name(t));
         } else {
             printf("SKIP %s AVX2 activation quantizer: CPU lacks AVX2\n", hx_type_name(t));
         }

@@ -110,3 +110,32 @@ void hx_quant_act_q8_K_avx2(const float *x, void *vy, int64_t nb) {
         y[i].d = 1 / iscale;
     }
 }
+
+/* Q8_0 by ggml's reference rule (quantize_row_q8_0_ref, what hx_quantize_row
+ * does): d = amax/127 stored as f16, id = 1/d, q = roundf(x * id) (half away
+ * from zero) clamped to [-127, 127]. roundf is trunc(v) + sign(v) where
+ * |v - trunc(v)| >= 0.5 (v - trunc(v) is exact), so this is bit-identical to
+ * the scalar loop. */
+void hx_quant_q8_0_ref_avx2(const float *x, void *vy, int64_t nb) {
+    block_q8_0 *y = vy;
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    const __m256 lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        const float amax = absmax32(x);
+        float d = amax / 127;
+        y[i].d = f16_scale(d);
+        if (d > 65504.f) d = hx_fp16_to_fp32(y[i].d);
+        const __m256 id = _mm256_set1_ps(d ? 1.0f / d : 0.0f);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), id);
+            const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), half, _CMP_GE_OQ);
+            const __m256 adj = _mm256_and_ps(up, _mm256_or_ps(one, _mm256_and_ps(sign, v)));
+            q[k] = _mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_add_ps(t, adj))));
+        }
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)y[i].qs, p);
+    }
+}

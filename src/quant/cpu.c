@@ -14,6 +14,7 @@
 #include "core/core.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
 
@@ -168,6 +169,45 @@ hx_vec_dot_fn hx_get_vec_dot(int type, hx_isa isa) {
     case HX_ISA_SCALAR: return k_scalar[type];
     }
     return NULL;
+}
+
+hx_gemm_fn hx_get_gemm(int type, hx_isa isa) {
+    if (isa > hx_isa_best()) isa = hx_isa_best();
+    if (isa < HX_ISA_AVX2) return NULL;
+    static _Atomic int tuned = 0; /* HX_GEMM_TILE=MRxNR[:MV] (all four types), read once: a benchmark knob */
+    if (!atomic_exchange(&tuned, 1)) {
+        const char *env = getenv("HX_GEMM_TILE");
+        int mr = 0, nr = 0, mv = 0;
+        if (env && sscanf(env, "%dx%d:%d", &mr, &nr, &mv) >= 2)
+            for (int k = 0; k < 4; k++) hx_gemm_avx2_set_tile(k, mr, nr, mv);
+    }
+    switch (type) {
+    case HX_TYPE_Q8_0: return hx_gemm_q8_0_avx2;
+    case HX_TYPE_Q4_0: return hx_gemm_q4_0_avx2;
+    case HX_TYPE_Q4_K: return hx_gemm_q4_K_avx2;
+    case HX_TYPE_Q6_K: return hx_gemm_q6_K_avx2;
+    default: return NULL;
+    }
+}
+
+hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa) {
+    static _Atomic int packed = -1; /* HX_GEMM_NO_PACKED=1: benchmark knob, read once */
+    if (packed < 0) packed = getenv("HX_GEMM_NO_PACKED") == NULL;
+    if (packed && hx_get_gemm(HX_TYPE_Q4_0, isa)) { /* the AVX2 kernels are available */
+        if (type == HX_TYPE_Q8_0) return hx_gemm_q8_0_packed_avx2;
+        if (type == HX_TYPE_Q4_0) return hx_gemm_q4_0_packed_avx2;
+        if (type == HX_TYPE_Q5_0) return hx_gemm_q5_0_packed_avx2;
+        if (type == HX_TYPE_Q4_K) return hx_gemm_q4_K_packed_avx2;
+        if (type == HX_TYPE_Q6_K) return hx_gemm_q6_K_packed_avx2;
+    }
+    return hx_get_gemm(type, isa);
+}
+
+hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa) {
+    hx_gemm_fn g = hx_get_gemm_batch(type, isa);
+    return g == hx_gemm_q8_0_packed_avx2 || g == hx_gemm_q4_0_packed_avx2 || g == hx_gemm_q5_0_packed_avx2 ||
+                   g == hx_gemm_q4_K_packed_avx2 || g == hx_gemm_q6_K_packed_avx2
+               ? HX_ISA_SCALAR : HX_ISA_AVX2;
 }
 
 void hx_vec_dot(int type, int64_t n, float *out, const void *w, const void *x) {

@@ -25,9 +25,20 @@ HX_DOT_KERNELS(HX_DECL_AVX2)
     void hx_dot_##t##_avx512vnni(int64_t n, float *out, const void *w, const void *x);
 HX_DOT_KERNELS_AVX512(HX_DECL_AVX512)
 
+/* tiled GEMM kernels (gemm_avx2.c); which = 0..3 for Q8_0, Q4_0, Q4_K, Q6_K */
+#define HX_DECL_GEMM(t) void hx_gemm_##t##_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, \
+                                                const void *x, size_t ldx, float *y, size_t ldy);
+HX_DECL_GEMM(q8_0) HX_DECL_GEMM(q4_0) HX_DECL_GEMM(q4_K) HX_DECL_GEMM(q6_K)
+void hx_gemm_avx2_set_tile(int which, int mr, int nr, int mv);
+/* batch GEMMs on packed 8-row groups, bit-identical to hx_dot_{q8_0,q4_0,q5_0,q4_K,q6_K}_scalar */
+HX_DECL_GEMM(q8_0_packed) HX_DECL_GEMM(q4_0_packed) HX_DECL_GEMM(q5_0_packed) HX_DECL_GEMM(q4_K_packed)
+HX_DECL_GEMM(q6_K_packed)
+
 /* activation quantizers (act_avx2.c); nb = number of blocks */
 void hx_quant_act_q8_0_avx2(const float *x, void *y, int64_t nb);
 void hx_quant_act_q8_1_avx2(const float *x, void *y, int64_t nb);
 void hx_quant_act_q8_K_avx2(const float *x, void *y, int64_t nb);
+/* Q8_0 by the reference rule of hx_quantize_row (roundf, d = amax/127), bit-identical */
+void hx_quant_q8_0_ref_avx2(const float *x, void *y, int64_t nb);
 
 #endif

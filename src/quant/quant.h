@@ -84,4 +84,23 @@ hx_vec_dot_fn hx_get_vec_dot(int type, hx_isa isa);
 /* Convenience: kernel for the current ISA. */
 void hx_vec_dot(int type, int64_t n, float *out, const void *w, const void *x);
 
+/* Tiled quantized GEMM: y[c * ldy + r] = dot(w row r, x row c) for r < nr,
+ * c < nc; weight rows ldw bytes apart, activation rows (in the dot type) ldx
+ * bytes apart. Each weight block is unpacked once per tile of tokens and each
+ * activation block reused across a tile of rows. Every output is bit-identical
+ * to hx_get_vec_dot(type, HX_ISA_AVX2) on that pair (the per-row kernel is the
+ * 1x1 tile). NULL where the type has no GEMM kernel at that ISA (use the
+ * per-row kernel). AVX2 kernels: Q8_0, Q4_0, Q4_K, Q6_K. */
+typedef void (*hx_gemm_fn)(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+                           size_t ldx, float *y, size_t ldy);
+hx_gemm_fn hx_get_gemm(int type, hx_isa isa);
+/* GEMM for batches (nc > 1, prefill): hx_get_gemm's kernel, except where a
+ * faster batch kernel exists (AVX2: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K on 8-row groups repacked
+ * per call);
+ * that one is bit-identical to hx_get_vec_dot(type, HX_ISA_SCALAR) instead of
+ * the AVX2 per-row kernel. hx_gemm_batch_ref_isa says which per-row kernel a
+ * batch kernel's outputs equal. */
+hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa);
+hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa);
+
 #endif

@@ -596,14 +596,21 @@ size_t hx_quantize_row(int type, const float *src, void *dst, int64_t n) {
     case HX_TYPE_Q4_1: quant_q4_1(src, dst, nb); break;
     case HX_TYPE_Q5_0: quant_q5_0(src, dst, nb); break;
     case HX_TYPE_Q5_1: quant_q5_1(src, dst, nb); break;
-    case HX_TYPE_Q8_0: quant_q8_0(src, dst, nb); break;
+    /* Q8_0 and Q8_K (also the matmul activation types): AVX2 versions, bit-identical */
+    case HX_TYPE_Q8_0:
+        if (hx_isa_current() >= HX_ISA_AVX2) hx_quant_q8_0_ref_avx2(src, dst, nb);
+        else quant_q8_0(src, dst, nb);
+        break;
     case HX_TYPE_Q8_1: quant_q8_1(src, dst, nb); break;
     case HX_TYPE_Q2_K: quant_q2_K(src, dst, nb); break;
     case HX_TYPE_Q3_K: quant_q3_K(src, dst, nb); break;
     case HX_TYPE_Q4_K: quant_q4_K(src, dst, nb); break;
     case HX_TYPE_Q5_K: quant_q5_K(src, dst, nb); break;
     case HX_TYPE_Q6_K: quant_q6_K(src, dst, nb); break;
-    case HX_TYPE_Q8_K: quant_q8_K(src, dst, nb); break;
+    case HX_TYPE_Q8_K:
+        if (hx_isa_current() >= HX_ISA_AVX2) hx_quant_act_q8_K_avx2(src, dst, nb);
+        else quant_q8_K(src, dst, nb);
+        break;
     default: return 0;
     }
     return (size_t)nb * (size_t)t->type_size;

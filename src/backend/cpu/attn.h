@@ -7,5 +7,7 @@
 /* acc = f16(fma(v, s, acc)) and acc = f16(acc * s) over n halves (AVX2+F16C+FMA). */
 void hx_f16_mad_avx2(int n, uint16_t *acc, const uint16_t *v, float s);
 void hx_f16_scale_avx2(int n, uint16_t *acc, float s);
+/* acc += w * v over n halves into f32 (mul then add, as the scalar code). */
+void hx_f32_axpy_f16_avx2(int n, float *acc, const uint16_t *v, float w);
 
 #endif

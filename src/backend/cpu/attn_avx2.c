@@ -32,3 +32,15 @@ void hx_f16_scale_avx2(int n, uint16_t *acc, float s) {
     }
     for (; d < n; d++) acc[d] = _cvtss_sh(_cvtsh_ss(acc[d]) * s, _MM_FROUND_TO_NEAREST_INT);
 }
+
+/* acc[d] += w * f32(v[d]): a multiply then an add (no fusion), as the scalar
+ * loop compiles under -std=c17 (no contraction), so results are identical. */
+void hx_f32_axpy_f16_avx2(int n, float *acc, const uint16_t *v, float w) {
+    __m256 vw = _mm256_set1_ps(w);
+    int d = 0;
+    for (; d + 8 <= n; d += 8) {
+        __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + d)));
+        _mm256_storeu_ps(acc + d, _mm256_add_ps(_mm256_loadu_ps(acc + d), _mm256_mul_ps(vw, x)));
+    }
+    for (; d < n; d++) acc[d] += w * _cvtsh_ss(v[d]);
+}

@@ -333,7 +333,8 @@ static void attn_task(void *ctx, int64_t task, int thread) {
         float w = sc[t] * inv;
         if (c->kv_type == HX_TYPE_F16) {
             const uint16_t *vr = (const uint16_t *)(vc + (size_t)t * row);
-            for (int d = 0; d < hd; d++) acc[d] += w * hx_fp16_to_fp32(vr[d]);
+            if (c->f16c) hx_f32_axpy_f16_avx2(hd, acc, vr, w);
+            else for (int d = 0; d < hd; d++) acc[d] += w * hx_fp16_to_fp32(vr[d]);
         } else {
             const float *vr = (const float *)(vc + (size_t)t * row);
             for (int d = 0; d < hd; d++) acc[d] += w * vr[d];

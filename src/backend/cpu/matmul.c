@@ -10,7 +10,10 @@
  * are to keep both cores streaming and to make tasks big enough that the
  * pool's hand-out cost vanishes (a task = a chunk of rows, ~64 KiB of weights).
  * Matmul is compute-bound for large n: a task owns a block of weight rows that
- * stays in L1/L2 while every token of a token block uses it. */
+ * stays in L1/L2 while every token of a token block uses it. Kernels: matvec
+ * runs hx_get_gemm's tiles (bit-identical to the AVX2 per-row kernel), n > 1
+ * hx_get_gemm_batch's (for Q8_0/Q4_0/Q5_0/Q4_K/Q6_K packed 8-row kernels,
+ * bit-identical to the scalar per-row kernel). */
 #include "backend/cpu/matmul.h"
 
 #include <math.h>
@@ -46,6 +49,7 @@ enum { MM_MAX = 4 };
 typedef struct mm_job {
     int count;                  /* matrices sharing the activations */
     hx_vec_dot_fn dot[MM_MAX];
+    hx_gemm_fn gemm[MM_MAX];    /* tiled kernel, NULL: per-row dot */
     const uint8_t *w[MM_MAX];   /* weight rows */
     size_t w_row[MM_MAX];       /* bytes per weight row */
     int64_t rows[MM_MAX];
@@ -72,6 +76,15 @@ static void mm_task(void *ctx, int64_t task, int thread) {
     size_t wr = j->w_row[m];
     int64_t rows = j->rows[m];
     float *y = j->y[m];
+    hx_gemm_fn gemm = j->gemm[m];
+    if (gemm) {
+        for (int64_t t0 = 0; t0 < j->n; t0 += j->tok_block) {
+            int64_t t1 = t0 + j->tok_block < j->n ? t0 + j->tok_block : j->n;
+            gemm(j->cols, r1 - r0, t1 - t0, w + (size_t)r0 * wr, wr, j->x + (size_t)t0 * j->x_row, j->x_row,
+                 y + (size_t)t0 * rows + r0, (size_t)rows);
+        }
+        return;
+    }
     if (j->n == 1) {
         for (int64_t r = r0; r < r1; r++) dot(j->cols, &y[r], w + (size_t)r * wr, j->x);
         return;
@@ -115,6 +128,10 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
                  (!x_as_is(ti, W->type, flags) && ti->dot_type == HX_TYPE_F32 && W->type != Ws[0]->type))
             return hx_err(e, HX_ERR_ARG, "matmul: tensors '%s' and '%s' cannot share activations",
                           Ws[0]->name ? Ws[0]->name : "?", W->name ? W->name : "?");
+        /* the tiled kernels give the same bits as the AVX2 per-row ones; on
+         * AVX-512 machines its per-row kernels stay in charge of matvec */
+        hx_isa isa = hx_isa_current();
+        j.gemm[m] = n > 1 ? hx_get_gemm_batch(W->type, isa) : isa == HX_ISA_AVX2 ? hx_get_gemm(W->type, isa) : NULL;
         j.dot[m] = dot; j.w[m] = W->data; j.w_row[m] = w_row; j.rows[m] = rows; j.y[m] = Ys[m];
         work += (double)w_row * rows * n;
     }
@@ -145,6 +162,7 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
         if (rpt < 1) rpt = 1;
         int64_t max_rpt = (j.rows[m] + 8 * nth - 1) / (8 * nth);
         if (rpt > max_rpt) rpt = max_rpt > 0 ? max_rpt : 1;
+        if (j.gemm[m]) rpt = (rpt + 23) / 24 * 24; /* whole tiles of 3, 4 or 8 rows */
         j.rpt[m] = rpt;
         j.task0[m + 1] = j.task0[m] + (j.rows[m] + rpt - 1) / rpt;
     }
