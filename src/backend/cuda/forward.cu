@@ -70,13 +70,13 @@ struct hx_cuda_ctx {
     int n_past;
     char *dump_dir;
     std::vector<int> dump_pos;
-    // HX_CUDA_PROFILE: decode steps run without the graph, with an event after
-    // every kernel; the time between events is summed per kernel label and
-    // printed (stderr) when the context is freed.
     int mvq;                       // decode with 8-bit activations: 0 off, 1 q/k/v + gate/up, 2 every matrix (default)
     int8_t *xq; float *xd;         // the quantized activation vector (mvq)
     float *apart; unsigned *acount; // split-K decode attention: partials, per-head counters
     const char *skip;              // HX_CUDA_SKIP (timing experiments only)
+    // HX_CUDA_PROFILE: decode steps run without the graph, with an event after
+    // every kernel; the time between events is summed per kernel label and
+    // printed (stderr) when the context is freed.
     bool prof;
     std::vector<cudaEvent_t> pev;
     std::vector<const char *> plab;
