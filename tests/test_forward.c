@@ -7,6 +7,10 @@
  *      with the f32 KV cache, 5e-3 with f16 KV; 5e-2 for quantized weights
  *      (the optimized path quantizes activations to Q8_0/Q8_K, the reference
  *      does not). Greedy tokens must agree unless the top-2 gap is < 1e-2.
+ *      Models: the tiny refs, hand-written qwen2 files, stories260K, and
+ *      synthetic qwen3-0.6b q4_k_m / q8_0 (3 layers of the real width) for 64
+ *      decode steps. Batch prefill must equal one-token decode within 1e-4
+ *      (5e-3 quantized) of the largest logit.
  *  (b) last logits: max abs err <= 1e-3 (f32 KV), 1e-2 (f16 KV); 32 greedy
  *      tokens exact; top-1 of top10_per_pos exact at every prompt position.
  *  (a) and (b) run the exact mode; (c) runs ggml_compat mode (f16 cache with
@@ -23,6 +27,7 @@
 
 #include "backend/cpu/forward.h"
 #include "core/core.h"
+#include "model/synth.h"
 #include "ref_forward.h"
 
 static hx_model *load(const char *path) {
@@ -70,8 +75,9 @@ static void test_vs_ref(const char *path, int kv_type, int n_steps) {
     int V = m->cfg.n_vocab;
     int32_t prompt[9];
     for (int i = 0; i < 9; i++) prompt[i] = (int32_t)((1 + i * 7919) % V);
-    hx_cpu_ctx *c = new_ctx(m, kv_type, 64, false);
-    ref_model *r = ref_new(m, 64);
+    int nctx = 9 + n_steps + 1 > 64 ? 9 + n_steps + 1 : 64;
+    hx_cpu_ctx *c = new_ctx(m, kv_type, nctx, false);
+    ref_model *r = ref_new(m, nctx);
     float *lo = malloc(sizeof(float) * V), *lr = malloc(sizeof(float) * V);
     hx_error e = {0};
     CHECKF(hx_cpu_forward(c, prompt, 9, 0, lo, false, &e) == HX_OK, "%s", e.msg);
@@ -104,12 +110,19 @@ static void test_vs_ref(const char *path, int kv_type, int n_steps) {
     float *all = malloc(sizeof(float) * V * 9);
     CHECK(hx_cpu_forward(c2, prompt, 9, 0, all, true, &e) == HX_OK);
     hx_cpu_truncate(c2, 0);
-    double berr = 0;
+    double berr = 0, bmax = 0;
     for (int i = 0; i < 9; i++) {
         CHECK(hx_cpu_forward(c2, &prompt[i], 1, i, lo, false, &e) == HX_OK);
-        for (int j = 0; j < V; j++) if (fabs(lo[j] - all[(size_t)i * V + j]) > berr) berr = fabs(lo[j] - all[(size_t)i * V + j]);
+        for (int j = 0; j < V; j++) {
+            if (fabs(lo[j] - all[(size_t)i * V + j]) > berr) berr = fabs(lo[j] - all[(size_t)i * V + j]);
+            if (fabs(all[(size_t)i * V + j]) > bmax) bmax = fabs(all[(size_t)i * V + j]);
+        }
     }
-    CHECKF(berr < 1e-3 * (is_quantized(m) ? 10 : 1), "%s: batch vs single-token logits differ by %g", path, berr);
+    /* relative to the largest logit: the batch and the one-token kernels sum in
+     * different orders (synthetic models of real width reach logits of ~1e3) */
+    double brel = berr / (bmax > 1 ? bmax : 1);
+    CHECKF(brel < (is_quantized(m) ? 5e-3 : 1e-4), "%s: batch vs single-token logits differ by %g (max |logit| %g)",
+           path, berr, bmax);
     /* context overflow is an error, not a crash */
     int32_t big[64] = {0};
     CHECK(hx_cpu_forward(c2, big, 64, 9, lo, false, &e) == HX_ERR_RANGE);
@@ -437,6 +450,24 @@ int main(void) {
         hx_model_free(m);
         test_vs_ref(tmpl, HX_TYPE_F32, 12);
         test_vs_ref(tmpl, HX_TYPE_F16, 12);
+        unlink(tmpl);
+    }
+    /* synthetic models of real shapes (issue 3): the optimized path's greedy
+     * tokens against the float64 reference for 64 steps; 3 layers (q4_k_m puts
+     * Q6_K in the first and last ones, Q4_K between) and an 8k vocabulary keep
+     * the reference affordable */
+    const struct { const char *preset; hx_mix mix; } syn[] = {
+        {"qwen3-0.6b", HX_MIX_Q4_K_M}, {"qwen3-0.6b", HX_MIX_Q8_0}};
+    for (int i = 0; i < 2; i++) {
+        char tmpl[] = "/tmp/hx_synth_fw_XXXXXX";
+        int fd = mkstemp(tmpl);
+        CHECK(fd >= 0);
+        if (fd >= 0) close(fd);
+        hx_synth_opts o = {.preset = hx_preset_find(syn[i].preset), .mix = syn[i].mix, .seed = 7 + i, .n_layer = 3,
+                           .n_vocab = 8192};
+        hx_error e = {0};
+        CHECKF(o.preset && hx_synth_write(&o, tmpl, &e) == HX_OK, "synth %s: %s", syn[i].preset, e.msg);
+        test_vs_ref(tmpl, HX_TYPE_F16, 64);
         unlink(tmpl);
     }
     const char *stories[] = { "stories260K.gguf", "stories260K-Q8_0.gguf", "stories260K-Q4_0.gguf", "stories260K-Q5_1.gguf" };
