@@ -2,7 +2,9 @@
  * template. Each turn renders the whole conversation, tokenizes it, and runs
  * only the tokens after the longest prefix already in the KV cache, so history
  * is never recomputed. Reads user lines from stdin ("/reset" clears history,
- * "/quit" or EOF ends), streams the reply. */
+ * "/quit" or EOF ends), streams the reply. --device auto|cpu|cuda (-ngl N) as
+ * for generate: the forward pass runs on the GPU when one is usable; sampling
+ * stays on the CPU (the logits of each step are copied back). */
 #include "cli.h"
 #include "backend/cpu/forward.h"
 #include "core/core.h"
@@ -11,6 +13,9 @@
 #include "run/sampler.h"
 #include "tok/chat.h"
 #include "tok/tok.h"
+#ifdef HX_HAVE_CUDA
+#include "backend/cuda/cuda.h"
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +25,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: helix-bg chat -m FILE.gguf [--system TEXT] [-n MAX_REPLY_TOKENS] [-c CTX] [-t N]\n"
                "                     [--temp T --top-k K --top-p P --min-p P --repeat-penalty R --seed S]\n"
+               "                     [--device auto|cpu|cuda] [-ngl N]\n"
                "  one user message per line on stdin; /reset clears the history, /quit ends.\n"
                "  The template comes from tokenizer.chat_template (ChatML/Qwen, Llama 3, Gemma, Llama 2);\n"
                "  an unrecognized one falls back to ChatML with a warning. Default sampling: temp 0.7,\n"
@@ -46,8 +52,26 @@ static void clear(history *h, size_t keep) {
     while (h->n > keep) free((char *)h->m[--h->n].content);
 }
 
+/* The forward pass and cache truncation on whichever backend is open (gc: the CUDA context). */
+static hx_status fwd(hx_cpu_ctx *c, void *gc, const int32_t *t, int n, int pos, float *logits, hx_error *e) {
+#ifdef HX_HAVE_CUDA
+    if (gc) return hx_cuda_forward(gc, t, n, pos, logits, false, e);
+#else
+    (void)gc;
+#endif
+    return hx_cpu_forward(c, t, n, pos, logits, false, e);
+}
+static void truncate_cache(hx_cpu_ctx *c, void *gc, int keep) {
+#ifdef HX_HAVE_CUDA
+    if (gc) { hx_cuda_truncate(gc, keep); return; }
+#else
+    (void)gc;
+#endif
+    hx_cpu_truncate(c, keep);
+}
+
 int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *system = NULL;
+    const char *model = NULL, *system = NULL, *device = "auto";
     int n_reply = 512, n_ctx = 4096, threads = 0;
     hx_sampler_params sp = hx_sampler_defaults();
     sp.temp = 0.7f;
@@ -67,13 +91,20 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--min-p") && has) sp.min_p = (float)atof(argv[++i]);
         else if (!strcmp(a, "--repeat-penalty") && has) sp.repeat_penalty = (float)atof(argv[++i]);
         else if (!strcmp(a, "--seed") && has) sp.seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--device") && has) device = argv[++i];
+        else if (!strcmp(a, "-ngl") && has) device = atoi(argv[++i]) > 0 ? "cuda" : "cpu";
         else { fprintf(stderr, "helix-bg chat: bad or incomplete option '%s'\n", a); usage(stderr); return 2; }
     }
     if (!model || n_reply < 1 || n_ctx < 64 || threads < 0 || sp.temp < 0) { usage(stderr); return 2; }
+    if (strcmp(device, "auto") && strcmp(device, "cpu") && strcmp(device, "cuda")) {
+        fprintf(stderr, "helix-bg chat: --device takes auto, cpu or cuda, not '%s'\n", device);
+        return 2;
+    }
     hx_error e = {0};
     hx_model *m = NULL;
     hx_tok *tok = NULL;
     hx_cpu_ctx *c = NULL;
+    void *gc = NULL; /* hx_cuda_ctx when running on the GPU */
     hx_sampler *smp = NULL;
     float *logits = NULL;
     int32_t *cache_ids = NULL; /* the tokens in the KV cache, in order */
@@ -87,8 +118,24 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     }
     if (n_ctx > m->cfg.n_ctx_train) n_ctx = m->cfg.n_ctx_train;
+#ifdef HX_HAVE_CUDA
+    if (strcmp(device, "cpu")) {
+        hx_cuda_opts gopt = {.device = -1, .n_ctx = n_ctx};
+        hx_cuda_ctx *g = NULL;
+        if (hx_cuda_ctx_new(m, &gopt, &g, &e) != HX_OK) {
+            if (!strcmp(device, "cuda")) { fprintf(stderr, "helix-bg chat: --device cuda: %s\n", e.msg); goto done; }
+            fprintf(stderr, "helix-bg chat: running on the CPU (%s)\n", e.msg);
+        }
+        gc = g;
+    }
+#else
+    if (!strcmp(device, "cuda")) {
+        fprintf(stderr, "helix-bg chat: --device cuda: this build has no CUDA backend (nvcc was not found at configure time)\n");
+        goto done;
+    }
+#endif
     hx_cpu_opts co = {.n_ctx = n_ctx, .kv_type = HX_TYPE_F16, .n_threads = threads, .ggml_compat = true};
-    if (hx_cpu_ctx_new(m, &co, &c, &e)) { fprintf(stderr, "helix-bg chat: %s\n", e.msg); goto done; }
+    if (!gc && hx_cpu_ctx_new(m, &co, &c, &e)) { fprintf(stderr, "helix-bg chat: %s\n", e.msg); goto done; }
     hx_gguf_str tmpl = {0};
     char *tmpl_c = NULL;
     if (hx_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl)) tmpl_c = strndup(tmpl.ptr, (size_t)tmpl.len);
@@ -107,8 +154,8 @@ int cmd_chat(int argc, char **argv) {
     }
     size_t base = h.n;
     bool tty = isatty(0);
-    fprintf(stderr, "helix-bg chat: %s, template %s, context %d; /reset, /quit\n", m->cfg.name[0] ? m->cfg.name : model,
-            hx_chat_name(kind), n_ctx);
+    fprintf(stderr, "helix-bg chat: %s, template %s, context %d, %s; /reset, /quit\n", m->cfg.name[0] ? m->cfg.name : model,
+            hx_chat_name(kind), n_ctx, gc ? "cuda" : "cpu");
     rc = 0;
     for (;;) {
         if (tty) { fputs("> ", stdout); fflush(stdout); }
@@ -138,9 +185,9 @@ int cmd_chat(int argc, char **argv) {
         /* reuse the longest cached prefix; run only the rest */
         int keep = 0;
         while (keep < n_cached && keep < (int)n_ids - 1 && cache_ids[keep] == ids[keep]) keep++;
-        hx_cpu_truncate(c, keep);
+        truncate_cache(c, gc, keep);
         double t0 = hx_now_s();
-        if (hx_cpu_forward(c, ids + keep, (int)n_ids - keep, keep, logits, false, &e)) {
+        if (fwd(c, gc, ids + keep, (int)n_ids - keep, keep, logits, &e)) {
             fprintf(stderr, "helix-bg chat: %s\n", e.msg);
             free(ids); rc = 1; break;
         }
@@ -169,7 +216,7 @@ int cmd_chat(int argc, char **argv) {
             memcpy(reply + rlen, piece, k);
             rlen += k;
             n_gen++;
-            if (hx_cpu_forward(c, &t, 1, n_cached, logits, false, &e)) { fprintf(stderr, "\nhelix-bg chat: %s\n", e.msg); break; }
+            if (fwd(c, gc, &t, 1, n_cached, logits, &e)) { fprintf(stderr, "\nhelix-bg chat: %s\n", e.msg); break; }
             cache_ids[n_cached++] = t;
         }
         double t_gen = hx_now_s() - t0;
@@ -190,6 +237,9 @@ done:
     free(logits);
     hx_sampler_free(smp);
     hx_cpu_ctx_free(c);
+#ifdef HX_HAVE_CUDA
+    hx_cuda_ctx_free(gc);
+#endif
     hx_tok_free(tok);
     hx_model_free(m);
     return rc;
