@@ -131,7 +131,33 @@ static void test_seed_determinism(void) {
     hx_sampler_free(a); hx_sampler_free(b);
 }
 
+/* the split used by the GPU path: draw first (hx_sampler_draw), then sample
+ * with that draw (hx_sampler_sample_u): the same tokens as hx_sampler_sample,
+ * with penalties and history */
+static void test_draw_then_sample(void) {
+    hx_rng r; hx_rng_seed(&r, 10);
+    float l[V];
+    hx_sampler_params p = hx_sampler_defaults();
+    p.seed = 77;
+    p.repeat_penalty = 1.2f;
+    hx_sampler *a = hx_sampler_new(&p, V), *b = hx_sampler_new(&p, V);
+    int same = 1;
+    for (int i = 0; i < 200; i++) {
+        if (i % 20 == 0) fill(l, &r);
+        int32_t ta = hx_sampler_sample(a, l);
+        int32_t tb = hx_sampler_sample_u(b, l, hx_sampler_draw(b));
+        same &= ta == tb;
+        hx_sampler_accept(a, ta);
+        hx_sampler_accept(b, tb);
+    }
+    const int32_t *h;
+    CHECK(hx_sampler_history(b, &h) == 64 && h != NULL && hx_sampler_get_params(b)->repeat_penalty == 1.2f);
+    CHECK(same);
+    hx_sampler_free(a); hx_sampler_free(b);
+}
+
 int main(void) {
+    test_draw_then_sample();
     test_greedy_and_topk1();
     test_distribution();
     test_top_p_min_p();

@@ -57,6 +57,13 @@ void hx_sampler_accept(hx_sampler *s, int32_t token) {
     if (s->hist_len < s->hist_cap) s->hist_len++;
 }
 
+const hx_sampler_params *hx_sampler_get_params(const hx_sampler *s) { return &s->p; }
+int hx_sampler_history(const hx_sampler *s, const int32_t **tokens) {
+    *tokens = s->hist;
+    return s->hist_len;
+}
+float hx_sampler_draw(hx_sampler *s) { return hx_rng_uniform(&s->rng); }
+
 int32_t hx_argmax(const float *x, int n) {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
@@ -127,7 +134,7 @@ static int top_k_select(cand *c, int n, int k) {
     return k;
 }
 
-int32_t hx_sampler_sample(hx_sampler *s, const float *logits) {
+static int32_t sample_impl(hx_sampler *s, const float *logits, bool have_u, float u) {
     const hx_sampler_params *p = &s->p;
     float *l = s->work;
     memcpy(l, logits, (size_t)s->n_vocab * sizeof *l);
@@ -164,10 +171,13 @@ int32_t hx_sampler_sample(hx_sampler *s, const float *logits) {
     /* temperature, softmax, draw */
     double total = 0;
     for (int i = 0; i < n; i++) total += exp(((double)c[i].logit - max) / p->temp);
-    double r = (double)hx_rng_uniform(&s->rng) * total, acc = 0;
+    double r = (double)(have_u ? u : hx_rng_uniform(&s->rng)) * total, acc = 0;
     for (int i = 0; i < n; i++) {
         acc += exp(((double)c[i].logit - max) / p->temp);
         if (r < acc) return c[i].id;
     }
     return c[n - 1].id;
 }
+
+int32_t hx_sampler_sample(hx_sampler *s, const float *logits) { return sample_impl(s, logits, false, 0.0f); }
+int32_t hx_sampler_sample_u(hx_sampler *s, const float *logits, float u) { return sample_impl(s, logits, true, u); }

@@ -31,6 +31,15 @@ void hx_sampler_accept(hx_sampler *s, int32_t token);
 void hx_sampler_reset(hx_sampler *s);
 /* Pick the next token from logits[n_vocab]. logits is left unchanged. */
 int32_t hx_sampler_sample(hx_sampler *s, const float *logits);
+/* For a sampler running elsewhere (the GPU): the parameters, the penalty
+ * window (hist_len tokens, ring order: only their counts matter), and the
+ * uniform draw hx_sampler_sample would make next (advances the RNG the same
+ * way; call it exactly when temp > 0). */
+const hx_sampler_params *hx_sampler_get_params(const hx_sampler *s);
+int hx_sampler_history(const hx_sampler *s, const int32_t **tokens);
+float hx_sampler_draw(hx_sampler *s);
+/* hx_sampler_sample with the uniform u already drawn (by hx_sampler_draw). */
+int32_t hx_sampler_sample_u(hx_sampler *s, const float *logits, float u);
 /* Plain argmax (lowest id wins ties). */
 int32_t hx_argmax(const float *x, int n);
 

@@ -8,7 +8,8 @@
  * usable, else on the CPU (saying why on stderr); --device cuda fails instead
  * of falling back. -ngl N (llama.cpp's flag): N > 0 means cuda, 0 means cpu;
  * there is no partial offload. On CUDA, greedy decoding picks the token on the
- * GPU (one graph launch per token); sampling copies the logits back.
+ * GPU (one graph launch per token); so does sampling (the CPU's chain, top-k
+ * 1..256; other settings copy the logits back and sample on the CPU).
  *
  * By default the CPU path rounds like llama.cpp (ggml_compat) so greedy
  * output matches it token for token; --exact uses plain f32 math instead.
@@ -283,6 +284,26 @@ int cmd_generate(int argc, char **argv) {
                 break;
             }
             continue;
+        }
+        if (gc) { /* sampling on the GPU: the same chain as the CPU's, with the CPU sampler's own draw */
+            const int32_t *hist;
+            int nh = hx_sampler_history(smp, &hist);
+            const hx_sampler_params *pp = hx_sampler_get_params(smp);
+            hx_cuda_sample_params gp = {pp->temp, pp->top_k, pp->top_p, pp->min_p,
+                                        pp->penalty_last_n == 0 ? 1.0f : pp->repeat_penalty,
+                                        pp->penalty_last_n == 0 ? 0.0f : pp->freq_penalty,
+                                        pp->penalty_last_n == 0 ? 0.0f : pp->presence_penalty};
+            if (hx_cuda_sample_supported(&gp, nh)) {
+                float u = hx_sampler_draw(smp);
+                bool on_gpu = false;
+                if (hx_cuda_decode_sample(gc, t, pos++, &gp, hist, nh, u, &t, logits, &on_gpu, &e) != HX_OK) {
+                    fprintf(stderr, "\ngenerate: %s\n", e.msg);
+                    rc = 1;
+                    break;
+                }
+                if (!on_gpu) t = hx_sampler_sample_u(smp, logits, u);
+                continue;
+            }
         }
 #endif
         if (fwd(c, gc, &t, 1, pos++, logits, &e) != HX_OK) {

@@ -56,6 +56,24 @@ hx_status hx_cuda_forward(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos,
  * returns the argmax of its logits in *next. Uses a CUDA graph (captured on
  * first use) unless no_graph. */
 hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int pos, int32_t *next, hx_error *e);
+/* The sampling chain on the GPU (the parameters of run/sampler.h, passed as
+ * plain values so this header needs no sampler): penalties over hist[0..n_hist)
+ * -> top-k -> top-p -> min-p -> temperature -> draw with the uniform u (the
+ * draw the CPU sampler would make: hx_sampler_draw). Same token as
+ * hx_sampler_sample on the same logits. hx_cuda_sample_supported says whether
+ * the GPU takes these parameters at all (top-k 1..256, at most 4096 recent
+ * tokens, or greedy); even then a rare case (too many ties) can be declined:
+ * *on_gpu = false and the step's logits are copied to `logits` for the CPU. */
+typedef struct hx_cuda_sample_params {
+    float temp; int top_k; float top_p, min_p, repeat_penalty, freq_penalty, presence_penalty;
+} hx_cuda_sample_params;
+bool hx_cuda_sample_supported(const hx_cuda_sample_params *p, int n_hist);
+hx_status hx_cuda_decode_sample(hx_cuda_ctx *c, int32_t token, int pos, const hx_cuda_sample_params *p,
+                                const int32_t *hist, int n_hist, float u, int32_t *next, float *logits, bool *on_gpu,
+                                hx_error *e);
+/* The sampling kernel alone on host logits[V] (gpu-test). */
+hx_status hx_cuda_sample_check(int V, const float *logits, const hx_cuda_sample_params *p, const int32_t *hist,
+                               int n_hist, float u, int32_t *next, bool *on_gpu, hx_error *e);
 void hx_cuda_truncate(hx_cuda_ctx *c, int pos);
 int hx_cuda_n_ctx(const hx_cuda_ctx *c);
 /* Load statistics: bytes of weights uploaded and seconds taken. */

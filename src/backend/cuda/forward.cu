@@ -73,6 +73,7 @@ struct hx_cuda_ctx {
     int mvq;                       // decode with 8-bit activations: 0 off, 1 q/k/v + gate/up, 2 every matrix (default)
     int8_t *xq; float *xd;         // the quantized activation vector (mvq)
     float *apart; unsigned *acount; // split-K decode attention: partials, per-head counters
+    float *swork; int *shist, *sout; int shist_cap; // GPU sampling: penalized logits, penalty window, result
     const char *skip;              // HX_CUDA_SKIP (timing experiments only)
     // HX_CUDA_PROFILE: decode steps run without the graph, with an event after
     // every kernel; the time between events is summed per kernel label and
@@ -211,6 +212,9 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     if (c->d_tok) cudaFree(c->d_tok);
     if (c->xq) cudaFree(c->xq);
     if (c->apart) cudaFree(c->apart);
+    if (c->swork) cudaFree(c->swork);
+    if (c->shist) cudaFree(c->shist);
+    if (c->sout) cudaFree(c->sout);
     if (c->acount) cudaFree(c->acount);
     if (c->xd) cudaFree(c->xd);
     if (c->d_pos) cudaFree(c->d_pos);
@@ -668,7 +672,9 @@ extern "C" hx_status hx_cuda_forward(hx_cuda_ctx *c, const int32_t *tokens, int 
     return HX_OK;
 }
 
-extern "C" hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int pos, int32_t *next, hx_error *e) {
+// Enqueues one decode step (the forward pass and the argmax into d_next): the
+// graph when enabled; nothing is waited for.
+static hx_status enqueue_decode(hx_cuda_ctx *c, int32_t token, int pos, hx_error *e) {
     hx_status s = check_args(c, &token, 1, pos, e);
     if (s) return s;
     c->n_past = pos;
@@ -699,22 +705,99 @@ extern "C" hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int po
         CK(hx_k_argmax(c->st, c->logits, c->cfg.n_vocab, c->d_next));
         if (c->prof) CK(prof_mark(c, "argmax"));
     }
+    return HX_OK;
+}
+
+static hx_status prof_collect(hx_cuda_ctx *c, hx_error *e) {
+    if (!c->prof) return HX_OK;
+    for (size_t i = 1; i < c->pn; i++) {
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, c->pev[i - 1], c->pev[i]));
+        auto &v = c->ptab[c->plab[i]];
+        v.first++;
+        v.second += ms;
+    }
+    c->prof_tokens++;
+    return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int pos, int32_t *next, hx_error *e) {
+    hx_status s = enqueue_decode(c, token, pos, e);
+    if (s) return s;
     CK(cudaMemcpyAsync(&c->h_io[2], c->d_next, sizeof(unsigned long long), cudaMemcpyDeviceToHost, c->st));
     CK(cudaStreamSynchronize(c->st));
-    if (c->prof) {
-        for (size_t i = 1; i < c->pn; i++) {
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, c->pev[i - 1], c->pev[i]));
-            auto &v = c->ptab[c->plab[i]];
-            v.first++;
-            v.second += ms;
-        }
-        c->prof_tokens++;
-    }
+    if ((s = prof_collect(c, e))) return s;
     unsigned long long key;
     memcpy(&key, &c->h_io[2], sizeof key);
     *next = hx_argmax_key_index(key);
     c->n_past = pos + 1;
+    return HX_OK;
+}
+
+extern "C" bool hx_cuda_sample_supported(const hx_cuda_sample_params *p, int n_hist) {
+    return p->temp <= 0 || (p->top_k > 0 && p->top_k <= 256 && n_hist <= 4096);
+}
+
+// The sampling kernel on logits already on the device (c->logits); *next, or
+// *on_gpu = false when the kernel leaves the case to the CPU.
+static hx_status sample_on_device(hx_cuda_ctx *c, const hx_cuda_sample_params *p, const int32_t *hist, int n_hist,
+                                  float u, int32_t *next, bool *on_gpu, hx_error *e) {
+    int V = c->cfg.n_vocab;
+    if (!c->swork) CK(cudaMalloc((void **)&c->swork, sizeof(float) * V));
+    if (!c->sout) CK(cudaMalloc((void **)&c->sout, 2 * sizeof(int)));
+    if (n_hist > c->shist_cap) {
+        if (c->shist) cudaFree(c->shist);
+        c->shist = NULL;
+        c->shist_cap = 0;
+        CK(cudaMalloc((void **)&c->shist, sizeof(int) * n_hist));
+        c->shist_cap = n_hist;
+    }
+    if (n_hist > 0) CK(cudaMemcpyAsync(c->shist, hist, sizeof(int) * n_hist, cudaMemcpyHostToDevice, c->st));
+    CK(hx_k_sample(c->st, c->logits, c->swork, V, c->shist, n_hist, p->repeat_penalty, p->freq_penalty,
+                   p->presence_penalty, p->top_k, p->top_p, p->min_p, p->temp, u, c->sout));
+    int out[2];
+    CK(cudaMemcpyAsync(out, c->sout, sizeof out, cudaMemcpyDeviceToHost, c->st));
+    CK(cudaStreamSynchronize(c->st));
+    *on_gpu = out[1] == 0;
+    *next = out[0];
+    return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_decode_sample(hx_cuda_ctx *c, int32_t token, int pos, const hx_cuda_sample_params *p,
+                                          const int32_t *hist, int n_hist, float u, int32_t *next, float *logits,
+                                          bool *on_gpu, hx_error *e) {
+    hx_status s = enqueue_decode(c, token, pos, e);
+    if (s) return s;
+    if ((s = sample_on_device(c, p, hist, n_hist, u, next, on_gpu, e))) return s;
+    if ((s = prof_collect(c, e))) return s;
+    if (!*on_gpu) {
+        CK(cudaMemcpyAsync(logits, c->logits, sizeof(float) * c->cfg.n_vocab, cudaMemcpyDeviceToHost, c->st));
+        CK(cudaStreamSynchronize(c->st));
+    }
+    c->n_past = pos + 1;
+    return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_sample_check(int V, const float *logits, const hx_cuda_sample_params *p,
+                                         const int32_t *hist, int n_hist, float u, int32_t *next, bool *on_gpu,
+                                         hx_error *e) {
+    float *dl = NULL, *dw = NULL;
+    int *dh = NULL, *dout = NULL;
+    cudaError_t rc = cudaMalloc((void **)&dl, sizeof(float) * V);
+    if (rc == cudaSuccess) rc = cudaMalloc((void **)&dw, sizeof(float) * V);
+    if (rc == cudaSuccess) rc = cudaMalloc((void **)&dh, sizeof(int) * (n_hist > 0 ? n_hist : 1));
+    if (rc == cudaSuccess) rc = cudaMalloc((void **)&dout, 2 * sizeof(int));
+    if (rc == cudaSuccess) rc = cudaMemcpy(dl, logits, sizeof(float) * V, cudaMemcpyHostToDevice);
+    if (rc == cudaSuccess && n_hist > 0) rc = cudaMemcpy(dh, hist, sizeof(int) * n_hist, cudaMemcpyHostToDevice);
+    if (rc == cudaSuccess)
+        rc = hx_k_sample(0, dl, dw, V, dh, n_hist, p->repeat_penalty, p->freq_penalty, p->presence_penalty, p->top_k,
+                         p->top_p, p->min_p, p->temp, u, dout);
+    int out[2] = {0, 1};
+    if (rc == cudaSuccess) rc = cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost);
+    cudaFree(dl); cudaFree(dw); cudaFree(dh); cudaFree(dout);
+    if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "sample check");
+    *next = out[0];
+    *on_gpu = out[1] == 0;
     return HX_OK;
 }
 

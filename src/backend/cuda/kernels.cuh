@@ -59,6 +59,12 @@ cudaError_t hx_k_quant_q8(cudaStream_t st, const float *x, const float *norm_w, 
                           float *xd);
 cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const int8_t *xq, const float *xd,
                      float *const *ys, const float *const *biases, bool accumulate, int glu_act);
+// The sampling chain on the GPU (sample.cu): out[0] = the token, out[1] = 0,
+// or out[1] = 1 when the case is left to the CPU (top-k off or > 256, too few
+// candidates, too many ties). work: V floats (the penalized logits).
+cudaError_t hx_k_sample(cudaStream_t st, const float *logits, float *work, int V, const int *hist, int nhist,
+                        float rep, float freq, float pres, int top_k, float top_p, float min_p, float temp, float u,
+                        int *out);
 // out[r] = row token_ids[r] of W (dequantized) * scale, for r < n.
 cudaError_t hx_k_embed(cudaStream_t st, const hx_dmat *W, const int *token_ids, int n, float *out, float scale);
 // out (rows, dim) = x / rms(x) * w ; out may equal x.
