@@ -298,9 +298,12 @@ static bool mvq_ok(const hx_cuda_ctx *c, int level, int count, const hx_dmat *co
         if (!hx_k_mvq_supported(Ws[i]) || Ws[i]->cols != Ws[0]->cols) return false;
     return true;
 }
+// have: c->xq already holds x quantized (the attention kernel writes its
+// output that way for wo).
 static cudaError_t mvq_runs(hx_cuda_ctx *c, int count, const hx_dmat *const *Ws, const float *x, const float *norm_w,
-                            float eps, float *const *ys, const float *const *bs, bool acc, int glu_act) {
-    cudaError_t rc = hx_k_quant_q8(c->st, x, norm_w, eps, Ws[0]->cols, c->xq, c->xd);
+                            float eps, float *const *ys, const float *const *bs, bool acc, int glu_act,
+                            bool have = false) {
+    cudaError_t rc = have ? cudaSuccess : hx_k_quant_q8(c->st, x, norm_w, eps, Ws[0]->cols, c->xq, c->xd);
     if (rc != cudaSuccess) return rc;
     if (glu_act >= 0) return Ws[0]->type == Ws[1]->type ? hx_k_mvq(c->st, 2, Ws, c->xq, c->xd, ys, bs, acc, glu_act)
                                                         : cudaErrorInvalidValue;
@@ -552,29 +555,31 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int n, int pos0, int out_rows, 
         int window = swa ? cfg->sliding_window : 0;
         const float *qn = cfg->qk_norm ? L->q_norm : NULL, *kn = cfg->qk_norm ? L->k_norm : NULL;
         bool neox = cfg->rope_style == HX_ROPE_NEOX;
+        const hx_dmat *wo[1] = {&L->wo};
+        const float *bo[1] = {L->bo};
+        bool wo_q = n == 1 && mvq_ok(c, 2, 1, wo);
+        bool att_q8 = false; // the decode attention wrote its output quantized for wo
         if (n == 1 && !c->no_fuse_attn) {
+            att_q8 = wo_q && hd % 32 == 0 && !c->skip;
             PK("attention (decode)", hx_k_attn_decode(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->att, c->d_pos, nh, nkvh, hd, scale,
                                 cfg->attn_logit_softcap, window, c->n_ctx, base, rs, neox, qn, kn, eps,
-                                c->rope_tab[swa ? 1 : 0], c->apart, c->acount));
+                                c->rope_tab[swa ? 1 : 0], c->apart, c->acount, att_q8 ? c->xq : NULL, c->xd));
         } else {
             PK("rope+store", hx_k_rope_store(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->d_pos, n, nh, nkvh, hd, base, rs, neox,
                                qn, kn, eps));
             PK("attention", hx_k_attention(st, c->q, c->kc[l], c->vc[l], c->att, c->d_pos, n, nh, nkvh, hd, scale,
                               cfg->attn_logit_softcap, window, c->n_ctx));
         }
-        const hx_dmat *wo[1] = {&L->wo};
-        const float *bo[1] = {L->bo};
-        bool wo_q = n == 1 && mvq_ok(c, 2, 1, wo);
         if (cfg->post_norms || c->dump_dir) {
             float *ys[1] = {c->o};
-            if (wo_q) PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, false, -1));
+            if (wo_q) PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, false, -1, att_q8));
             else PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->o, L->bo, false));
             if (cfg->post_norms) PK("post norm", hx_k_rmsnorm(st, c->o, L->post_attn, c->o, n, D, eps));
             if (c->dump_dir) { hx_status s = dump_rows(c, pos0, n, l, "attn", c->o, e); if (s) return s; }
             PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
         } else if (wo_q) {
             float *ys[1] = {c->x};
-            PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, true, -1));
+            PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, true, -1, att_q8));
         } else {
             PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->x, L->bo, true));
         }

@@ -615,11 +615,28 @@ k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, c
 // k and v into the caches), then attends over the cached positions plus the
 // current one, whose k and v it takes from registers rounded to f16 exactly as
 // the cache would hold them. Saves a launch per layer.
+// The head's output (vals: hd floats in shared memory, hd a multiple of 32)
+// quantized for the wo matvec exactly as hx_k_quant_q8 does it (blocks of 32,
+// scale amax / 127, round to nearest): the next kernel needs no quantization
+// launch of its own.
+__device__ void head_q8(const float *vals, int hd, int h, int8_t *xq, float *xd) {
+    __syncthreads();
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int g = w; g < hd / 32; g += nw) {
+        float v = vals[g * 32 + lane];
+        float amax = warp_max(fabsf(v));
+        float d = amax / 127.0f;
+        xq[(size_t)h * hd + g * 32 + lane] = (int8_t)(d > 0.0f ? __float2int_rn(v / d) : 0);
+        if (lane == 0) xd[((size_t)h * hd) / 32 + g] = d;
+    }
+}
+
 __global__ void __launch_bounds__(ATT_THREADS)
 k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
                      __half *kc, __half *vc, float *__restrict__ out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                      int window, float base, float rope_scale, int neox, const float *q_norm, const float *k_norm,
-                     float eps, const float2 *__restrict__ rope_tab, float *part, unsigned *count, int chunk) {
+                     float eps, const float2 *__restrict__ rope_tab, float *part, unsigned *count, int chunk,
+                     int8_t *xq, float *xd) {
     pdl_trigger();
     pdl_wait();
     extern __shared__ float sm[];
@@ -759,10 +776,13 @@ k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, c
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
         for (int g2 = 0; g2 < ng; g2++) acc += vpart[g2 * hd + d];
-        if (nact == 1) o[d] = acc / sum;
+        if (nact == 1) o[d] = qs[d] = acc / sum;
         else pp[d] = acc;
     }
-    if (nact == 1) return;
+    if (nact == 1) {
+        if (xq) head_q8(qs, hd, h, xq, xd);
+        return;
+    }
     // split-K: partial (max, sum, unnormalized output) per chunk; the last block of this head merges
     if (threadIdx.x == 0) { pp[hd] = mx; pp[hd + 1] = sum; }
     __threadfence();
@@ -785,9 +805,10 @@ k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, c
             const float *pi = ph + (size_t)i * (hd + 2);
             acc += __ldcg(pi + d) * __expf(__ldcg(pi + hd) - M);
         }
-        o[d] = acc / L;
+        o[d] = qs[d] = acc / L;
     }
     if (threadIdx.x == 0) count[h] = 0; // ready for the next step
+    if (xq) head_q8(qs, hd, h, xq, xd);
 }
 
 cudaError_t hx_k_attention_prepare(int hd, int max_ctx, size_t *smem) {
@@ -818,13 +839,14 @@ int hx_k_attn_decode_splits(int max_ctx) { return (max_ctx + att_chunk(max_ctx) 
 cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, const float *v, __half *kc, __half *vc,
                              float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                              int window, int max_ctx, float base, float rope_scale, bool neox, const float *q_norm,
-                             const float *k_norm, float eps, const float2 *rope_tab, float *part, unsigned *count) {
+                             const float *k_norm, float eps, const float2 *rope_tab, float *part, unsigned *count,
+                             int8_t *xq, float *xd) {
     int chunk = att_chunk(max_ctx);
     size_t vpart = 2 * ATT_THREADS > hd ? 2 * ATT_THREADS : hd;
     size_t smem = sizeof(float) * (2 * (size_t)hd + 32 + chunk + vpart);
     dim3 grid(nh, hx_k_attn_decode_splits(max_ctx));
     LAUNCH(k_attn_decode_kernel, grid, ATT_THREADS, smem, st, q, k, v, kc, vc, out, d_pos, nh, nkvh, hd, scale, softcap,
-           window, base, rope_scale, neox, q_norm, k_norm, eps, rope_tab, part, count, chunk);
+           window, base, rope_scale, neox, q_norm, k_norm, eps, rope_tab, part, count, chunk, hd % 32 ? NULL : xq, xd);
     return cudaGetLastError();
 }
 

@@ -86,11 +86,14 @@ cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, co
 cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, const float *v, __half *kc, __half *vc,
                              float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                              int window, int max_ctx, float base, float rope_scale, bool neox, const float *q_norm,
-                             const float *k_norm, float eps, const float2 *rope_tab, float *part, unsigned *count);
+                             const float *k_norm, float eps, const float2 *rope_tab, float *part, unsigned *count,
+                             int8_t *xq, float *xd);
 // Decode attention is split over chunks of the context (flash-decoding): one
 // block per (head, chunk of 256 positions), partial results merged by the last
 // block of each head. part: nh * splits * (hd + 2) floats; count: nh unsigned,
-// zero before the first call (each call leaves them zero).
+// zero before the first call (each call leaves them zero). xq/xd, when not
+// NULL (and hd a multiple of 32): the output also quantized as hx_k_quant_q8
+// would (for the wo matvec).
 int hx_k_attn_decode_splits(int max_ctx);
 // g = act(g) * u over count elements (act: 0 SiLU, 1 GELU-tanh)
 cudaError_t hx_k_glu(cudaStream_t st, float *g, const float *u, size_t count, int act);
