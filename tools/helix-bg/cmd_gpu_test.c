@@ -159,6 +159,22 @@ static hx_status time_matvec(int type, int rows, int cols, bool q8, hx_rng *r, d
     return st;
 }
 
+/* One table row's timings: the first n_shapes decode shapes, GB/s, % of the copy
+ * bandwidth bw and microseconds; with json also one record per shape on stderr. */
+static hx_status print_matvec_times(int type, bool q8, int n_shapes, double bw, bool json, hx_rng *r, hx_error *e) {
+    static const int shapes[3][2] = {{4096, 4096}, {1024, 3072}, {151936, 1024}};
+    for (int s = 0; s < n_shapes && s < 3; s++) {
+        double gbs = 0, us = 0;
+        hx_status st = time_matvec(type, shapes[s][0], shapes[s][1], q8, r, &gbs, &us, e);
+        if (st) return st;
+        printf(" %6.0f GB/s %3.0f%% %7.1f us |", gbs, 100.0 * gbs / bw, us);
+        if (json)
+            fprintf(stderr, "{\"test\":\"%s\",\"type\":\"%s\",\"rows\":%d,\"cols\":%d,\"gbs\":%.1f,\"pct_copy\":%.1f,\"us\":%.2f}\n",
+                    q8 ? "matvec_q8" : "matvec", hx_type_name(type), shapes[s][0], shapes[s][1], gbs, 100.0 * gbs / bw, us);
+    }
+    return HX_OK;
+}
+
 /* 1000 sentences of 10-60 words from a fixed word list (seeded): the shape of
  * the issue's embedding benchmark. Returns malloc'd strings. */
 static char **make_sentences(int n, uint64_t seed) {
@@ -381,15 +397,7 @@ int cmd_gpu_test(int argc, char **argv) {
         bool ok = e1 < 1e-4 && e5 < 1e-4 && e64 < 1e-2;
         fails += !ok;
         printf("%-6s %12.2e %12.2e %12.2e  ", hx_type_name(t), e1, e5, e64);
-        int shapes[3][2] = {{4096, 4096}, {1024, 3072}, {151936, 1024}};
-        for (int s = 0; s < (quick ? 1 : 3); s++) {
-            double gbs = 0, us = 0;
-            if (time_matvec(t, shapes[s][0], shapes[s][1], false, &r, &gbs, &us, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
-            printf(" %6.0f GB/s %3.0f%% %7.1f us |", gbs, 100.0 * gbs / bw, us);
-            if (json)
-                fprintf(stderr, "{\"test\":\"matvec\",\"type\":\"%s\",\"rows\":%d,\"cols\":%d,\"gbs\":%.1f,\"pct_copy\":%.1f,\"us\":%.2f}\n",
-                        hx_type_name(t), shapes[s][0], shapes[s][1], gbs, 100.0 * gbs / bw, us);
-        }
+        if (print_matvec_times(t, false, quick ? 1 : 3, bw, json, &r, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
         printf(" %s\n", ok ? "ok" : "FAIL");
         /* the decode path with 8-bit activations (types that have it): error bound by the activation rounding */
         double eq = check_linear(t, rows, cols, 1, true, &r, &e, &st);
@@ -398,14 +406,7 @@ int cmd_gpu_test(int argc, char **argv) {
         bool okq = eq < 2e-2;
         fails += !okq;
         printf("%-6s %12.2e %12s %12s  ", " +q8", eq, "", "");
-        for (int s = 0; s < (quick ? 1 : 3); s++) {
-            double gbs = 0, us = 0;
-            if (time_matvec(t, shapes[s][0], shapes[s][1], true, &r, &gbs, &us, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
-            printf(" %6.0f GB/s %3.0f%% %7.1f us |", gbs, 100.0 * gbs / bw, us);
-            if (json)
-                fprintf(stderr, "{\"test\":\"matvec_q8\",\"type\":\"%s\",\"rows\":%d,\"cols\":%d,\"gbs\":%.1f,\"pct_copy\":%.1f,\"us\":%.2f}\n",
-                        hx_type_name(t), shapes[s][0], shapes[s][1], gbs, 100.0 * gbs / bw, us);
-        }
+        if (print_matvec_times(t, true, quick ? 1 : 3, bw, json, &r, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
         printf(" %s\n", okq ? "ok" : "FAIL");
     }
     fails += check_sampler(&r);
