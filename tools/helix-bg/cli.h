@@ -3,6 +3,7 @@
 #define HX_CLI_H
 
 #include "helix.h"
+#include "backend/cpu/forward.h"
 
 /* Each returns the process exit code. argv[0] is the subcommand name. */
 int cmd_load_model(int argc, char **argv);
@@ -17,6 +18,13 @@ int cmd_one_shot(int argc, char **argv);
 int cmd_daemon(int argc, char **argv);
 int cmd_embed_test(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
+
+/* One forward (logits of the last token, or of all with all_logits) and the
+ * cache truncation, on the CUDA context gc when not NULL, else on the CPU
+ * context c (cli_backend.c). */
+hx_status cli_forward(hx_cpu_ctx *c, void *gc, const int32_t *t, int n, int pos, float *logits, bool all_logits,
+                      hx_error *e);
+void cli_truncate(hx_cpu_ctx *c, void *gc, int pos);
 
 /* Shared helper for not-yet-built commands: prints a clear message, returns 2. */
 int cli_not_built(const char *cmd, const char *issue);

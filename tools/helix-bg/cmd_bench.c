@@ -131,16 +131,6 @@ static void cpu_name(char *out, size_t n) {
     fclose(f);
 }
 
-/* One forward on whichever backend is open. */
-static hx_status fwd(hx_cpu_ctx *c, void *g, const int32_t *t, int n, int pos, float *logits, bool all, hx_error *e) {
-#ifdef HX_HAVE_CUDA
-    if (g) return hx_cuda_forward((hx_cuda_ctx *)g, t, n, pos, logits, all, e);
-#else
-    (void)g;
-#endif
-    return hx_cpu_forward(c, t, n, pos, logits, all, e);
-}
-
 int cmd_bench(int argc, char **argv) {
     const char *path = NULL, *synth = NULL;
     int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, kv = HX_TYPE_F16;
@@ -219,7 +209,7 @@ int cmd_bench(int argc, char **argv) {
     /* warm-up: a short prefill (on the GPU the full one: first-call allocations and cuBLAS set-up) */
     if (ctx) hx_cpu_truncate(ctx, 0);
     int n_warm = gp && n_prompt > 0 ? n_prompt : n_prompt > 8 ? 8 : (n_prompt ? n_prompt : 1);
-    if (fwd(ctx, gp, toks, n_warm, 0, logits, false, &e) != HX_OK) {
+    if (cli_forward(ctx, gp, toks, n_warm, 0, logits, false, &e) != HX_OK) {
         fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done;
     }
 #ifdef HX_HAVE_CUDA
@@ -232,7 +222,7 @@ int cmd_bench(int argc, char **argv) {
         if (n_prompt > 0) {
             if (ctx) hx_cpu_truncate(ctx, 0);
             double t0 = hx_now_s();
-            if (fwd(ctx, gp, toks, n_prompt, 0, logits, false, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
+            if (cli_forward(ctx, gp, toks, n_prompt, 0, logits, false, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
             pp[r] = n_prompt / (hx_now_s() - t0);
         }
         if (n_gen > 0) {

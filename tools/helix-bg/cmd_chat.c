@@ -52,24 +52,6 @@ static void clear(history *h, size_t keep) {
     while (h->n > keep) free((char *)h->m[--h->n].content);
 }
 
-/* The forward pass and cache truncation on whichever backend is open (gc: the CUDA context). */
-static hx_status fwd(hx_cpu_ctx *c, void *gc, const int32_t *t, int n, int pos, float *logits, hx_error *e) {
-#ifdef HX_HAVE_CUDA
-    if (gc) return hx_cuda_forward(gc, t, n, pos, logits, false, e);
-#else
-    (void)gc;
-#endif
-    return hx_cpu_forward(c, t, n, pos, logits, false, e);
-}
-static void truncate_cache(hx_cpu_ctx *c, void *gc, int keep) {
-#ifdef HX_HAVE_CUDA
-    if (gc) { hx_cuda_truncate(gc, keep); return; }
-#else
-    (void)gc;
-#endif
-    hx_cpu_truncate(c, keep);
-}
-
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL, *device = "auto";
     int n_reply = 512, n_ctx = 4096, threads = 0;
@@ -185,9 +167,9 @@ int cmd_chat(int argc, char **argv) {
         /* reuse the longest cached prefix; run only the rest */
         int keep = 0;
         while (keep < n_cached && keep < (int)n_ids - 1 && cache_ids[keep] == ids[keep]) keep++;
-        truncate_cache(c, gc, keep);
+        cli_truncate(c, gc, keep);
         double t0 = hx_now_s();
-        if (fwd(c, gc, ids + keep, (int)n_ids - keep, keep, logits, &e)) {
+        if (cli_forward(c, gc, ids + keep, (int)n_ids - keep, keep, logits, false, &e)) {
             fprintf(stderr, "helix-bg chat: %s\n", e.msg);
             free(ids); rc = 1; break;
         }
@@ -216,7 +198,7 @@ int cmd_chat(int argc, char **argv) {
             memcpy(reply + rlen, piece, k);
             rlen += k;
             n_gen++;
-            if (fwd(c, gc, &t, 1, n_cached, logits, &e)) { fprintf(stderr, "\nhelix-bg chat: %s\n", e.msg); break; }
+            if (cli_forward(c, gc, &t, 1, n_cached, logits, false, &e)) { fprintf(stderr, "\nhelix-bg chat: %s\n", e.msg); break; }
             cache_ids[n_cached++] = t;
         }
         double t_gen = hx_now_s() - t0;

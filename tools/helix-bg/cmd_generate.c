@@ -99,16 +99,6 @@ static int usage(void) {
     return 2;
 }
 
-/* One forward (logits of the last token) on whichever backend is open. */
-static hx_status fwd(hx_cpu_ctx *c, void *gc, const int32_t *t, int n, int pos, float *logits, hx_error *e) {
-#ifdef HX_HAVE_CUDA
-    if (gc) return hx_cuda_forward(gc, t, n, pos, logits, false, e);
-#else
-    (void)gc;
-#endif
-    return hx_cpu_forward(c, t, n, pos, logits, false, e);
-}
-
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *ids_arg = NULL, *text = NULL, *dump = NULL, *stop = NULL;
     int n_predict = 64, n_threads = 0, n_ctx = 0, kv = HX_TYPE_F16;
@@ -255,7 +245,7 @@ int cmd_generate(int argc, char **argv) {
     if (!logits || !gen || !out || !smp) { fprintf(stderr, "generate: out of memory\n"); rc = 1; goto done; }
     for (int i = 0; i < n_prompt; i++) hx_sampler_accept(smp, prompt[i]);
     double t1 = hx_now_s();
-    if (fwd(c, gc, prompt, n_prompt, 0, logits, &e) != HX_OK) {
+    if (cli_forward(c, gc, prompt, n_prompt, 0, logits, false, &e) != HX_OK) {
         fprintf(stderr, "generate: %s\n", e.msg);
         rc = 1;
         goto done;
@@ -306,7 +296,7 @@ int cmd_generate(int argc, char **argv) {
             }
         }
 #endif
-        if (fwd(c, gc, &t, 1, pos++, logits, &e) != HX_OK) {
+        if (cli_forward(c, gc, &t, 1, pos++, logits, false, &e) != HX_OK) {
             fprintf(stderr, "\ngenerate: %s\n", e.msg);
             rc = 1;
             break;
