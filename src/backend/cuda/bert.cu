@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/warp.cuh"
 extern "C" {
 #include "core/core.h"
 #include "quant/quant.h"
@@ -162,25 +163,15 @@ extern "C" hx_status hx_cuda_bert_new(const hx_model *m, int device, hx_cuda_ber
 
 // ---- kernels ----
 
-__device__ float bsum(float v, float *red) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    v = lane < nw ? red[lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // LayerNorm of row r (dim E) held in v[] (E <= 4 * blockDim): x = (v - mean)/sqrt(var + eps) * w + b
 __device__ void ln_row(float *v, int E, const float *w, const float *b, float eps, float *dst, float *red) {
     float s = 0.0f;
     for (int i = threadIdx.x; i < E; i += blockDim.x) s += v[i];
-    float mean = bsum(s, red) / E;
+    float mean = block_sum(s, red) / E;
     float q = 0.0f;
     for (int i = threadIdx.x; i < E; i += blockDim.x) { float d = v[i] - mean; q += d * d; }
-    float inv = rsqrtf(bsum(q, red) / E + eps);
+    float inv = rsqrtf(block_sum(q, red) / E + eps);
     for (int i = threadIdx.x; i < E; i += blockDim.x) dst[i] = (v[i] - mean) * inv * w[i] + b[i];
 }
 
@@ -250,11 +241,11 @@ __global__ void k_bert_attn(const float *qkv, float *out, const int *starts, con
             sc[k] = acc;
             mx = fmaxf(mx, acc);
         }
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        mx = warp_max(mx);
         float sum = 0.0f;
 #pragma unroll
         for (int k = 0; k < 16; k++) { sc[k] = lane + 32 * k < L ? __expf(sc[k] - mx) : 0.0f; sum += sc[k]; }
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        sum = warp_sum(sum);
         float inv = 1.0f / sum;
         float o0 = 0.0f, o1 = 0.0f;
         int nk = (L + 31) / 32;
@@ -295,7 +286,7 @@ __global__ void k_bert_pool(const float *x, const int *starts, const int *lens, 
     __syncthreads();
     float n2 = 0.0f;
     for (int i = threadIdx.x; i < E; i += blockDim.x) n2 += row[i] * row[i];
-    n2 = bsum(n2, red);
+    n2 = block_sum(n2, red);
     float inv = normalize && n2 > 0 ? rsqrtf(n2) : 1.0f;
     for (int i = threadIdx.x; i < E; i += blockDim.x) out[(size_t)s * E + i] = row[i] * inv;
 }

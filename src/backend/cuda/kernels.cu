@@ -4,96 +4,37 @@
 #include <utility>
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/qblocks.cuh"
-
-#define WARP 32
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); red: 32 floats of shared memory.
-__device__ float block_sum(float v, float *red) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    v = lane < nw ? red[lane] : 0.0f;
-    return warp_sum(v);
-}
-__device__ float block_max(float v, float *red) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    v = lane < nw ? red[lane] : -INFINITY;
-    return warp_max(v);
-}
-
-// ---- programmatic dependent launch (Hopper) ----
-// Every kernel is launched so that the next one may start while it drains:
-// each kernel calls pdl_trigger() first (its dependents may launch) and
-// pdl_wait() before it reads anything an earlier kernel wrote (waits for the
-// earlier grid to complete and flush). Matvec kernels prefetch their weight
-// rows into L2 before waiting: weights never depend on the previous kernel,
-// so their DRAM reads overlap the previous kernel's tail. On pre-Hopper
-// devices (or HX_CUDA_NO_PDL) kernels launch normally and both calls are no-ops.
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cudaTriggerProgrammaticLaunchCompletion();
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cudaGridDependencySynchronize();
-#endif
-}
-__device__ __forceinline__ void prefetch_l2(const void *p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-// Prefetch bytes [lo, hi) of a row to L2, lanes of a warp striding 128-byte lines.
-__device__ __forceinline__ void prefetch_range(const uint8_t *base, size_t lo, size_t hi, int lane) {
-    for (size_t o = (lo & ~(size_t)127) + (size_t)lane * 128; o < hi; o += 32 * 128) prefetch_l2(base + o);
-}
+#include "backend/cuda/warp.cuh"
 
 static bool g_pdl = false;
 void hx_k_set_pdl(bool on) { g_pdl = on; }
 
-template <typename... KArgs, typename... Args>
-static cudaError_t launch_k(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                            Args &&...args) {
+// The launch configuration: PDL attribute (in *at) when enabled.
+static cudaLaunchConfig_t pdl_config(dim3 grid, dim3 block, size_t smem, cudaStream_t st, cudaLaunchAttribute *at) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+    at->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at->val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = g_pdl ? 1 : 0;
+    return cfg;
+}
+
+template <typename... KArgs, typename... Args>
+static cudaError_t launch_k(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                            Args &&...args) {
+    cudaLaunchAttribute at;
+    cudaLaunchConfig_t cfg = pdl_config(grid, block, smem, st, &at);
     return cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
 }
 #define LAUNCH(k, g, b, smem, st, ...) launch_k(k, dim3(g), dim3(b), (size_t)(smem), st, __VA_ARGS__)
 // The same for kernels of other files (arguments as for cudaLaunchKernel).
 cudaError_t hx_k_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t st, void **args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = g_pdl ? 1 : 0;
+    cudaLaunchAttribute at;
+    cudaLaunchConfig_t cfg = pdl_config(grid, block, smem, st, &at);
     return cudaLaunchKernelExC(&cfg, fn, args);
 }
 

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/qblocks.cuh"
+#include "backend/cuda/warp.cuh"
 
-#define WARP 32
 enum { Q_WARPS = 4 };
 // units of a row in flight per lane (HX_MVQ_UNROLL at compile time, for timing variants)
 #ifndef HX_MVQ_UNROLL
@@ -26,26 +26,6 @@ enum { Q_WARPS = 4 };
 #define MVQ_UNROLL_N(n) MVQ_PRAGMA(unroll n)
 #define MVQ_UNROLL MVQ_UNROLL_N(HX_MVQ_UNROLL)
 
-__device__ __forceinline__ float mvq_warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float mvq_warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-__device__ __forceinline__ void mvq_pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cudaTriggerProgrammaticLaunchCompletion();
-#endif
-}
-__device__ __forceinline__ void mvq_pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cudaGridDependencySynchronize();
-#endif
-}
 __device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
 // 16 bytes from a 2-byte aligned address
 __device__ __forceinline__ int4 ld16_a2(const uint8_t *p) {
@@ -146,25 +126,25 @@ bool hx_k_mvq_supported(const hx_dmat *W) {
 // block; cols a multiple of 32.
 __global__ void __launch_bounds__(1024) k_quant_q8(const float *__restrict__ x, const float *__restrict__ g, float eps,
                                                    int cols, int8_t *__restrict__ xq, float *__restrict__ xd) {
-    mvq_pdl_trigger();
-    mvq_pdl_wait();
+    pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float scale = 1.0f;
     if (g) {
         float ss = 0.0f;
         for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += x[i] * x[i];
-        ss = mvq_warp_sum(ss);
+        ss = warp_sum(ss);
         if (lane == 0) red[w] = ss;
         __syncthreads();
         ss = lane < nw ? red[lane] : 0.0f;
-        scale = rsqrtf(mvq_warp_sum(ss) / cols + eps);
+        scale = rsqrtf(warp_sum(ss) / cols + eps);
     }
     for (int gi = w; gi < cols / 32; gi += nw) {
         int i = gi * 32 + lane;
         float v = x[i] * scale;
         if (g) v *= g[i];
-        float amax = mvq_warp_max(fabsf(v));
+        float amax = warp_max(fabsf(v));
         float d = amax / 127.0f;
         xq[i] = (int8_t)(d > 0.0f ? __float2int_rn(v / d) : 0);
         if (lane == 0) xd[gi] = d;
@@ -192,14 +172,14 @@ k_mvq(hx_mv_set s, int cols, const int8_t *__restrict__ xq, const float *__restr
     size_t rb = m == 0 ? s.rb[0] : m == 1 ? s.rb[1] : s.rb[2];
     const uint8_t *w0 = wbase + (size_t)row * rb;
     const uint8_t *w1 = GLU ? s.w[1] + (size_t)row * s.rb[1] : NULL;
-    mvq_pdl_trigger();
+    pdl_trigger();
     if (live) { // weights never depend on the previous kernel: start their DRAM reads now
         for (size_t o = (size_t)(sub * WARP + lane) * 128; o < rb; o += (size_t)wpr * WARP * 128) {
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(w0 + o));
-            if (GLU) asm volatile("prefetch.global.L2 [%0];" ::"l"(w1 + o));
+            prefetch_l2(w0 + o);
+            if (GLU) prefetch_l2(w1 + o);
         }
     }
-    mvq_pdl_wait();
+    pdl_wait();
     float a0 = 0.0f, a1 = 0.0f;
     int nunits = live ? cols / Q::QK * Q::UNITS : 0;
     MVQ_UNROLL
@@ -210,8 +190,8 @@ k_mvq(hx_mv_set s, int cols, const int8_t *__restrict__ xq, const float *__restr
         a0 += Q::dot(w0 + (size_t)blk * Q::BYTES, unit, xb, db);
         if (GLU) a1 += Q::dot(w1 + (size_t)blk * Q::BYTES, unit, xb, db);
     }
-    a0 = mvq_warp_sum(a0);
-    if (GLU) a1 = mvq_warp_sum(a1);
+    a0 = warp_sum(a0);
+    if (GLU) a1 = warp_sum(a1);
     if (wpr > 1) {
         if (lane == 0) { part_sum[threadIdx.y][0] = a0; part_sum[threadIdx.y][1] = a1; }
         __syncthreads();
