@@ -274,14 +274,21 @@ static hx_status rope_table(hx_cuda_ctx *c, float base, const float2 **out, hx_e
     return HX_OK;
 }
 
+// End of the run of matrices from i on that share type and row length (one
+// fused launch each).
+static int run_end(const hx_dmat *const *Ws, int count, int i) {
+    int j = i + 1;
+    while (j < count && Ws[j]->type == Ws[i]->type && Ws[j]->cols == Ws[i]->cols) j++;
+    return j;
+}
+
 // Decode: matrices sharing the input x (q/k/v), each run of equal type and row
 // length in one fused launch with the RMSNorm in front (q4_k_m models mix Q4_K
 // and Q6_K here: two launches instead of a norm and three).
 static cudaError_t mv_runs(cudaStream_t st, int count, const hx_dmat *const *Ws, const float *x, const float *norm_w,
                            float eps, float *const *ys, const float *const *bs) {
     for (int i = 0; i < count;) {
-        int j = i + 1;
-        while (j < count && Ws[j]->type == Ws[i]->type && Ws[j]->cols == Ws[i]->cols) j++;
+        int j = run_end(Ws, count, i);
         cudaError_t rc = hx_k_mv_fused(st, j - i, Ws + i, x, norm_w, eps, ys + i, bs + i, false, -1);
         if (rc != cudaSuccess) return rc;
         i = j;
@@ -308,8 +315,7 @@ static cudaError_t mvq_runs(hx_cuda_ctx *c, int count, const hx_dmat *const *Ws,
     if (glu_act >= 0) return Ws[0]->type == Ws[1]->type ? hx_k_mvq(c->st, 2, Ws, c->xq, c->xd, ys, bs, acc, glu_act)
                                                         : cudaErrorInvalidValue;
     for (int i = 0; i < count;) {
-        int j = i + 1;
-        while (j < count && Ws[j]->type == Ws[i]->type) j++;
+        int j = run_end(Ws, count, i);
         if ((rc = hx_k_mvq(c->st, j - i, Ws + i, c->xq, c->xd, ys + i, bs ? bs + i : NULL, acc, -1)) != cudaSuccess)
             return rc;
         i = j;
