@@ -4,6 +4,7 @@
  * quantize.c's nearest_int does), the same f16 saturation. */
 #include "quant/dot.h"
 #include "quant/quant_formats.h"
+#include "quant/simd_avx2.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -12,13 +13,6 @@ static inline uint16_t f16_scale(float d) {
     if (d > 65504.f) d = 65504.f;
     if (d < -65504.f) d = -65504.f;
     return hx_fp32_to_fp16(d);
-}
-
-static inline float hmax_ps(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
 }
 
 /* 32 floats times mul, rounded half-even, clamped to [-127, 127], as int8 in order */

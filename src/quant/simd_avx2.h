@@ -1,6 +1,7 @@
-/* simd_avx2.h — AVX2 helpers shared by the dot kernels (dot_avx2.c) and the
- * tiled GEMM kernels (gemm_avx2.c). Private to src/quant; include only from
- * files compiled with -mavx2 -mfma -mf16c. */
+/* simd_avx2.h — AVX2 helpers shared by the dot kernels (dot_avx2.c), the
+ * tiled GEMM kernels (gemm_avx2.c), activation quantization (act_avx2.c) and
+ * the f32 sgemm (backend/cpu/sgemm_avx2.c). Include only from files compiled
+ * with -mavx2 -mfma -mf16c. */
 #ifndef HX_QUANT_SIMD_AVX2_H
 #define HX_QUANT_SIMD_AVX2_H
 
@@ -13,6 +14,13 @@ static inline float hsum_ps(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+static inline float hmax_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
 }
 
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }

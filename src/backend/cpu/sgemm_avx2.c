@@ -3,6 +3,7 @@
  * twelve FMAs) and the vectorized row helpers (exp, erf-GELU, softmax,
  * LayerNorm). Only called after a run-time AVX2+FMA check. */
 #include "backend/cpu/sgemm_impl.h"
+#include "quant/simd_avx2.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -165,20 +166,6 @@ void hx_sgemm_epi_avx2(float *C, int64_t ldc, int mr, int nr, const float *bias,
     }
 }
 
-static inline float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float hmax256(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 void hx_softmax_avx2(float *x, int n, float scale) {
     const __m256 vs = _mm256_set1_ps(scale);
     __m256 vm = _mm256_set1_ps(-INFINITY);
@@ -188,7 +175,7 @@ void hx_softmax_avx2(float *x, int n, float scale) {
         _mm256_storeu_ps(x + i, v);
         vm = _mm256_max_ps(vm, v);
     }
-    float mx = hmax256(vm);
+    float mx = hmax_ps(vm);
     for (; i < n; i++) {
         x[i] *= scale;
         if (x[i] > mx) mx = x[i];
@@ -208,7 +195,7 @@ void hx_softmax_avx2(float *x, int n, float scale) {
         _mm256_storeu_ps(buf, exp256(_mm256_loadu_ps(buf)));
         for (int k = 0; k < r; k++) { x[i + k] = buf[k]; sum += buf[k]; }
     }
-    sum += hsum256(acc);
+    sum += hsum_ps(acc);
     const __m256 inv = _mm256_set1_ps(1.0f / sum);
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
     for (; i < n; i++) x[i] *= 1.0f / sum;
@@ -218,7 +205,7 @@ void hx_layernorm_avx2(float *x, int n, const float *w, const float *b, float ep
     __m256 acc = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
-    float sum = hsum256(acc);
+    float sum = hsum_ps(acc);
     for (; i < n; i++) sum += x[i];
     const float mean = sum / n;
     const __m256 vm = _mm256_set1_ps(mean);
@@ -227,7 +214,7 @@ void hx_layernorm_avx2(float *x, int n, const float *w, const float *b, float ep
         __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm);
         acc = _mm256_fmadd_ps(d, d, acc);
     }
-    float var = hsum256(acc);
+    float var = hsum_ps(acc);
     for (; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
     const float inv = 1.0f / sqrtf(var / n + eps);
     const __m256 vi = _mm256_set1_ps(inv);
