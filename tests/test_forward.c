@@ -362,6 +362,75 @@ static bool write_qwen2(const char *path, int type) {
     return ok;
 }
 
+static double max_rel(const float *a, const float *b, size_t n) {
+    double mx = 1, err = 0;
+    for (size_t i = 0; i < n; i++) if (fabs(b[i]) > mx) mx = fabs(b[i]);
+    for (size_t i = 0; i < n; i++) if (fabs(a[i] - b[i]) > err) err = fabs(a[i] - b[i]);
+    return err / mx;
+}
+
+/* The sliding-window ring: with a ubatch of 4, the tiny gemma3's window-8 layers
+ * keep 12 cache rows. A 30-token prompt (run in pieces of 4) and 40 decode
+ * steps wrap the ring many times and must match the float64 reference and a
+ * context that keeps every row; a rewind the ring can serve keeps the cache,
+ * one it cannot starts over from 0. */
+static void test_ring(const char *path) {
+    hx_model *m = load(path);
+    if (!m) return;
+    CHECK(m->cfg.sliding_window == 8);
+    int V = m->cfg.n_vocab, P = 30, N = 128;
+    hx_cpu_opts o = { .n_ctx = N, .kv_f32 = true, .n_threads = 2, .n_ubatch = 4 };
+    hx_cpu_opts of = o;
+    of.n_ubatch = 0; /* 8 + 512 rows > 128: every layer keeps all positions */
+    hx_cpu_ctx *c = NULL, *f = NULL;
+    hx_error e = {0};
+    CHECKF(hx_cpu_ctx_new(m, &o, &c, &e) == HX_OK && hx_cpu_ctx_new(m, &of, &f, &e) == HX_OK, "%s", e.msg);
+    if (!c || !f) { hx_cpu_ctx_free(c); hx_cpu_ctx_free(f); hx_model_free(m); return; }
+    /* 5 of the 6 layers are sliding-window ones: 1 * 128 + 5 * 12 rows instead of 6 * 128 */
+    CHECK(hx_cpu_kv_bytes(c) * 6 * 128 == hx_cpu_kv_bytes(f) * (128 + 5 * 12));
+    ref_model *r = ref_new(m, N);
+    int32_t toks[128];
+    for (int i = 0; i < P; i++) toks[i] = (int32_t)((3 + i * 7919) % V);
+    float *lo = malloc(sizeof(float) * V), *lf = malloc(sizeof(float) * V), *lr = malloc(sizeof(float) * V);
+    float *all = malloc(sizeof(float) * V * P), *allf = malloc(sizeof(float) * V * P);
+    /* all logits across the pieces equal the full context's */
+    CHECK(hx_cpu_forward(c, toks, P, 0, all, true, &e) == HX_OK);
+    CHECK(hx_cpu_forward(f, toks, P, 0, allf, true, &e) == HX_OK);
+    double wa = max_rel(all, allf, (size_t)V * P);
+    CHECKF(wa < 1e-5, "ring all-logits vs full cache: %g", wa);
+    for (int i = 0; i < P; i++) ref_step(r, toks[i], i == P - 1 ? lr : NULL);
+    memcpy(lo, all + (size_t)(P - 1) * V, sizeof(float) * V);
+    memcpy(lf, allf + (size_t)(P - 1) * V, sizeof(float) * V);
+    double wr = 0, wf = 0;
+    int pos = P;
+    for (int s = 0; s < 40; s++) {
+        double a = max_rel(lo, lr, V), b = max_rel(lo, lf, V);
+        if (a > wr) wr = a;
+        if (b > wf) wf = b;
+        int32_t t = argmax(lr, V);
+        toks[pos] = t;
+        CHECK(hx_cpu_forward(c, &t, 1, pos, lo, false, &e) == HX_OK);
+        CHECK(hx_cpu_forward(f, &t, 1, pos, lf, false, &e) == HX_OK);
+        ref_step(r, t, lr);
+        pos++;
+    }
+    printf("sliding-window ring (12 rows, window 8): %d positions, rel err vs f64 ref %.2e, vs full cache %.2e\n", pos,
+           wr, wf);
+    CHECKF(wr < 1e-4 && wf < 1e-5, "ring vs ref %g, vs full cache %g", wr, wf);
+    /* rewind: 66 of 70 needs positions 59..65, still in rows (58..69); 60 needs 53.. which are gone */
+    CHECK(hx_cpu_truncate(c, 66) == 66);
+    CHECK(hx_cpu_forward(c, toks + 66, 4, 66, lo, false, &e) == HX_OK);
+    CHECK(hx_cpu_forward(f, toks + 66, 4, 66, lf, false, &e) == HX_OK);
+    CHECKF(max_rel(lo, lf, V) < 1e-5, "after a rewind within the ring: %g", max_rel(lo, lf, V));
+    CHECK(hx_cpu_truncate(c, 60) == 0);
+    CHECK(hx_cpu_forward(c, toks, 1, 1, lo, false, &e) == HX_ERR_ARG); /* nothing is cached now */
+    free(lo); free(lf); free(lr); free(all); free(allf);
+    ref_free(r);
+    hx_cpu_ctx_free(c);
+    hx_cpu_ctx_free(f);
+    hx_model_free(m);
+}
+
 /* --dump: files exist, with the documented header and n_embd floats */
 static void test_dump(const char *path) {
     hx_model *m = load(path);
@@ -438,6 +507,8 @@ int main(void) {
         test_vs_ref(p, HX_TYPE_F32, 12);
         test_vs_ref(p, HX_TYPE_F16, 12);
     }
+    snprintf(p, sizeof p, "%s/models/ref-tiny/%s.gguf", shared, tiny[2]);
+    test_ring(p);
     const int qtypes[] = { HX_TYPE_F32, HX_TYPE_Q8_0, HX_TYPE_Q4_K };
     for (int i = 0; i < 3; i++) {
         char tmpl[] = "/tmp/hx_qwen2_XXXXXX";

@@ -257,3 +257,13 @@ fail:
     hx_model_free(m);
     return st;
 }
+
+int hx_kv_layer_rows(const hx_model_config *cfg, int l, int n_ctx, int ubatch) {
+    int64_t ring = (int64_t)cfg->sliding_window + ubatch;
+    return cfg->layer_is_swa[l] && cfg->sliding_window > 0 && ring < n_ctx ? (int)ring : n_ctx;
+}
+
+bool hx_kv_ring_can_rewind(int n_past, int keep, int rows, int window) {
+    int need = keep - window + 1 > 0 ? keep - window + 1 : 0;
+    return keep == 0 || need >= n_past - rows;
+}

@@ -87,6 +87,14 @@ hx_status hx_model_config_from_gguf(const hx_gguf *g, hx_model_config *cfg, hx_e
 /* Open a GGUF and bind every tensor the recipe needs, checking shapes. */
 hx_status hx_model_load(const char *path, const hx_gguf_open_opts *opts, hx_model **out, hx_error *e);
 void hx_model_free(hx_model *m);
+
+/* KV cache rows for layer l: a sliding-window layer keeps a ring of
+ * window + ubatch rows (position t in row t % rows) when that is below n_ctx,
+ * enough for every query of a batch of at most ubatch tokens. */
+int hx_kv_layer_rows(const hx_model_config *cfg, int l, int n_ctx, int ubatch);
+/* A ring of `rows` rows filled up to n_past, rewound to keep: true when the
+ * positions the next query needs (keep-window+1 .. keep-1) are still intact. */
+bool hx_kv_ring_can_rewind(int n_past, int keep, int rows, int window);
 /* Load a Hugging Face model folder: config.json + model.safetensors (BERT
  * encoders for now: BertModel / all-MiniLM-L6-v2 and the like). */
 hx_status hx_model_load_hf(const char *dir, hx_model **out, hx_error *e);

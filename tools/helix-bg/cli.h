@@ -21,10 +21,11 @@ int cmd_embed(int argc, char **argv);
 
 /* One forward (logits of the last token, or of all with all_logits) and the
  * cache truncation, on the CUDA context gc when not NULL, else on the CPU
- * context c (cli_backend.c). */
+ * context c (cli_backend.c). cli_truncate returns the positions kept (0 when a
+ * sliding-window ring no longer holds the window before pos).  */
 hx_status cli_forward(hx_cpu_ctx *c, void *gc, const int32_t *t, int n, int pos, float *logits, bool all_logits,
                       hx_error *e);
-void cli_truncate(hx_cpu_ctx *c, void *gc, int pos);
+int cli_truncate(hx_cpu_ctx *c, void *gc, int pos);
 
 /* Shared helper for not-yet-built commands: prints a clear message, returns 2. */
 int cli_not_built(const char *cmd, const char *issue);

@@ -15,11 +15,11 @@ hx_status cli_forward(hx_cpu_ctx *c, void *gc, const int32_t *t, int n, int pos,
     return hx_cpu_forward(c, t, n, pos, logits, all_logits, e);
 }
 
-void cli_truncate(hx_cpu_ctx *c, void *gc, int pos) {
+int cli_truncate(hx_cpu_ctx *c, void *gc, int pos) {
 #ifdef HX_HAVE_CUDA
-    if (gc) { hx_cuda_truncate((hx_cuda_ctx *)gc, pos); return; }
+    if (gc) return hx_cuda_truncate((hx_cuda_ctx *)gc, pos);
 #else
     (void)gc;
 #endif
-    hx_cpu_truncate(c, pos);
+    return hx_cpu_truncate(c, pos);
 }

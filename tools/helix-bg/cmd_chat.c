@@ -167,7 +167,7 @@ int cmd_chat(int argc, char **argv) {
         /* reuse the longest cached prefix; run only the rest */
         int keep = 0;
         while (keep < n_cached && keep < (int)n_ids - 1 && cache_ids[keep] == ids[keep]) keep++;
-        cli_truncate(c, gc, keep);
+        keep = cli_truncate(c, gc, keep); /* 0 when a sliding-window ring lost the window before keep */
         double t0 = hx_now_s();
         if (cli_forward(c, gc, ids + keep, (int)n_ids - keep, keep, logits, false, &e)) {
             fprintf(stderr, "helix-bg chat: %s\n", e.msg);

@@ -6,7 +6,10 @@
  *   q,k,v = Wq h (+bq), Wk h (+bk), Wv h (+bv)        (n, n_head*hd) / (n, n_kv*hd)
  *   [qk_norm] q,k = per-head RMSNorm * q_norm / k_norm
  *   q,k = RoPE(pos) (NORM: adjacent pairs, NEOX: halves; base per layer kind)
- *   cache k,v at their positions (f16 or f32)
+ *   cache k,v at their positions (f16 or f32); a sliding-window layer keeps
+ *   a ring of window + ubatch rows (position t in row t % rows), enough for
+ *   every query of a batch of at most ubatch tokens; longer batches run in
+ *   chunks of ubatch tokens
  *   a = softmax(scale * q k^T, causal [+ sliding window]) v, GQA head sharing
  *   o = Wo a (+bo)  [post_norms: o = RMSNorm(o) * attn_post_norm]
  *   x += o
@@ -49,7 +52,9 @@ struct hx_cpu_ctx {
     bool f16c;            /* AVX2+F16C+FMA usable: SIMD f16 accumulator */
     size_t kv_elem;       /* bytes per cache element */
     int n_past;           /* tokens currently valid in the cache */
-    void **k_cache, **v_cache; /* per layer: (n_ctx, n_head_kv*head_dim) */
+    int ubatch;           /* most tokens per internal forward (bounds the sliding-window ring) */
+    int *kv_rows;         /* per layer: cache rows; position t lives in row t % kv_rows[l] */
+    void **k_cache, **v_cache; /* per layer: (kv_rows[l], n_head_kv*head_dim) */
     char *dump_dir;
     int *dump_pos; int n_dump_pos;
     /* scratch, grown to the largest batch seen: */
@@ -113,7 +118,7 @@ void hx_cpu_ctx_free(hx_cpu_ctx *c) {
     if (!c) return;
     if (c->k_cache)
         for (int l = 0; l < c->m->cfg.n_layer; l++) { free(c->k_cache[l]); free(c->v_cache[l]); }
-    free(c->k_cache); free(c->v_cache);
+    free(c->k_cache); free(c->v_cache); free(c->kv_rows);
     free(c->dump_dir); free(c->dump_pos);
     free(c->x); free(c->h); free(c->q); free(c->k); free(c->v); free(c->att); free(c->o);
     free(c->gate); free(c->up); free(c->scores); free(c->vacc);
@@ -148,13 +153,19 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
     hx_cpu_features cf = hx_cpu_detect();
     c->f16c = hx_isa_current() >= HX_ISA_AVX2 && cf.f16c && cf.fma;
     c->pool = hx_pool_create(o.n_threads);
+    c->ubatch = o.n_ubatch > 0 ? o.n_ubatch : 512;
     c->k_cache = calloc(cfg->n_layer, sizeof(void *));
     c->v_cache = calloc(cfg->n_layer, sizeof(void *));
-    if (!c->pool || !c->k_cache || !c->v_cache) { hx_cpu_ctx_free(c); return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory"); }
+    c->kv_rows = calloc(cfg->n_layer, sizeof(int));
+    if (!c->pool || !c->k_cache || !c->v_cache || !c->kv_rows) {
+        hx_cpu_ctx_free(c);
+        return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory");
+    }
     size_t row = (size_t)cfg->n_head_kv * cfg->head_dim * c->kv_elem;
     for (int l = 0; l < cfg->n_layer; l++) {
-        c->k_cache[l] = calloc((size_t)c->n_ctx, row);
-        c->v_cache[l] = calloc((size_t)c->n_ctx, row);
+        c->kv_rows[l] = hx_kv_layer_rows(cfg, l, c->n_ctx, c->ubatch);
+        c->k_cache[l] = calloc((size_t)c->kv_rows[l], row);
+        c->v_cache[l] = calloc((size_t)c->kv_rows[l], row);
         if (!c->k_cache[l] || !c->v_cache[l]) {
             hx_cpu_ctx_free(c);
             return hx_err(e, HX_ERR_NOMEM, "cpu forward: cannot allocate KV cache of %d tokens", c->n_ctx);
@@ -185,9 +196,21 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
 }
 
 int hx_cpu_n_ctx(const hx_cpu_ctx *c) { return c->n_ctx; }
-void hx_cpu_truncate(hx_cpu_ctx *c, int pos) {
+size_t hx_cpu_kv_bytes(const hx_cpu_ctx *c) {
+    size_t rows = 0;
+    for (int l = 0; l < c->m->cfg.n_layer; l++) rows += (size_t)c->kv_rows[l];
+    return 2 * rows * (size_t)c->m->cfg.n_head_kv * c->m->cfg.head_dim * c->kv_elem;
+}
+
+int hx_cpu_truncate(hx_cpu_ctx *c, int pos) {
     if (pos < 0) pos = 0;
-    if (pos < c->n_past) c->n_past = pos;
+    if (pos >= c->n_past) return c->n_past;
+    const hx_model_config *cfg = &c->m->cfg;
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (c->kv_rows[l] < c->n_ctx && !hx_kv_ring_can_rewind(c->n_past, pos, c->kv_rows[l], cfg->sliding_window))
+            pos = 0; /* the window before pos was overwritten: start over */
+    c->n_past = pos;
+    return pos;
 }
 
 /* Grow the per-batch scratch to n tokens. */
@@ -266,13 +289,14 @@ static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int fir
     int kvh = (int)((q - c->q) / hd) % cfg->n_head / (cfg->n_head / nkv);
     const uint16_t *kc = (const uint16_t *)c->k_cache[j->layer] + (size_t)kvh * hd;
     const uint16_t *vc = (const uint16_t *)c->v_cache[j->layer] + (size_t)kvh * hd;
+    int rows = c->kv_rows[j->layer];
     float qh[512];
     uint16_t vacc[512];
     for (int d = 0; d < hd; d++) { qh[d] = hx_fp16_to_fp32(hx_fp32_to_fp16(q[d])); vacc[d] = 0; }
     float S = 0, M = -INFINITY;
     for (int t = first; t <= p; t++) {
         float s;
-        j->kdot(hd, &s, kc + (size_t)t * row, qh);
+        j->kdot(hd, &s, kc + (size_t)(t % rows) * row, qh);
         s *= j->scale;
         if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
         float Mold = M, ms = 1.0f, vs = 1.0f;
@@ -284,7 +308,7 @@ static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int fir
         } else {
             vs = expf(s - M);
         }
-        const uint16_t *vr = vc + (size_t)t * row;
+        const uint16_t *vr = vc + (size_t)(t % rows) * row;
         if (c->f16c) hx_f16_mad_avx2(hd, vacc, vr, vs);
         else for (int d = 0; d < hd; d++)
             vacc[d] = hx_fp32_to_fp16(fmaf(hx_fp16_to_fp32(vr[d]), vs, hx_fp16_to_fp32(vacc[d])));
@@ -316,10 +340,11 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     size_t row = (size_t)nkv * hd * c->kv_elem;
     const uint8_t *kc = (const uint8_t *)c->k_cache[j->layer] + (size_t)kvh * hd * c->kv_elem;
     const uint8_t *vc = (const uint8_t *)c->v_cache[j->layer] + (size_t)kvh * hd * c->kv_elem;
+    int rows = c->kv_rows[j->layer];
     float mx = -INFINITY;
     for (int t = first; t <= p; t++) {
         float s;
-        j->kdot(hd, &s, kc + (size_t)t * row, q);
+        j->kdot(hd, &s, kc + (size_t)(t % rows) * row, q);
         s *= j->scale;
         if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
         sc[t] = s;
@@ -332,11 +357,11 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     for (int t = first; t <= p; t++) {
         float w = sc[t] * inv;
         if (c->kv_type == HX_TYPE_F16) {
-            const uint16_t *vr = (const uint16_t *)(vc + (size_t)t * row);
+            const uint16_t *vr = (const uint16_t *)(vc + (size_t)(t % rows) * row);
             if (c->f16c) hx_f32_axpy_f16_avx2(hd, acc, vr, w);
             else for (int d = 0; d < hd; d++) acc[d] += w * hx_fp16_to_fp32(vr[d]);
         } else {
-            const float *vr = (const float *)(vc + (size_t)t * row);
+            const float *vr = (const float *)(vc + (size_t)(t % rows) * row);
             for (int d = 0; d < hd; d++) acc[d] += w * vr[d];
         }
     }
@@ -401,17 +426,19 @@ static hx_status norm_rows(float *out, const float *x, int n, int dim, const hx_
 static void store_kv(hx_cpu_ctx *c, int layer, int pos, const float *src, void **cache) {
     const hx_model_config *cfg = &c->m->cfg;
     size_t nkv = (size_t)cfg->n_head_kv * cfg->head_dim;
-    uint8_t *dst = (uint8_t *)cache[layer] + (size_t)pos * nkv * c->kv_elem;
+    uint8_t *dst = (uint8_t *)cache[layer] + (size_t)(pos % c->kv_rows[layer]) * nkv * c->kv_elem;
     if (c->kv_type == HX_TYPE_F16)
         for (size_t d = 0; d < nkv; d++) ((uint16_t *)dst)[d] = hx_fp32_to_fp16(src[d]);
     else
         memcpy(dst, src, nkv * sizeof(float));
 }
 
+static hx_status forward_batch(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
+                               hx_error *e);
+
 hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
                          hx_error *e) {
-    const hx_model *m = c->m;
-    const hx_model_config *cfg = &m->cfg;
+    const hx_model_config *cfg = &c->m->cfg;
     if (n <= 0) return hx_err(e, HX_ERR_ARG, "forward: empty batch");
     if (pos < 0 || pos > c->n_past)
         return hx_err(e, HX_ERR_ARG, "forward: position %d but only %d tokens in the cache", pos, c->n_past);
@@ -422,6 +449,23 @@ hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, f
         if (tokens[i] < 0 || tokens[i] >= cfg->n_vocab)
             return hx_err(e, HX_ERR_ARG, "forward: token %d at batch index %d outside the vocabulary (%d)",
                           tokens[i], i, cfg->n_vocab);
+    bool ring = false;
+    for (int l = 0; l < cfg->n_layer; l++) ring |= c->kv_rows[l] < c->n_ctx;
+    if (!ring || n <= c->ubatch) return forward_batch(c, tokens, n, pos, logits, all_logits, e);
+    /* a sliding-window ring holds window + ubatch rows: feed at most ubatch at a time */
+    for (int at = 0; at < n; at += c->ubatch) {
+        int k = n - at < c->ubatch ? n - at : c->ubatch;
+        float *lo = !logits ? NULL : all_logits ? logits + (size_t)at * cfg->n_vocab : at + k == n ? logits : NULL;
+        TRY(forward_batch(c, tokens + at, k, pos + at, lo, all_logits, e));
+    }
+    return HX_OK;
+}
+
+/* One batch of at most ubatch tokens (when a ring is present), arguments checked. */
+static hx_status forward_batch(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
+                               hx_error *e) {
+    const hx_model *m = c->m;
+    const hx_model_config *cfg = &m->cfg;
     TRY(ensure_scratch(c, n, e));
     int D = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_head, nkvh = cfg->n_head_kv;
     int nkv = nkvh * hd, ff = cfg->n_ff;

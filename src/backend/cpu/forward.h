@@ -20,6 +20,8 @@ typedef struct hx_cpu_opts {
     const char *dump_dir;     /* --dump: write per-layer activations here (NULL = env HX_DUMP, else off);
                                  file format in forward.c's header comment (shared with the CUDA path) */
     const int *dump_positions; int n_dump_positions; /* which positions to dump (NULL = all) */
+    int n_ubatch;       /* most tokens per internal batch, 0 = 512; sliding-window layers keep
+                           window + n_ubatch cache rows, and longer batches run in pieces */
 } hx_cpu_opts;
 
 hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx **out, hx_error *e);
@@ -30,8 +32,11 @@ void hx_cpu_ctx_free(hx_cpu_ctx *c);
  * all_logits. A context overflow returns HX_ERR_RANGE with a clear message. */
 hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos,
                          float *logits, bool all_logits, hx_error *e);
-/* Forget cache contents from position pos on (for chat history reuse / retries). */
-void hx_cpu_truncate(hx_cpu_ctx *c, int pos);
+/* Forget cache contents from position pos on (for chat history reuse / retries).
+ * Returns the number of positions kept: pos, or 0 when a sliding-window ring
+ * has already overwritten the window before pos (the caller re-runs from 0). */
+int hx_cpu_truncate(hx_cpu_ctx *c, int pos);
 int hx_cpu_n_ctx(const hx_cpu_ctx *c);
+size_t hx_cpu_kv_bytes(const hx_cpu_ctx *c); /* K and V cache bytes over all layers */
 
 #endif
