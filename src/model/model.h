@@ -7,6 +7,10 @@
 #include "helix.h"
 #include "gguf/gguf.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum hx_arch { HX_ARCH_LLAMA, HX_ARCH_QWEN2, HX_ARCH_QWEN3, HX_ARCH_GEMMA3, HX_ARCH_BERT } hx_arch;
 typedef enum hx_rope_style { HX_ROPE_NORM /* GGUF llama: adjacent pairs */, HX_ROPE_NEOX /* halves */ } hx_rope_style;
 typedef enum hx_act { HX_ACT_SILU, HX_ACT_GELU_TANH, HX_ACT_GELU_ERF } hx_act;
@@ -101,5 +105,9 @@ hx_status hx_model_load_hf(const char *dir, hx_model **out, hx_error *e);
 /* hx_model_load for a .gguf file, hx_model_load_hf for a directory. */
 hx_status hx_model_load_any(const char *path, hx_model **out, hx_error *e);
 const char *hx_arch_name(hx_arch a);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -266,14 +266,14 @@ out:
 }
 
 /* GPU against CPU on one model: prefill logits, then greedy tokens. */
-static int check_model(const char *path, int n_prompt, int n_gen, bool json) {
+static int check_model(const char *path, int n_prompt, int n_gen, int ubatch, bool json) {
     hx_error e = {0};
     hx_model *m = NULL;
     if (hx_model_load(path, NULL, &m, &e) != HX_OK) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
     const hx_model_config *cfg = &m->cfg;
     int n_ctx = n_prompt + n_gen + 8;
-    hx_cpu_opts co = {.n_ctx = n_ctx, .kv_type = HX_TYPE_F16};
-    hx_cuda_opts go = {.device = -1, .n_ctx = n_ctx};
+    hx_cpu_opts co = {.n_ctx = n_ctx, .kv_type = HX_TYPE_F16, .n_ubatch = ubatch};
+    hx_cuda_opts go = {.device = -1, .n_ctx = n_ctx, .n_ubatch = ubatch};
     hx_cpu_ctx *cc = NULL;
     hx_cuda_ctx *gc = NULL;
     float *lc = malloc(sizeof(float) * cfg->n_vocab), *lg = malloc(sizeof(float) * cfg->n_vocab);
@@ -344,7 +344,7 @@ int cmd_gpu_test(int argc, char **argv) {
     bool quick = false, json = false, probe = false;
     const char *models[16], *emodels[8];
     int n_emodels = 0;
-    int n_models = 0, n_prompt = 32, n_gen = 64;
+    int n_models = 0, n_prompt = 32, n_gen = 64, ubatch = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -355,8 +355,10 @@ int cmd_gpu_test(int argc, char **argv) {
         else if (!strcmp(a, "-e") && more && n_emodels < 8) emodels[n_emodels++] = argv[++i];
         else if (!strcmp(a, "-p") && more) n_prompt = atoi(argv[++i]);
         else if (!strcmp(a, "-n") && more) n_gen = atoi(argv[++i]);
+        else if (!strcmp(a, "--ubatch") && more) ubatch = atoi(argv[++i]);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: helix-bg gpu-test [--quick] [--json] [-m MODEL.gguf ...] [-e BERT_MODEL ...] [-p PROMPT_TOKENS] [-n STEPS]\n"
+                   "                     [--ubatch N]   (tokens per batch; sliding-window layers keep window + N rows)\n"
                    "       helix-bg gpu-test --probe   (exit 0: a GPU is usable; 77: not, with the reason)\n");
             return 0;
         } else {
@@ -410,7 +412,7 @@ int cmd_gpu_test(int argc, char **argv) {
         printf(" %s\n", okq ? "ok" : "FAIL");
     }
     fails += check_sampler(&r);
-    for (int i = 0; i < n_models; i++) fails += check_model(models[i], n_prompt, n_gen, json);
+    for (int i = 0; i < n_models; i++) fails += check_model(models[i], n_prompt, n_gen, ubatch, json);
     for (int i = 0; i < n_emodels; i++) fails += check_embed(emodels[i], json);
     printf("\ngpu-test: %s\n", fails ? "FAILED" : "all checks passed");
     return fails ? 1 : 0;

@@ -40,6 +40,8 @@ typedef struct hx_cuda_opts {
     bool no_graph;           /* launch decode kernels one by one instead of replaying a graph */
     const char *dump_dir;    /* per-layer dumps, same format as the CPU path (forward.c); NULL = env HX_DUMP */
     const int *dump_positions; int n_dump_positions;
+    int n_ubatch;            /* most tokens per internal batch, 0 = 512; sliding-window layers keep
+                                window + n_ubatch cache rows (as on the CPU) */
 } hx_cuda_opts;
 
 /* Loads the model onto the device. Fails with HX_ERR_DEVICE (no GPU, too little
@@ -74,7 +76,9 @@ hx_status hx_cuda_decode_sample(hx_cuda_ctx *c, int32_t token, int pos, const hx
 /* The sampling kernel alone on host logits[V] (gpu-test). */
 hx_status hx_cuda_sample_check(int V, const float *logits, const hx_cuda_sample_params *p, const int32_t *hist,
                                int n_hist, float u, int32_t *next, bool *on_gpu, hx_error *e);
-void hx_cuda_truncate(hx_cuda_ctx *c, int pos);
+/* Forget the cache from pos on; returns the positions kept (0 when a
+ * sliding-window ring no longer holds the window before pos). */
+int hx_cuda_truncate(hx_cuda_ctx *c, int pos);
 int hx_cuda_n_ctx(const hx_cuda_ctx *c);
 /* Load statistics: bytes of weights uploaded and seconds taken. */
 void hx_cuda_load_stats(const hx_cuda_ctx *c, size_t *bytes, double *seconds);

@@ -58,7 +58,9 @@ struct hx_cuda_ctx {
     hx_dmat tok_embd, output;
     float *out_norm;
     std::vector<dlayer> L;
-    std::vector<__half *> kc, vc;  // per layer (n_ctx, n_head_kv*head_dim)
+    std::vector<__half *> kc, vc;  // per layer (kv_rows[l], n_head_kv*head_dim)
+    std::vector<int> kv_rows;      // position t lives in row t % kv_rows[l] (a ring for sliding-window layers)
+    int ubatch;                    // most tokens per batch when a ring is present
     int cap;                       // tokens the scratch holds
     float *x, *h, *q, *k, *v, *att, *o, *gate, *up;
     float *logits; int logits_rows;
@@ -333,7 +335,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
         cfg->n_vocab <= 0 || cfg->n_ff <= 0)
         return hx_err(e, HX_ERR_FORMAT, "cuda: unusable config (layers %d, embd %d, heads %d/%d, head_dim %d)",
                       cfg->n_layer, cfg->n_embd, cfg->n_head, cfg->n_head_kv, cfg->head_dim);
-    hx_cuda_opts o = opts ? *opts : hx_cuda_opts{-1, 0, false, NULL, NULL, 0};
+    hx_cuda_opts o = opts ? *opts : hx_cuda_opts{-1, 0, false, NULL, NULL, 0, 0};
     hx_cuda_device dev;
     hx_status s = hx_cuda_init(o.device, &dev, e);
     if (s) return s;
@@ -341,6 +343,13 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     c->m = m;
     c->cfg = *cfg;
     c->n_ctx = o.n_ctx > 0 ? o.n_ctx : (cfg->n_ctx_train > 0 && cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
+    c->ubatch = o.n_ubatch > 0 ? o.n_ubatch : 512;
+    c->kv_rows.resize(cfg->n_layer);
+    size_t kv_total_rows = 0;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        c->kv_rows[l] = hx_kv_layer_rows(cfg, l, c->n_ctx, c->ubatch);
+        kv_total_rows += (size_t)c->kv_rows[l];
+    }
     c->use_graph = !o.no_graph && !getenv("HX_CUDA_NO_GRAPH");
     c->no_fuse_attn = getenv("HX_CUDA_NO_FUSE_ATTN") != NULL;
     c->prof = getenv("HX_CUDA_PROFILE") != NULL;
@@ -375,7 +384,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     }
     size_t free_b = 0, total_b = 0;
     FAILC(cudaMemGetInfo(&free_b, &total_b));
-    size_t kv_bytes = (size_t)cfg->n_layer * 2 * c->n_ctx * cfg->n_head_kv * cfg->head_dim * sizeof(__half);
+    size_t kv_bytes = 2 * kv_total_rows * cfg->n_head_kv * cfg->head_dim * sizeof(__half);
     if (total + kv_bytes + ((size_t)256 << 20) > free_b) {
         hx_cuda_ctx_free(c);
         return hx_err(e, HX_ERR_DEVICE, "cuda: %s: model %.2f GiB + KV cache %.2f GiB do not fit in %.2f GiB free on the GPU",
@@ -417,10 +426,10 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
         FAIL(upload_vec(c, &W->ffn_down_b, Dl->down.rows, &Dl->down_b, e));
     }
     // KV cache
-    size_t kvl = (size_t)c->n_ctx * cfg->n_head_kv * hd;
     c->kc.assign(cfg->n_layer, NULL);
     c->vc.assign(cfg->n_layer, NULL);
     for (int l = 0; l < cfg->n_layer; l++) {
+        size_t kvl = (size_t)c->kv_rows[l] * cfg->n_head_kv * hd;
         FAILC(cudaMalloc((void **)&c->kc[l], kvl * sizeof(__half)));
         FAILC(cudaMalloc((void **)&c->vc[l], kvl * sizeof(__half)));
     }
@@ -475,9 +484,14 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
 }
 
 extern "C" int hx_cuda_n_ctx(const hx_cuda_ctx *c) { return c->n_ctx; }
-extern "C" void hx_cuda_truncate(hx_cuda_ctx *c, int pos) {
+extern "C" int hx_cuda_truncate(hx_cuda_ctx *c, int pos) {
     if (pos < 0) pos = 0;
-    if (pos < c->n_past) c->n_past = pos;
+    if (pos >= c->n_past) return c->n_past;
+    for (int l = 0; l < c->cfg.n_layer; l++)
+        if (c->kv_rows[l] < c->n_ctx && !hx_kv_ring_can_rewind(c->n_past, pos, c->kv_rows[l], c->cfg.sliding_window))
+            pos = 0; // the window before pos was overwritten: start over
+    c->n_past = pos;
+    return pos;
 }
 extern "C" void hx_cuda_load_stats(const hx_cuda_ctx *c, size_t *bytes, double *seconds) {
     if (bytes) *bytes = c->wbytes;
@@ -567,13 +581,13 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int n, int pos0, int out_rows, 
         bool att_q8 = false; // the decode attention wrote its output quantized for wo
         if (n == 1 && !c->no_fuse_attn) {
             att_q8 = wo_q && hd % 32 == 0 && !c->skip;
-            PK("attention (decode)", hx_k_attn_decode(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->att, c->d_pos, nh, nkvh, hd, scale,
+            PK("attention (decode)", hx_k_attn_decode(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->kv_rows[l], c->att, c->d_pos, nh, nkvh, hd, scale,
                                 cfg->attn_logit_softcap, window, c->n_ctx, base, rs, neox, qn, kn, eps,
                                 c->rope_tab[swa ? 1 : 0], c->apart, c->acount, att_q8 ? c->xq : NULL, c->xd));
         } else {
-            PK("rope+store", hx_k_rope_store(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->d_pos, n, nh, nkvh, hd, base, rs, neox,
+            PK("rope+store", hx_k_rope_store(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->kv_rows[l], c->d_pos, n, nh, nkvh, hd, base, rs, neox,
                                qn, kn, eps));
-            PK("attention", hx_k_attention(st, c->q, c->kc[l], c->vc[l], c->att, c->d_pos, n, nh, nkvh, hd, scale,
+            PK("attention", hx_k_attention(st, c->q, c->kc[l], c->vc[l], c->kv_rows[l], c->att, c->d_pos, n, nh, nkvh, hd, scale,
                               cfg->attn_logit_softcap, window, c->n_ctx));
         }
         if (cfg->post_norms || c->dump_dir) {
@@ -655,10 +669,29 @@ static hx_status check_args(hx_cuda_ctx *c, const int32_t *tokens, int n, int po
     return HX_OK;
 }
 
+static hx_status forward_batch(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos, float *logits,
+                               bool all_logits, hx_error *e);
+
 extern "C" hx_status hx_cuda_forward(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos, float *logits,
                                      bool all_logits, hx_error *e) {
     hx_status s = check_args(c, tokens, n, pos, e);
     if (s) return s;
+    bool ring = false;
+    for (int l = 0; l < c->cfg.n_layer; l++) ring |= c->kv_rows[l] < c->n_ctx;
+    if (!ring || n <= c->ubatch) return forward_batch(c, tokens, n, pos, logits, all_logits, e);
+    // a sliding-window ring holds window + ubatch rows: feed at most ubatch at a time
+    for (int at = 0; at < n; at += c->ubatch) {
+        int k = n - at < c->ubatch ? n - at : c->ubatch;
+        float *lo = !logits ? NULL : all_logits ? logits + (size_t)at * c->cfg.n_vocab : at + k == n ? logits : NULL;
+        if ((s = forward_batch(c, tokens + at, k, pos + at, lo, all_logits, e))) return s;
+    }
+    return HX_OK;
+}
+
+// One batch of at most ubatch tokens when a ring is present; arguments checked.
+static hx_status forward_batch(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos, float *logits,
+                               bool all_logits, hx_error *e) {
+    hx_status s;
     if ((s = ensure_scratch(c, n, e))) return s;
     int out_rows = all_logits ? n : 1;
     if (out_rows > c->logits_rows) {

@@ -459,7 +459,7 @@ cudaError_t hx_k_rmsnorm(cudaStream_t st, const float *x, const float *w, float 
 // grid (n, nh + nkvh), block >= hd/2 (a multiple of 32): thread j handles
 // pair j of one head vector: optional per-head RMSNorm (qk_norm), rotation,
 // and for k heads the f16 stores of k and v into the caches.
-__global__ void k_rope_store_kernel(float *q, float *k, const float *v, __half *kc, __half *vc, const int *d_pos,
+__global__ void k_rope_store_kernel(float *q, float *k, const float *v, __half *kc, __half *vc, int rows, const int *d_pos,
                                     int nh, int nkvh, int hd, float base, float rope_scale, int neox,
                                     const float *q_norm, const float *k_norm, float eps) {
     pdl_trigger();
@@ -485,19 +485,19 @@ __global__ void k_rope_store_kernel(float *q, float *k, const float *v, __half *
     float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
     vec[a] = r0; vec[b] = r1;
     if (is_k) {
-        size_t kvrow = (size_t)nkvh * hd, off = (size_t)pos * kvrow + (size_t)hh * hd;
+        size_t kvrow = (size_t)nkvh * hd, off = (size_t)(pos % rows) * kvrow + (size_t)hh * hd;
         const float *vv = v + ((size_t)i * nkvh + hh) * hd;
         kc[off + a] = __float2half(r0); kc[off + b] = __float2half(r1);
         vc[off + a] = __float2half(vv[a]); vc[off + b] = __float2half(vv[b]);
     }
 }
 
-cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v, __half *kc, __half *vc,
+cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v, __half *kc, __half *vc, int rows,
                             const int *d_pos, int n, int nh, int nkvh, int hd, float base, float rope_scale,
                             bool neox, const float *q_norm, const float *k_norm, float eps) {
     dim3 grid(n, nh + nkvh);
     int threads = (hd / 2 + 31) / 32 * 32;
-    LAUNCH(k_rope_store_kernel, grid, threads, 0, st, q, k, v, kc, vc, d_pos, nh, nkvh, hd, base, rope_scale, neox,
+    LAUNCH(k_rope_store_kernel, grid, threads, 0, st, q, k, v, kc, vc, rows, d_pos, nh, nkvh, hd, base, rope_scale, neox,
                                                   q_norm, k_norm, eps);
     return cudaGetLastError();
 }
@@ -508,7 +508,7 @@ enum { ATT_THREADS = 128, ATT_CHUNK = 64, ATT_MAX_SPLITS = 256 };
 // cached position go to shared memory, then an exact two-pass softmax, then
 // each thread accumulates output dimensions over the positions.
 __global__ void __launch_bounds__(ATT_THREADS)
-k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc,
+k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc, int rows,
                    float *__restrict__ out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                    int window) {
     pdl_trigger();
@@ -526,7 +526,7 @@ k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, c
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const __half *kbase = kc + (size_t)kvh * hd;
     for (int t = warp; t < len; t += nw) {
-        const __half *kr = kbase + (size_t)(first + t) * kvrow;
+        const __half *kr = kbase + (size_t)((first + t) % rows) * kvrow;
         float s = 0.0f;
         for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], __half2float(kr[d]), s);
         s = warp_sum(s) * scale;
@@ -541,11 +541,15 @@ k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, c
     for (int t = threadIdx.x; t < len; t += blockDim.x) { float e = __expf(sc[t] - mx); sc[t] = e; sum += e; }
     sum = block_sum(sum, red);
     float inv = 1.0f / sum;
-    const __half *vbase = vc + (size_t)first * kvrow + (size_t)kvh * hd;
+    const __half *vbase = vc + (size_t)kvh * hd;
     float *o = out + ((size_t)i * nh + h) * hd;
+    int r0 = first % rows; // row of position first + t: r0 + t, wrapped
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
-        for (int t = 0; t < len; t++) acc = fmaf(sc[t], __half2float(vbase[(size_t)t * kvrow + d]), acc);
+        for (int t = 0; t < len; t++) {
+            int r = r0 + t < rows ? r0 + t : r0 + t - rows;
+            acc = fmaf(sc[t], __half2float(vbase[(size_t)r * kvrow + d]), acc);
+        }
         o[d] = acc * inv;
     }
 }
@@ -574,7 +578,7 @@ __device__ void head_q8(const float *vals, int hd, int h, int8_t *xq, float *xd)
 
 __global__ void __launch_bounds__(ATT_THREADS)
 k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
-                     __half *kc, __half *vc, float *__restrict__ out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
+                     __half *kc, __half *vc, int rows, float *__restrict__ out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                      int window, float base, float rope_scale, int neox, const float *q_norm, const float *k_norm,
                      float eps, const float2 *__restrict__ rope_tab, float *part, unsigned *count, int chunk,
                      int8_t *xq, float *xd) {
@@ -621,20 +625,23 @@ k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, c
     __syncthreads();
     const float *vcur = v + (size_t)kvh * hd;
     if (last && h % group == 0) {
-        size_t off = (size_t)p * kvrow + (size_t)kvh * hd;
+        size_t off = (size_t)(p % rows) * kvrow + (size_t)kvh * hd;
         for (int d = threadIdx.x; d < hd; d += blockDim.x) {
             kc[off + d] = __float2half(kcur[d]);
             vc[off + d] = __float2half(vcur[d]);
         }
     }
-    // scores: one position per thread (the cached k row read as 8 halves at a time)
+    // scores: one position per thread (the cached k row read as 8 halves at a time);
+    // position t0 + t lives in row r0 + t, less rows once past the ring's end
     const __half *kbase = kc + (size_t)kvh * hd;
+    int r0 = t0 % rows;
     for (int t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
         float s = 0.0f;
         if (t == p) {
             for (int d = 0; d < hd; d++) s = fmaf(qs[d], __half2float(__float2half(kcur[d])), s);
         } else {
-            const __half *kr = kbase + (size_t)t * kvrow;
+            int r = r0 + (t - t0);
+            const __half *kr = kbase + (size_t)(r < rows ? r : r - rows) * kvrow;
             for (int d0 = 0; d0 < hd; d0 += 128) { // 16 loads of 8 halves in flight, then their FMAs
                 uint4 raw[16];
 #pragma unroll
@@ -665,8 +672,8 @@ k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, c
     float sum = 0.0f;
     for (int t = threadIdx.x; t < n; t += blockDim.x) { float e = __expf(sc[t] - mx); sc[t] = e; sum += e; }
     sum = block_sum(sum, red);
-    const __half *vbase = vc + (size_t)t0 * kvrow + (size_t)kvh * hd;
     int nc = last ? n - 1 : n; // cached positions of this chunk (the current one comes from v)
+    int wrap = rows - r0 < nc ? rows - r0 : nc; // positions before the ring's end
     float *o = out + (size_t)h * hd;
     float *pp = part + ((size_t)h * nsplit + split) * (hd + 2);
     // V: a thread per pair of dimensions and per group of positions (groups of
@@ -676,35 +683,39 @@ k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, c
     float *vpart = sc + chunk;
     for (int d2 = threadIdx.x % hp; d2 < hp && grp < ng; d2 += blockDim.x) {
         float2 acc = make_float2(0.0f, 0.0f);
-        const __half2 *vb = (const __half2 *)vbase + d2;
+        const __half2 *vb = (const __half2 *)(vc + (size_t)kvh * hd) + d2;
         size_t stride = kvrow / 2;
-        int t = grp;
-        for (; t + 15 * ng < nc; t += 16 * ng) {
-            __half2 vv[16];
+        // two runs of rows: positions [0, wrap) in rows r0.., [wrap, nc) in rows 0..
+        for (int seg = 0; seg < 2; seg++) {
+            int hi = seg ? nc : wrap, off = seg ? -wrap : r0; // row of position t: t + off
+            int t = seg ? wrap + ((grp - wrap) % ng + ng) % ng : grp;
+            for (; t + 15 * ng < hi; t += 16 * ng) {
+                __half2 vv[16];
 #pragma unroll
-            for (int i = 0; i < 16; i++) vv[i] = vb[(size_t)(t + i * ng) * stride];
+                for (int i = 0; i < 16; i++) vv[i] = vb[(size_t)(t + i * ng + off) * stride];
 #pragma unroll
-            for (int i = 0; i < 16; i++) {
-                float2 f = __half22float2(vv[i]);
-                acc.x = fmaf(sc[t + i * ng], f.x, acc.x);
-                acc.y = fmaf(sc[t + i * ng], f.y, acc.y);
+                for (int i = 0; i < 16; i++) {
+                    float2 f = __half22float2(vv[i]);
+                    acc.x = fmaf(sc[t + i * ng], f.x, acc.x);
+                    acc.y = fmaf(sc[t + i * ng], f.y, acc.y);
+                }
             }
-        }
-        for (; t + 3 * ng < nc; t += 4 * ng) {
-            __half2 vv[4];
+            for (; t + 3 * ng < hi; t += 4 * ng) {
+                __half2 vv[4];
 #pragma unroll
-            for (int i = 0; i < 4; i++) vv[i] = vb[(size_t)(t + i * ng) * stride];
+                for (int i = 0; i < 4; i++) vv[i] = vb[(size_t)(t + i * ng + off) * stride];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float2 f = __half22float2(vv[i]);
-                acc.x = fmaf(sc[t + i * ng], f.x, acc.x);
-                acc.y = fmaf(sc[t + i * ng], f.y, acc.y);
+                for (int i = 0; i < 4; i++) {
+                    float2 f = __half22float2(vv[i]);
+                    acc.x = fmaf(sc[t + i * ng], f.x, acc.x);
+                    acc.y = fmaf(sc[t + i * ng], f.y, acc.y);
+                }
             }
-        }
-        for (; t < nc; t += ng) {
-            float2 f = __half22float2(vb[(size_t)t * stride]);
-            acc.x = fmaf(sc[t], f.x, acc.x);
-            acc.y = fmaf(sc[t], f.y, acc.y);
+            for (; t < hi; t += ng) {
+                float2 f = __half22float2(vb[(size_t)(t + off) * stride]);
+                acc.x = fmaf(sc[t], f.x, acc.x);
+                acc.y = fmaf(sc[t], f.y, acc.y);
+            }
         }
         if (last && grp == 0) {
             acc.x = fmaf(sc[n - 1], __half2float(__float2half(vcur[2 * d2])), acc.x);
@@ -778,7 +789,7 @@ static int att_chunk(int max_ctx) {
 int hx_k_attn_decode_splits(int max_ctx) { return (max_ctx + att_chunk(max_ctx) - 1) / att_chunk(max_ctx); }
 
 cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, const float *v, __half *kc, __half *vc,
-                             float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
+                             int rows, float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                              int window, int max_ctx, float base, float rope_scale, bool neox, const float *q_norm,
                              const float *k_norm, float eps, const float2 *rope_tab, float *part, unsigned *count,
                              int8_t *xq, float *xd) {
@@ -786,7 +797,7 @@ cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, co
     size_t vpart = 2 * ATT_THREADS > hd ? 2 * ATT_THREADS : hd;
     size_t smem = sizeof(float) * (2 * (size_t)hd + 32 + chunk + vpart);
     dim3 grid(nh, hx_k_attn_decode_splits(max_ctx));
-    LAUNCH(k_attn_decode_kernel, grid, ATT_THREADS, smem, st, q, k, v, kc, vc, out, d_pos, nh, nkvh, hd, scale, softcap,
+    LAUNCH(k_attn_decode_kernel, grid, ATT_THREADS, smem, st, q, k, v, kc, vc, rows, out, d_pos, nh, nkvh, hd, scale, softcap,
            window, base, rope_scale, neox, q_norm, k_norm, eps, rope_tab, part, count, chunk, hd % 32 ? NULL : xq, xd);
     return cudaGetLastError();
 }
@@ -802,7 +813,7 @@ cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, co
 // k_attention_kernel (which handles head sizes without an instance here).
 template <int HD, int QT, int KT>
 __global__ void __launch_bounds__(128)
-k_attn_prefill(const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc,
+k_attn_prefill(const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc, int rows,
                float *__restrict__ out, const int *d_pos, int n, int nh, int nkvh, float scale, float softcap,
                int window) {
     constexpr int TPR = 128 / QT, SC = KT / TPR, DPT = HD / TPR;
@@ -833,7 +844,7 @@ k_attn_prefill(const float *__restrict__ q, const __half *__restrict__ kc, const
             int c = e / (HD / 2), d = 2 * (e % (HD / 2)), kp = k0 + c;
             float2 kv = make_float2(0.0f, 0.0f), vv = make_float2(0.0f, 0.0f);
             if (kp < P1) {
-                size_t off = (size_t)kp * kvrow + (size_t)kvh * HD + d;
+                size_t off = (size_t)(kp % rows) * kvrow + (size_t)kvh * HD + d;
                 kv = __half22float2(*(const __half2 *)(kc + off));
                 vv = __half22float2(*(const __half2 *)(vc + off));
             }
@@ -894,17 +905,18 @@ k_attn_prefill(const float *__restrict__ q, const __half *__restrict__ kc, const
 }
 
 template <int HD, int QT, int KT>
-static cudaError_t launch_attn_prefill(cudaStream_t st, const float *q, const __half *kc, const __half *vc, float *out,
+static cudaError_t launch_attn_prefill(cudaStream_t st, const float *q, const __half *kc, const __half *vc, int rows,
+                                       float *out,
                                        const int *d_pos, int n, int nh, int nkvh, float scale, float softcap,
                                        int window) {
     size_t smem = sizeof(float) * ((size_t)QT * (HD + 1) + (size_t)KT * (HD + 1) + (size_t)KT * HD + (size_t)QT * KT);
     dim3 grid(nh, (n + QT - 1) / QT);
-    LAUNCH((k_attn_prefill<HD, QT, KT>), grid, 128, smem, st, q, kc, vc, out, d_pos, n, nh, nkvh, scale, softcap,
+    LAUNCH((k_attn_prefill<HD, QT, KT>), grid, 128, smem, st, q, kc, vc, rows, out, d_pos, n, nh, nkvh, scale, softcap,
            window);
     return cudaGetLastError();
 }
 
-cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, const __half *vc, float *out,
+cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, const __half *vc, int rows, float *out,
                            const int *d_pos, int n, int nh, int nkvh, int hd, float scale, float softcap, int window,
                            int max_ctx) {
     static int naive = -1; // HX_CUDA_NAIVE_ATTN: the one-block-per-query kernel (reference, timing)
@@ -913,12 +925,12 @@ cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, co
         // tile shapes timed on an H100 (pp512): hd 64: 32x32 (llama-3.2-1b 28.6k -> 41.8k tok/s);
         // hd 128: 8x32 (qwen3-0.6b 33.7k -> 41.8k; 32x16 was slower than the per-query kernel);
         // hd 256 (gemma 3, 4 heads): no tile shape beat the per-query kernel (43.2k vs 32.6k at 8x16)
-        if (hd == 64) return launch_attn_prefill<64, 32, 32>(st, q, kc, vc, out, d_pos, n, nh, nkvh, scale, softcap, window);
-        if (hd == 128) return launch_attn_prefill<128, 8, 32>(st, q, kc, vc, out, d_pos, n, nh, nkvh, scale, softcap, window);
+        if (hd == 64) return launch_attn_prefill<64, 32, 32>(st, q, kc, vc, rows, out, d_pos, n, nh, nkvh, scale, softcap, window);
+        if (hd == 128) return launch_attn_prefill<128, 8, 32>(st, q, kc, vc, rows, out, d_pos, n, nh, nkvh, scale, softcap, window);
     }
     size_t smem = sizeof(float) * ((size_t)hd + 32 + (size_t)max_ctx);
     dim3 grid(nh, n);
-    LAUNCH(k_attention_kernel, grid, ATT_THREADS, smem, st, q, kc, vc, out, d_pos, nh, nkvh, hd, scale, softcap, window);
+    LAUNCH(k_attention_kernel, grid, ATT_THREADS, smem, st, q, kc, vc, rows, out, d_pos, nh, nkvh, hd, scale, softcap, window);
     return cudaGetLastError();
 }
 

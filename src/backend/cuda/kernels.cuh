@@ -71,12 +71,14 @@ cudaError_t hx_k_embed(cudaStream_t st, const hx_dmat *W, const int *token_ids, 
 cudaError_t hx_k_rmsnorm(cudaStream_t st, const float *x, const float *w, float *out, int rows, int dim, float eps);
 // [per-head RMSNorm with q_norm / k_norm when not NULL], then RoPE on q
 // (n, nh, hd) and k (n, nkvh, hd) at positions *d_pos + i, then k and v
-// (n, nkvh*hd) stored as f16 into the caches at those positions.
-cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v, __half *kc, __half *vc,
+// (n, nkvh*hd) stored as f16 into the caches at those positions. Every cache
+// argument below has `rows` rows: position t lives in row t % rows (a ring for
+// sliding-window layers, rows = the context otherwise).
+cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v, __half *kc, __half *vc, int rows,
                             const int *d_pos, int n, int nh, int nkvh, int hd, float base, float rope_scale,
                             bool neox, const float *q_norm, const float *k_norm, float eps);
 // out (n, nh, hd) = softmax(scale q k^T, causal [+window]) v over the cache.
-cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, const __half *vc, float *out,
+cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, const __half *vc, int rows, float *out,
                            const int *d_pos, int n, int nh, int nkvh, int hd, float scale, float softcap, int window,
                            int max_ctx);
 // Decode (n = 1): hx_k_rope_store + hx_k_attention in one launch (q, k, v of
@@ -84,7 +86,7 @@ cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, co
 // not NULL, holds (cos, sin) of position p, pair j at [p * hd/2 + j] for this
 // base (the kernel then does no double-precision pow/cos/sin).
 cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, const float *v, __half *kc, __half *vc,
-                             float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
+                             int rows, float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                              int window, int max_ctx, float base, float rope_scale, bool neox, const float *q_norm,
                              const float *k_norm, float eps, const float2 *rope_tab, float *part, unsigned *count,
                              int8_t *xq, float *xd);
