@@ -277,6 +277,9 @@ typedef struct attn_job {
     hx_vec_dot_fn kdot;   /* f32 x (f16|f32 cache row) */
 } attn_job;
 
+/* Cache row of the i-th position after `first`, whose row is r0 (a ring wraps at rows). */
+static inline int ring_row(int i, int r0, int rows) { return r0 + i < rows ? r0 + i : r0 + i - rows; }
+
 /* f16 KV cache: attention computed the way ggml's CPU flash-attention kernel
  * does it, so greedy output matches llama.cpp (default f16 cache + flash
  * attention): q rounded to f16, online softmax over cached positions in
@@ -289,14 +292,14 @@ static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int fir
     int kvh = (int)((q - c->q) / hd) % cfg->n_head / (cfg->n_head / nkv);
     const uint16_t *kc = (const uint16_t *)c->k_cache[j->layer] + (size_t)kvh * hd;
     const uint16_t *vc = (const uint16_t *)c->v_cache[j->layer] + (size_t)kvh * hd;
-    int rows = c->kv_rows[j->layer];
+    int rows = c->kv_rows[j->layer], r0 = first % rows;
     float qh[512];
     uint16_t vacc[512];
     for (int d = 0; d < hd; d++) { qh[d] = hx_fp16_to_fp32(hx_fp32_to_fp16(q[d])); vacc[d] = 0; }
     float S = 0, M = -INFINITY;
     for (int t = first; t <= p; t++) {
         float s;
-        j->kdot(hd, &s, kc + (size_t)(t % rows) * row, qh);
+        j->kdot(hd, &s, kc + (size_t)ring_row(t - first, r0, rows) * row, qh);
         s *= j->scale;
         if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
         float Mold = M, ms = 1.0f, vs = 1.0f;
@@ -308,7 +311,7 @@ static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int fir
         } else {
             vs = expf(s - M);
         }
-        const uint16_t *vr = vc + (size_t)(t % rows) * row;
+        const uint16_t *vr = vc + (size_t)ring_row(t - first, r0, rows) * row;
         if (c->f16c) hx_f16_mad_avx2(hd, vacc, vr, vs);
         else for (int d = 0; d < hd; d++)
             vacc[d] = hx_fp32_to_fp16(fmaf(hx_fp16_to_fp32(vr[d]), vs, hx_fp16_to_fp32(vacc[d])));
@@ -340,11 +343,11 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     size_t row = (size_t)nkv * hd * c->kv_elem;
     const uint8_t *kc = (const uint8_t *)c->k_cache[j->layer] + (size_t)kvh * hd * c->kv_elem;
     const uint8_t *vc = (const uint8_t *)c->v_cache[j->layer] + (size_t)kvh * hd * c->kv_elem;
-    int rows = c->kv_rows[j->layer];
+    int rows = c->kv_rows[j->layer], r0 = first % rows;
     float mx = -INFINITY;
     for (int t = first; t <= p; t++) {
         float s;
-        j->kdot(hd, &s, kc + (size_t)(t % rows) * row, q);
+        j->kdot(hd, &s, kc + (size_t)ring_row(t - first, r0, rows) * row, q);
         s *= j->scale;
         if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
         sc[t] = s;
@@ -357,11 +360,11 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     for (int t = first; t <= p; t++) {
         float w = sc[t] * inv;
         if (c->kv_type == HX_TYPE_F16) {
-            const uint16_t *vr = (const uint16_t *)(vc + (size_t)(t % rows) * row);
+            const uint16_t *vr = (const uint16_t *)(vc + (size_t)ring_row(t - first, r0, rows) * row);
             if (c->f16c) hx_f32_axpy_f16_avx2(hd, acc, vr, w);
             else for (int d = 0; d < hd; d++) acc[d] += w * hx_fp16_to_fp32(vr[d]);
         } else {
-            const float *vr = (const float *)(vc + (size_t)(t % rows) * row);
+            const float *vr = (const float *)(vc + (size_t)ring_row(t - first, r0, rows) * row);
             for (int d = 0; d < hd; d++) acc[d] += w * vr[d];
         }
     }
