@@ -489,6 +489,23 @@ static void test_generate_cli(const char *shared) {
     CHECK(j && cJSON_GetArraySize(cJSON_GetObjectItem(j, "generated_ids")) == 64);
     CHECK(j && cJSON_GetObjectItem(cJSON_GetObjectItem(j, "timings"), "decode_tok_per_s") != NULL);
     cJSON_Delete(j);
+    /* --temp 0 with a repeat penalty takes the argmax of the penalized logits
+     * (as llama.cpp): the text must leave the plain greedy one */
+    snprintf(cmd, sizeof cmd, "%s generate -m %s/models/stories260K.gguf --prompt-ids 1,403,407,261,378 -n 64 --json "
+             "--repeat-penalty 1.5 -t 2 2>/dev/null", bin, shared);
+    f = popen(cmd, "r");
+    CHECK(f != NULL);
+    if (f) {
+        n = fread(out, 1, sizeof out - 1, f);
+        out[n] = 0;
+        CHECK(pclose(f) == 0);
+        j = cJSON_Parse(out);
+        text = j ? cJSON_GetObjectItem(j, "text") : NULL;
+        CHECKF(text && cJSON_IsString(text) && strncmp(text->valuestring, want, 40) == 0 &&
+               strcmp(text->valuestring, want) != 0, "penalized greedy text: %s",
+               text && cJSON_IsString(text) ? text->valuestring : "(none)");
+        cJSON_Delete(j);
+    }
     snprintf(cmd, sizeof cmd, "%s generate -m %s/models/stories260K.gguf --prompt-ids 1,403,407 -c 2 -n 4 "
              ">/dev/null 2>&1", bin, shared);
     int rc = system(cmd);

@@ -253,7 +253,12 @@ int cmd_generate(int argc, char **argv) {
     t_prompt = hx_now_s() - t1;
     t1 = hx_now_s();
     int pos = n_prompt;
-    int32_t t = sp.temp > 0 ? hx_sampler_sample(smp, logits) : hx_argmax(logits, V);
+    /* plain argmax only without penalties: with them, --temp 0 picks the argmax
+     * of the penalized logits (hx_sampler_sample), as llama.cpp does */
+    bool penalized = sp.penalty_last_n != 0 &&
+                     (sp.repeat_penalty != 1.0f || sp.freq_penalty != 0.0f || sp.presence_penalty != 0.0f);
+    bool greedy = sp.temp <= 0 && !penalized;
+    int32_t t = greedy ? hx_argmax(logits, V) : hx_sampler_sample(smp, logits);
     for (int g = 0; g < n_predict; g++) {
         if ((uint64_t)t == eos || (uint64_t)t == eot || (tok && hx_tok_is_eog(tok, t))) break;
         gen[n_gen++] = t;
@@ -267,7 +272,7 @@ int cmd_generate(int argc, char **argv) {
         if (stop && *stop && strstr(out, stop)) break;
         if (g + 1 == n_predict) break;
 #ifdef HX_HAVE_CUDA
-        if (gc && sp.temp <= 0) { /* greedy on the GPU: only the token comes back */
+        if (gc && greedy) { /* greedy on the GPU: only the token comes back */
             if (hx_cuda_decode_greedy(gc, t, pos++, &t, &e) != HX_OK) {
                 fprintf(stderr, "\ngenerate: %s\n", e.msg);
                 rc = 1;
@@ -275,7 +280,7 @@ int cmd_generate(int argc, char **argv) {
             }
             continue;
         }
-        if (gc) { /* sampling on the GPU: the same chain as the CPU's, with the CPU sampler's own draw */
+        if (gc && sp.temp > 0) { /* sampling on the GPU: the same chain as the CPU's, with the CPU sampler's own draw */
             const int32_t *hist;
             int nh = hx_sampler_history(smp, &hist);
             const hx_sampler_params *pp = hx_sampler_get_params(smp);
@@ -301,7 +306,7 @@ int cmd_generate(int argc, char **argv) {
             rc = 1;
             break;
         }
-        t = sp.temp > 0 ? hx_sampler_sample(smp, logits) : hx_argmax(logits, V);
+        t = greedy ? hx_argmax(logits, V) : hx_sampler_sample(smp, logits);
     }
     t_decode = hx_now_s() - t1;
     out[text_len] = 0;

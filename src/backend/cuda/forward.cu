@@ -779,7 +779,7 @@ extern "C" hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int po
 }
 
 extern "C" bool hx_cuda_sample_supported(const hx_cuda_sample_params *p, int n_hist) {
-    return p->temp <= 0 || (p->top_k > 0 && p->top_k <= 256 && n_hist <= 4096);
+    return n_hist <= 4096 && (p->temp <= 0 || (p->top_k > 0 && p->top_k <= 256));
 }
 
 // The sampling kernel on logits already on the device (c->logits); *next, or
