@@ -1,10 +1,14 @@
 /* matmul.c — matvec / matmul: quantize activations once, split weight rows
  * across the pool, call the dot kernel per row.
  *
- * Activations are quantized with hx_quantize_row (ggml's _ref rules: d =
- * amax/127, roundf), which is what reproduces the llama.cpp references in
- * ../shared on Q4_0/Q8_0 weights (ggml's SIMD rule, 127/amax with
- * round-half-even, matched fewer of them).
+ * Activations are quantized with hx_quantize_row_act: ggml's x86 SIMD rule for
+ * Q8_0 / Q8_1 (q = round-half-even(x * 127/amax), Q8_1's s from the unrounded d)
+ * and its reference rule for Q8_K, i.e. what llama.cpp's CPU backend on this
+ * machine does. With it (and ggml's rounding order in the Q4_1/Q5_1/F16 dots and
+ * the decoder's activation, rope and softmax steps) SmolLM2-135M-Instruct Q4_1
+ * gives llama.cpp's logits within 1e-6 for 64 greedy steps (bench/RESULTS.md).
+ * (hx_quantize_row's reference rule, 1/d and roundf, used to be used here; on a
+ * real model it flips a rounding within a few layers.)
  *
  * Matvec is memory-bound: every weight byte is read once, so the only goals
  * are to keep both cores streaming and to make tasks big enough that the
@@ -42,7 +46,9 @@ static void q_task(void *ctx, int64_t t, int thread) {
         act_round(q->wtype, q->X + (size_t)t * q->cols, (float *)(q->dst + (size_t)t * q->row_bytes), q->cols);
         return;
     }
-    hx_quantize_row(q->type, q->X + (size_t)t * q->cols, q->dst + (size_t)t * q->row_bytes, q->cols);
+    const float *x = q->X + (size_t)t * q->cols;
+    uint8_t *dst = q->dst + (size_t)t * q->row_bytes;
+    hx_quantize_row_act(q->type, x, dst, q->cols); /* ggml's x86 rule, see the header comment */
 }
 
 enum { MM_MAX = 4 };
