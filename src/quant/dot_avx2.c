@@ -109,17 +109,13 @@ static inline __m256 q5_0_block(const block_q5_0 *a, const block_q8_0 *b, __m256
 }
 
 void hx_dot_q5_0_avx2(int64_t n, float *out, const void *w, const void *x) {
+    /* one accumulator, blocks in order: ggml's rounding order (see hx_dot_q4_1_avx2) */
     const block_q5_0 *a = w;
     const block_q8_0 *b = x;
     const int64_t nb = n / QK4_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        acc0 = q5_0_block(a + i, b + i, acc0);
-        acc1 = q5_0_block(a + i + 1, b + i + 1, acc1);
-    }
-    if (i < nb) acc0 = q5_0_block(a + i, b + i, acc0);
-    *out = hsum_ps(_mm256_add_ps(acc0, acc1));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) acc = q5_0_block(a + i, b + i, acc);
+    *out = hsum_ps(acc);
 }
 
 static inline __m256 q5_1_block(const block_q5_1 *a, const block_q8_1 *b, __m256 acc, float *summs) {
