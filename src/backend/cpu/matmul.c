@@ -55,6 +55,8 @@ enum { MM_MAX = 4 };
 typedef struct mm_job {
     int count;                  /* matrices sharing the activations */
     hx_vec_dot_fn dot[MM_MAX];
+    hx_vec_dot_fn dot_main[MM_MAX]; /* tokens [0, n_main): this kernel instead (HX_MM_GGML_ORDER) */
+    int64_t n_main[MM_MAX];
     hx_gemm_fn gemm[MM_MAX];    /* tiled kernel, NULL: per-row dot */
     const uint8_t *w[MM_MAX];   /* weight rows */
     size_t w_row[MM_MAX];       /* bytes per weight row */
@@ -100,7 +102,8 @@ static void mm_task(void *ctx, int64_t task, int thread) {
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wrp = w + (size_t)r * wr;
             for (int64_t t = t0; t < t1; t++)
-                dot(j->cols, &y[(size_t)t * rows + r], wrp, j->x + (size_t)t * j->x_row);
+                (t < j->n_main[m] ? j->dot_main[m] : dot)(j->cols, &y[(size_t)t * rows + r], wrp,
+                                                          j->x + (size_t)t * j->x_row);
         }
     }
 }
@@ -138,6 +141,17 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
          * AVX-512 machines its per-row kernels stay in charge of matvec */
         hx_isa isa = hx_isa_current();
         j.gemm[m] = n > 1 ? hx_get_gemm_batch(W->type, isa) : isa == HX_ISA_AVX2 ? hx_get_gemm(W->type, isa) : NULL;
+        j.dot_main[m] = NULL; j.n_main[m] = 0;
+        if ((flags & HX_MM_GGML_ORDER) && isa == HX_ISA_AVX2) {
+            if (W->type == HX_TYPE_Q4_K && rows % 8 == 0) {
+                dot = hx_dot_q4_K_ggml_gemv_avx2;
+                j.dot_main[m] = hx_dot_q4_K_ggml_gemm_avx2;
+                j.n_main[m] = n - n % 4;
+                j.gemm[m] = NULL;
+            } else if (W->type == HX_TYPE_Q8_0 || W->type == HX_TYPE_Q5_0 || W->type == HX_TYPE_Q6_K) {
+                j.gemm[m] = hx_get_gemm(W->type, isa); /* tiles = the AVX2 per-row order; NULL: per row */
+            }
+        }
         j.dot[m] = dot; j.w[m] = W->data; j.w_row[m] = w_row; j.rows[m] = rows; j.y[m] = Ys[m];
         work += (double)w_row * rows * n;
     }
