@@ -274,6 +274,9 @@ typedef struct attn_job {
     int window;           /* 0 = full causal */
     float scale, softcap;
     hx_vec_dot_fn kdot;   /* f32 x (f16|f32 cache row) */
+    bool prescale_q;      /* ggml_compat gemma3: llama.cpp scales q before flash attention (scale 1
+                             there), so f16(q * scale), not f16(q) * scale (they differ where q * scale
+                             is an f16 subnormal) */
 } attn_job;
 
 /* f16 KV cache: attention computed the way ggml's CPU flash-attention kernel
@@ -290,12 +293,15 @@ static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int fir
     const uint16_t *vc = (const uint16_t *)c->v_cache[j->layer] + (size_t)kvh * hd;
     float qh[512];
     uint16_t vacc[512];
-    for (int d = 0; d < hd; d++) { qh[d] = hx_fp16_to_fp32(hx_fp32_to_fp16(q[d])); vacc[d] = 0; }
+    for (int d = 0; d < hd; d++) {
+        qh[d] = hx_fp16_to_fp32(hx_fp32_to_fp16(j->prescale_q ? q[d] * j->scale : q[d]));
+        vacc[d] = 0;
+    }
     float S = 0, M = -INFINITY;
     for (int t = first; t <= p; t++) {
         float s;
         j->kdot(hd, &s, kc + (size_t)t * row, qh);
-        s *= j->scale;
+        if (!j->prescale_q) s *= j->scale;
         if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
         float Mold = M, ms = 1.0f, vs = 1.0f;
         if (s > M) {
@@ -372,7 +378,7 @@ static void attn_task(void *ctx, int64_t task, int thread) {
 /* y = W x for n rows: matvec for one token, matmul for a batch. */
 static hx_status linear(hx_cpu_ctx *c, const hx_tensor *W, const float *x, int n, float *y, const hx_tensor *bias,
                         hx_error *e) {
-    hx_status st = hx_matmul_ex(c->pool, W, x, n, y, c->ggml_compat ? HX_MM_ROUND_F16_ACT : 0, e);
+    hx_status st = hx_matmul_ex(c->pool, W, x, n, y, c->ggml_compat ? HX_MM_ROUND_F16_ACT | HX_MM_GGML_ORDER : 0, e);
     if (st) return st;
     if (bias && bias->data) {
         int64_t rows = W->ne[1];
@@ -390,7 +396,7 @@ static hx_status linear(hx_cpu_ctx *c, const hx_tensor *W, const float *x, int n
  * their types allow it, else one by one; biases added after. */
 static hx_status linear_group(hx_cpu_ctx *c, int count, const hx_tensor *const *Ws, const float *x, int n,
                               float *const *ys, const hx_tensor *const *biases, hx_error *e) {
-    unsigned flags = c->ggml_compat ? HX_MM_ROUND_F16_ACT : 0;
+    unsigned flags = c->ggml_compat ? HX_MM_ROUND_F16_ACT | HX_MM_GGML_ORDER : 0;
     hx_error e2 = {0};
     if (hx_matmul_multi(c->pool, count, Ws, x, n, ys, flags, &e2) != HX_OK) {
         for (int m = 0; m < count; m++) TRY(hx_matmul_ex(c->pool, Ws[m], x, n, ys[m], flags, e));
@@ -489,7 +495,8 @@ hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, f
             store_kv(c, l, pos + i, c->k + (size_t)i * nkv, c->k_cache);
             store_kv(c, l, pos + i, c->v + (size_t)i * nkv, c->v_cache);
         }
-        attn_job aj = { c, l, n, pos, swa ? cfg->sliding_window : 0, scale, cfg->attn_logit_softcap, kdot };
+        attn_job aj = { c, l, n, pos, swa ? cfg->sliding_window : 0, scale, cfg->attn_logit_softcap, kdot,
+                        c->ggml_compat && cfg->arch == HX_ARCH_GEMMA3 };
         /* threads only pay off when there is enough attention work */
         bool big = (double)n * nh * hd * (pos + n) >= 65536.0;
         hx_pool_run(big ? c->pool : NULL, (int64_t)n * nh, attn_task, &aj);

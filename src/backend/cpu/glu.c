@@ -48,7 +48,9 @@ static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
 static void gelu_init(void) {
     for (uint32_t i = 0; i < (1u << 16); i++) {
         const float x = hx_fp16_to_fp32((uint16_t)i);
-        const float y = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+        /* 1 + a*x*x as one FMA, as GCC contracts ggml_gelu_f32 in llama.cpp's build */
+        const float inner = fmaf(0.044715f * x, x, 1.0f);
+        const float y = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * inner));
         gelu_tab[i] = hx_fp32_to_fp16(y);
     }
 }

@@ -3,8 +3,8 @@
  *   SwiGLU: silu(g) = g / (1 + exp(-g)) with ggml's vectorized expf approximation (a
  *           Cody-Waite reduction and a degree-5 polynomial, max error ~1.5 ulp; libm expf
  *           on the last n % 8 elements of a row, as ggml's scalar tail does);
- *   GeGLU:  gelu_tanh evaluated at f16(g) and rounded to f16 (ggml's 64K-entry f16 table),
- *           0 below -10 and g itself above 10.
+ *   GeGLU:  gelu_tanh evaluated at f16(g) and rounded to f16 (ggml's 64K-entry f16 table,
+ *           1 + a*g*g as one FMA as compiled there), 0 below -10 and g itself above 10.
  * The plain f32 versions stay in forward.c for the exact (--exact) path. */
 #ifndef HX_CPU_GLU_H
 #define HX_CPU_GLU_H
