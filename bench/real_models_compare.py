@@ -60,12 +60,12 @@ def main():
     ap.add_argument("-t", default="2")
     a = ap.parse_args()
     refs, rows = [], []
-    print("| model | prompt | prompt tokens | tokenization equal | greedy ids equal (of %d) | first divergence: llama.cpp top-2 / helix top-2 |" % N)
-    print("|---|---|---|---|---|---|")
+    print("| model | prompt | prompt tokens | tokenization equal | greedy ids equal (of %d) | max abs top-1 logit diff | first divergence: llama.cpp top-2 / helix top-2 |" % N)
+    print("|---|---|---|---|---|---|---|")
     for fname, chat, prompts in MODELS:
         path = os.path.join(CACHE, fname)
         if not os.path.exists(path):
-            print(f"| {fname} | (absent: run bench/real_models_fetch.sh) | | | | |")
+            print(f"| {fname} | (absent: run bench/real_models_fetch.sh) | | | | | |")
             continue
         digest = sha256(path)
         for p in prompts:
@@ -89,8 +89,9 @@ def main():
                 fmt = lambda t: "%d %.4f / %d %.4f (gap %.4f)" % (t[0], t[1], t[2], t[3], t[1] - t[3]) if t else "eos"
                 div = f"step {same}: {fmt(lt)} vs {fmt(ht)}"
             n_eq = same if same is not None else len(ga)
+            dmax = max((abs(x[1] - y[1]) for x, y in zip(ref["top2"][:n_eq], hx["top2"][:n_eq])), default=0.0)
             print(f"| {fname} | {p!r} | {len(ref['prompt_ids'])} | {'yes' if hx_ids == ref['prompt_ids'] else 'NO'} | "
-                  f"{n_eq}/{len(ga)} | {div} |", flush=True)
+                  f"{n_eq}/{len(ga)} | {dmax:.1e} | {div} |", flush=True)
             case = {"model": fname, "sha256": digest, "prompt": p, "chat": chat, "text": text,
                     "prompt_ids": ref["prompt_ids"], "generated_ids": ga,
                     "llama_top2": [[t[0], round(t[1], 4), t[2], round(t[3], 4)] for t in ref["top2"]],
