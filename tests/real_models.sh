@@ -15,8 +15,14 @@ python3 - "$BIN" "$REAL" "$REF" <<'PY'
 import hashlib, json, os, subprocess, sys
 binp, real, ref = sys.argv[1:4]
 cases = json.load(open(ref))["cases"]
-sums, ran, bad = {}, 0, 0
+# under the sanitizers (scripts/test.sh sets HX_TEST_SANITIZE): one prompt per model, 8 steps
+quick = bool(os.environ.get("HX_TEST_SANITIZE"))
+sums, ran, bad, seen = {}, 0, 0, set()
 for c in cases:
+    if quick:
+        if c["model"] in seen: continue
+        seen.add(c["model"])
+        c = dict(c, generated_ids=c["generated_ids"][:8], helix_match=min(c["helix_match"], 8))
     path = os.path.join(real, c["model"])
     if c["model"] not in sums:
         if not os.path.exists(path):
@@ -43,7 +49,7 @@ for c in cases:
         tok_ok = tok_ok and json.loads(out.strip().splitlines()[-1])["prompt_ids"] == c["prompt_ids"]
     want = c["generated_ids"]
     out = subprocess.run([binp, "generate", "-m", path, "--prompt-ids", ",".join(map(str, c["prompt_ids"])),
-                          "-n", str(len(want) if len(want) == 64 else len(want) + 1), "--json", "-t", "2"],
+                          "-n", str(len(want) if quick or len(want) == 64 else len(want) + 1), "--json", "-t", "2"],
                          capture_output=True, text=True, check=True).stdout
     got = json.loads(out.strip().splitlines()[-1])["generated_ids"]
     n_eq = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), min(len(got), len(want)))

@@ -303,11 +303,49 @@ static void test_q4k_ggml_order(void) {
             }
 }
 
+/* hx_get_gemm_ggml's tiles: every output equals the AVX2 per-row kernel bit for bit (odd shapes) */
+static void test_gemm_ggml(void) {
+    if (hx_isa_best() < HX_ISA_AVX2) { printf("SKIP ggml-order tiles: CPU lacks AVX2\n"); return; }
+    const int types[] = {HX_TYPE_Q8_0, HX_TYPE_Q5_0, HX_TYPE_Q6_K};
+    hx_rng r;
+    hx_rng_seed(&r, 31);
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const int t = types[k], dt = hx_type_get(t)->dot_type;
+        hx_gemm_fn g = hx_get_gemm_ggml(t, HX_ISA_AVX2);
+        hx_vec_dot_fn dot = hx_get_vec_dot(t, HX_ISA_AVX2);
+        CHECKF(g && dot, "%s: no ggml-order tile", hx_type_name(t));
+        if (!g || !dot) continue;
+        const int64_t n = (t == HX_TYPE_Q6_K ? 256 : 32) * 5, rows = 7, toks = 6;
+        const size_t wr = hx_row_size(t, n), xr = hx_row_size(dt, n);
+        float *wf = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * rows * toks);
+        uint8_t *w = malloc(wr * rows), *x = malloc(xr * toks);
+        for (int64_t i = 0; i < rows; i++) {
+            for (int64_t j = 0; j < n; j++) wf[j] = hx_rng_normal(&r) * (i % 3 ? 1.0f : 40.0f);
+            hx_quantize_row(t, wf, w + i * wr, n);
+        }
+        for (int64_t i = 0; i < toks; i++) {
+            for (int64_t j = 0; j < n; j++) wf[j] = hx_rng_normal(&r);
+            hx_quantize_row_act(dt, wf, x + i * xr, n);
+        }
+        g(n, rows, toks, w, wr, x, xr, y, rows);
+        int bad = 0;
+        for (int64_t c = 0; c < toks; c++)
+            for (int64_t i = 0; i < rows; i++) {
+                float want;
+                dot(n, &want, w + i * wr, x + c * xr);
+                bad += memcmp(&want, &y[c * rows + i], 4) != 0;
+            }
+        CHECKF(bad == 0, "%s: %d ggml-order tile outputs differ from the AVX2 per-row kernel", hx_type_name(t), bad);
+        free(wf); free(y); free(w); free(x);
+    }
+}
+
 int main(void) {
     test_selection();
     test_scalar_vs_f64();
     test_simd_vs_scalar();
     test_q4k_ggml_order();
+    test_gemm_ggml();
     const char *dir = t_shared_dir();
     if (dir) test_golden_rows(dir);
     else printf("SKIP golden rows: ../shared not found\n");

@@ -107,5 +107,9 @@ hx_gemm_fn hx_get_gemm(int type, hx_isa isa);
  * batch kernel's outputs equal. */
 hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa);
 hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa);
+/* Tiled GEMM whose every output is summed in the order of llama.cpp's x86 vec_dot (and of
+ * llamafile's tinyBLAS for batches): one accumulator, blocks in order, one hsum; i.e.
+ * bit-identical to hx_get_vec_dot(type, HX_ISA_AVX2). AVX2: Q8_0, Q5_0, Q6_K; else NULL. */
+hx_gemm_fn hx_get_gemm_ggml(int type, hx_isa isa);
 
 #endif

@@ -149,7 +149,7 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
                 j.n_main[m] = n - n % 4;
                 j.gemm[m] = NULL;
             } else if (W->type == HX_TYPE_Q8_0 || W->type == HX_TYPE_Q5_0 || W->type == HX_TYPE_Q6_K) {
-                j.gemm[m] = hx_get_gemm(W->type, isa); /* tiles = the AVX2 per-row order; NULL: per row */
+                j.gemm[m] = hx_get_gemm_ggml(W->type, isa); /* tiles in the AVX2 per-row (= ggml) order */
             }
         }
         j.dot[m] = dot; j.w[m] = W->data; j.w_row[m] = w_row; j.rows[m] = rows; j.y[m] = Ys[m];
