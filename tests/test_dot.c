@@ -82,7 +82,8 @@ static void make_case(dot_case *c, int type, int64_t nblk, int style, bool rando
         c->ref += (double)wf[i] * xf[i];
         c->mag += fabs((double)wf[i] * xf[i]);
     }
-    /* m * s: s is the f16 rounding of d*sum(q), off by up to 2^-11 relative */
+    /* m * s: s = f16(d * sum(q)) with ggml's unrounded d = amax/127, while the reference sums the
+     * dequantized values (f16 d): off by up to 2^-11 (s's rounding) + 2^-11 (d's) relative */
     c->slack = 0;
     if (c->dot_type == HX_TYPE_Q8_1) {
         const block_q8_1 *xb = c->x;
@@ -90,7 +91,7 @@ static void make_case(dot_case *c, int type, int64_t nblk, int style, bool rando
         for (int64_t i = 0; i < n / 32; i++) {
             uint16_t m;
             memcpy(&m, wb + (size_t)i * (size_t)hx_type_get(type)->type_size + 2, 2);
-            c->slack += fabs((double)hx_fp16_to_fp32(m) * hx_fp16_to_fp32(xb[i].s)) / 2048.0;
+            c->slack += fabs((double)hx_fp16_to_fp32(m) * hx_fp16_to_fp32(xb[i].s)) / 1024.0;
         }
     }
     free(wf); free(xf);
@@ -248,10 +249,103 @@ static void test_golden_rows(const char *dir) {
     }
 }
 
+
+/* The Q4_K kernels in llama.cpp's repacked-kernel order (q4k_ggml_avx2.c) against a plain C
+ * twin of that order (integer sums, fmaf chains per super-block or per 64 elements, acc - accm):
+ * bit for bit, and near the float64 dot. */
+static float q4k_ggml_ref(int64_t n, const void *w, const void *x, int per_pair) {
+    const block_q4_K *a = w;
+    const block_q8_K *b = x;
+    float acc = 0, accm = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = hx_fp16_to_fp32(a[i].d) * b[i].d, dm = hx_fp16_to_fp32(a[i].dmin) * b[i].d;
+        int32_t isum = 0, imin = 0;
+        for (int p = 0; p < 4; p++) {
+            int32_t is = 0, im = 0;
+            for (int h = 0; h < 2; h++) {
+                const int j = 2 * p + h;
+                uint8_t sc, m;
+                hx_k4_scale_min(j, a[i].scales, &sc, &m);
+                int32_t dot = 0;
+                for (int k = 0; k < 32; k++) {
+                    const uint8_t byte = a[i].qs[32 * p + k];
+                    dot += (h ? byte >> 4 : byte & 0xF) * b[i].qs[32 * j + k];
+                }
+                is += sc * dot;
+                im += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+            }
+            if (per_pair) { acc = fmaf((float)is, d, acc); accm = fmaf((float)im, dm, accm); }
+            else { isum += is; imin += im; }
+        }
+        if (!per_pair) { acc = fmaf((float)isum, d, acc); accm = fmaf((float)imin, dm, accm); }
+    }
+    return acc - accm;
+}
+
+static void test_q4k_ggml_order(void) {
+    if (hx_isa_best() < HX_ISA_AVX2) { printf("SKIP Q4_K ggml-order kernels: CPU lacks AVX2\n"); return; }
+    hx_rng r;
+    hx_rng_seed(&r, 23);
+    for (int b = 0; b < N_BLOCKS; b++)
+        for (int style = 0; style < 3; style++)
+            for (int rb = 0; rb < 2; rb++) {
+                dot_case c;
+                make_case(&c, HX_TYPE_Q4_K, k_blocks[b], style, rb, &r);
+                float gv, gm;
+                hx_dot_q4_K_ggml_gemv_avx2(c.n, &gv, c.w, c.x);
+                hx_dot_q4_K_ggml_gemm_avx2(c.n, &gm, c.w, c.x);
+                const float rv = q4k_ggml_ref(c.n, c.w, c.x, 0), rm = q4k_ggml_ref(c.n, c.w, c.x, 1);
+                CHECKF(!memcmp(&gv, &rv, 4) && !memcmp(&gm, &rm, 4), "Q4_K ggml order n=%lld style %d rb %d: gemv %.9g vs %.9g, gemm %.9g vs %.9g",
+                       (long long)c.n, style, rb, gv, rv, gm, rm);
+                CHECKF(fabs(gv - c.ref) <= 1e-5 * c.mag + 1e-30 && fabs(gm - c.ref) <= 1e-5 * c.mag + 1e-30,
+                       "Q4_K ggml order n=%lld: %.9g / %.9g vs f64 %.9g (mag %g)", (long long)c.n, gv, gm, c.ref, c.mag);
+                free_case(&c);
+            }
+}
+
+/* hx_get_gemm_ggml's tiles: every output equals the AVX2 per-row kernel bit for bit (odd shapes) */
+static void test_gemm_ggml(void) {
+    if (hx_isa_best() < HX_ISA_AVX2) { printf("SKIP ggml-order tiles: CPU lacks AVX2\n"); return; }
+    const int types[] = {HX_TYPE_Q8_0, HX_TYPE_Q5_0, HX_TYPE_Q6_K};
+    hx_rng r;
+    hx_rng_seed(&r, 31);
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const int t = types[k], dt = hx_type_get(t)->dot_type;
+        hx_gemm_fn g = hx_get_gemm_ggml(t, HX_ISA_AVX2);
+        hx_vec_dot_fn dot = hx_get_vec_dot(t, HX_ISA_AVX2);
+        CHECKF(g && dot, "%s: no ggml-order tile", hx_type_name(t));
+        if (!g || !dot) continue;
+        const int64_t n = (t == HX_TYPE_Q6_K ? 256 : 32) * 5, rows = 7, toks = 6;
+        const size_t wr = hx_row_size(t, n), xr = hx_row_size(dt, n);
+        float *wf = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * rows * toks);
+        uint8_t *w = malloc(wr * rows), *x = malloc(xr * toks);
+        for (int64_t i = 0; i < rows; i++) {
+            for (int64_t j = 0; j < n; j++) wf[j] = hx_rng_normal(&r) * (i % 3 ? 1.0f : 40.0f);
+            hx_quantize_row(t, wf, w + i * wr, n);
+        }
+        for (int64_t i = 0; i < toks; i++) {
+            for (int64_t j = 0; j < n; j++) wf[j] = hx_rng_normal(&r);
+            hx_quantize_row_act(dt, wf, x + i * xr, n);
+        }
+        g(n, rows, toks, w, wr, x, xr, y, rows);
+        int bad = 0;
+        for (int64_t c = 0; c < toks; c++)
+            for (int64_t i = 0; i < rows; i++) {
+                float want;
+                dot(n, &want, w + i * wr, x + c * xr);
+                bad += memcmp(&want, &y[c * rows + i], 4) != 0;
+            }
+        CHECKF(bad == 0, "%s: %d ggml-order tile outputs differ from the AVX2 per-row kernel", hx_type_name(t), bad);
+        free(wf); free(y); free(w); free(x);
+    }
+}
+
 int main(void) {
     test_selection();
     test_scalar_vs_f64();
     test_simd_vs_scalar();
+    test_q4k_ggml_order();
+    test_gemm_ggml();
     const char *dir = t_shared_dir();
     if (dir) test_golden_rows(dir);
     else printf("SKIP golden rows: ../shared not found\n");

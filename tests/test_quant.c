@@ -276,6 +276,22 @@ static void test_act_quant(void) {
         /* f16 rounding of d moves level 127 by up to 127/2048 */
         CHECKF(worst <= (t == HX_TYPE_Q8_K ? 0.501 : 0.5 + 127.0 / 2048 + 1e-3), "%s act: max error %.4f levels", hx_type_name(t), worst);
         if (t == HX_TYPE_Q8_1) {
+            /* hx_quantize_row (what matmul feeds the Q4_1/Q5_1 dots): s = f16(d * sum q) with the
+             * unrounded d = amax/127, bit for bit as ggml's quantize_row_q8_1_ref */
+            const uint8_t *bw = (const uint8_t *)qw;
+            int bad = 0;
+            for (int64_t i = 0; i < n / 32; i++) {
+                float amax = 0;
+                for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[i * 32 + j]));
+                int sum = 0;
+                for (int j = 0; j < 32; j++) sum += (int8_t)bw[i * 36 + 4 + j];
+                uint16_t sh, want = hx_fp32_to_fp16((float)sum * (amax / 127));
+                memcpy(&sh, bw + i * 36 + 2, 2);
+                bad += sh != want;
+            }
+            CHECKF(bad == 0, "Q8_1 ref: %d blocks with s != f16(sum * amax/127)", bad);
+        }
+        if (t == HX_TYPE_Q8_1) {
             /* s = d * sum(q) within f16 rounding */
             const uint8_t *b = (const uint8_t *)qs;
             for (int64_t i = 0; i < n / 32; i++) {

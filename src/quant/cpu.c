@@ -203,6 +203,14 @@ hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa) {
     return hx_get_gemm(type, isa);
 }
 
+hx_gemm_fn hx_get_gemm_ggml(int type, hx_isa isa) {
+    if (!hx_get_gemm(HX_TYPE_Q8_0, isa)) return NULL; /* no AVX2 kernels here */
+    if (type == HX_TYPE_Q8_0) return hx_gemm_q8_0_avx2;
+    if (type == HX_TYPE_Q5_0) return hx_gemm_q5_0_avx2;
+    if (type == HX_TYPE_Q6_K) return hx_gemm_q6_K_avx2;
+    return NULL;
+}
+
 hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa) {
     hx_gemm_fn g = hx_get_gemm_batch(type, isa);
     return g == hx_gemm_q8_0_packed_avx2 || g == hx_gemm_q4_0_packed_avx2 || g == hx_gemm_q5_0_packed_avx2 ||

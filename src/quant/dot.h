@@ -29,6 +29,7 @@ HX_DOT_KERNELS_AVX512(HX_DECL_AVX512)
 #define HX_DECL_GEMM(t) void hx_gemm_##t##_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, \
                                                 const void *x, size_t ldx, float *y, size_t ldy);
 HX_DECL_GEMM(q8_0) HX_DECL_GEMM(q4_0) HX_DECL_GEMM(q4_K) HX_DECL_GEMM(q6_K)
+HX_DECL_GEMM(q5_0) /* only through hx_get_gemm_ggml */
 void hx_gemm_avx2_set_tile(int which, int mr, int nr, int mv);
 /* batch GEMMs on packed 8-row groups, bit-identical to hx_dot_{q8_0,q4_0,q5_0,q4_K,q6_K}_scalar */
 HX_DECL_GEMM(q8_0_packed) HX_DECL_GEMM(q4_0_packed) HX_DECL_GEMM(q5_0_packed) HX_DECL_GEMM(q4_K_packed)

@@ -35,6 +35,10 @@ void hx_dot_f32_avx2(int64_t n, float *out, const void *w, const void *x) {
 }
 
 void hx_dot_f16_avx2(int64_t n, float *out, const void *w, const void *x) {
+    /* ggml_vec_dot_f16's rounding order: 4 accumulators over steps of 32, reduced as
+     * (a0 + a2) + (a1 + a3), then lo + hi and two horizontal adds; the n % 32 tail summed in
+     * double. Flash attention's q.k and F16 weights go through here, so matching it keeps
+     * real-model attention scores (and hence greedy tokens) equal to llama.cpp's. */
     const uint16_t *a = w;
     const float *b = x;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
@@ -46,11 +50,13 @@ void hx_dot_f16_avx2(int64_t n, float *out, const void *w, const void *x) {
         acc2 = _mm256_fmadd_ps(LDH(16), _mm256_loadu_ps(b + i + 16), acc2);
         acc3 = _mm256_fmadd_ps(LDH(24), _mm256_loadu_ps(b + i + 24), acc3);
     }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(LDH(0), _mm256_loadu_ps(b + i), acc0);
 #undef LDH
-    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-    for (; i < n; i++) s += f16(a[i]) * b[i];
-    *out = s;
+    const __m256 r = _mm256_add_ps(_mm256_add_ps(acc0, acc2), _mm256_add_ps(acc1, acc3));
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    double s = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    for (; i < n; i++) s += (double)(f16(a[i]) * b[i]);
+    *out = (float)s;
 }
 
 void hx_dot_bf16_avx2(int64_t n, float *out, const void *w, const void *x) {
@@ -81,18 +87,17 @@ static inline __m256 q4_1_block(const block_q4_1 *a, const block_q8_1 *b, __m256
 }
 
 void hx_dot_q4_1_avx2(int64_t n, float *out, const void *w, const void *x) {
+    /* one accumulator and one m*s sum, blocks in order: the rounding order of ggml's AVX2
+     * q4_1 x q8_1 dot, so real Q4_1 models (SmolLM2 Q4_1) give llama.cpp's logits to the bit
+     * more often; two interleaved accumulators moved logits by ~1e-6 rel, enough to flip Q8
+     * roundings downstream. Decode is memory-bound: the longer FMA chain costs nothing. */
     const block_q4_1 *a = w;
     const block_q8_1 *b = x;
     const int64_t nb = n / QK4_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float s0 = 0, s1 = 0;
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        acc0 = q4_1_block(a + i, b + i, acc0, &s0);
-        acc1 = q4_1_block(a + i + 1, b + i + 1, acc1, &s1);
-    }
-    if (i < nb) acc0 = q4_1_block(a + i, b + i, acc0, &s0);
-    *out = hsum_ps(_mm256_add_ps(acc0, acc1)) + s0 + s1;
+    __m256 acc = _mm256_setzero_ps();
+    float s = 0;
+    for (int64_t i = 0; i < nb; i++) acc = q4_1_block(a + i, b + i, acc, &s);
+    *out = hsum_ps(acc) + s;
 }
 
 /* Q5_0: nibble | 0xF0 where the high bit is clear == (nibble + 16h) - 16 as int8 */
@@ -104,17 +109,13 @@ static inline __m256 q5_0_block(const block_q5_0 *a, const block_q8_0 *b, __m256
 }
 
 void hx_dot_q5_0_avx2(int64_t n, float *out, const void *w, const void *x) {
+    /* one accumulator, blocks in order: ggml's rounding order (see hx_dot_q4_1_avx2) */
     const block_q5_0 *a = w;
     const block_q8_0 *b = x;
     const int64_t nb = n / QK4_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        acc0 = q5_0_block(a + i, b + i, acc0);
-        acc1 = q5_0_block(a + i + 1, b + i + 1, acc1);
-    }
-    if (i < nb) acc0 = q5_0_block(a + i, b + i, acc0);
-    *out = hsum_ps(_mm256_add_ps(acc0, acc1));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) acc = q5_0_block(a + i, b + i, acc);
+    *out = hsum_ps(acc);
 }
 
 static inline __m256 q5_1_block(const block_q5_1 *a, const block_q8_1 *b, __m256 acc, float *summs) {
@@ -126,18 +127,14 @@ static inline __m256 q5_1_block(const block_q5_1 *a, const block_q8_1 *b, __m256
 }
 
 void hx_dot_q5_1_avx2(int64_t n, float *out, const void *w, const void *x) {
+    /* one accumulator, blocks in order: ggml's rounding order (see hx_dot_q4_1_avx2) */
     const block_q5_1 *a = w;
     const block_q8_1 *b = x;
     const int64_t nb = n / QK4_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float s0 = 0, s1 = 0;
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        acc0 = q5_1_block(a + i, b + i, acc0, &s0);
-        acc1 = q5_1_block(a + i + 1, b + i + 1, acc1, &s1);
-    }
-    if (i < nb) acc0 = q5_1_block(a + i, b + i, acc0, &s0);
-    *out = hsum_ps(_mm256_add_ps(acc0, acc1)) + s0 + s1;
+    __m256 acc = _mm256_setzero_ps();
+    float s = 0;
+    for (int64_t i = 0; i < nb; i++) acc = q5_1_block(a + i, b + i, acc, &s);
+    *out = hsum_ps(acc) + s;
 }
 
 /* ----------------------------------------------------------------- K-quants */

@@ -131,6 +131,38 @@ AI void tile_q8_0(const int RM, const int RN, int64_t nb, const uint8_t *w, size
     UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
 }
 
+/* ------------------------------------------------------------------ Q5_0 */
+
+/* As tile_q8_0 with the weights unpacked to int8 levels q - 16 first: per output one FMA per
+ * block in order and one hsum, i.e. bit-identical to hx_dot_q5_0_avx2 (and to ggml's
+ * vec_dot / tinyBLAS order; matmul's HX_MM_GGML_ORDER uses it for Q5_0 batches). */
+AI void tile_q5_0(const int RM, const int RN, int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x,
+                  size_t ldx, float *y, size_t ldy) {
+    __m256 acc[4][4];
+    UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i wq[4], wa[4];
+        UNROLL for (int r = 0; r < RM; r++) {
+            const block_q5_0 *a = (const block_q5_0 *)(w + r * ldw) + i;
+            const __m256i hi = _mm256_andnot_si256(bytes_from_bits(a->qh), _mm256_set1_epi8((char)0xF0));
+            wq[r] = _mm256_or_si256(unpack_nibbles(a->qs), hi);
+            wa[r] = _mm256_sign_epi8(wq[r], wq[r]);
+        }
+        UNROLL for (int c = 0; c < RN; c++) {
+            const block_q8_0 *b = (const block_q8_0 *)(x + c * ldx) + i;
+            const __m256i xv = loadu256(b->qs);
+            const __m256 d = scales_x(RM, w, ldw, (size_t)i * sizeof(block_q5_0), _mm_set1_ps(f16(b->d)));
+            UNROLL for (int r = 0; r < RM; r++) {
+                const __m256i p = _mm256_maddubs_epi16(wa[r], _mm256_sign_epi8(xv, wq[r]));
+                const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                acc[r][c] = _mm256_fmadd_ps(lane_bcast(d, r), s, acc[r][c]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+}
+
 /* ------------------------------------------------------------------ Q4_0 */
 
 /* sum (q-8)*x = sum q*x - sum 8*x, pairwise in int16; the 8*x part is per token */
@@ -282,6 +314,7 @@ AI void tile_q6_K(const int RM, const int RN, int64_t nb, const uint8_t *w, size
         { T##_3x1, T##_3x2, T##_3x3, T##_3x4 }, { T##_4x1, T##_4x2, T##_4x3, T##_4x4 } };
 
 TILES(q8_0)
+TILES(q5_0)
 TILES(q4_0)
 TILES(q4_K)
 TILES(q6_K)
@@ -313,6 +346,11 @@ static void drive(const gemm_kind *k, int64_t n, int64_t nr, int64_t nc, const v
     }
 }
 
+static gemm_kind kind_q5_0 = { tiles_q5_0, QK4_0, 4, 4, 4 }; /* 32-element blocks */
+void hx_gemm_q5_0_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x, size_t ldx,
+                       float *y, size_t ldy) {
+    drive(&kind_q5_0, n, nr, nc, w, ldw, x, ldx, y, ldy);
+}
 void hx_gemm_q8_0_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x, size_t ldx,
                        float *y, size_t ldy) {
     drive(&kinds[0], n, nr, nc, w, ldw, x, ldx, y, ldy);

@@ -76,6 +76,11 @@ hx_isa hx_isa_current(void);
  * activations must have levels in [-127, 127], as both quantizers produce
  * (the AVX2 kernels use the |w| * (x * sign w) trick). Thread-safe, no state. */
 typedef void (*hx_vec_dot_fn)(int64_t n, float *out, const void *w, const void *x);
+/* Q4_K x Q8_K in the float order of llama.cpp's repacked (8x8) x86 kernels (q4k_ggml_avx2.c):
+ * _gemv as for a single activation row (one FMA step per super-block), _gemm as for rows in
+ * groups of 4 (one step per 64 elements). AVX2+FMA only. */
+void hx_dot_q4_K_ggml_gemv_avx2(int64_t n, float *out, const void *w, const void *x);
+void hx_dot_q4_K_ggml_gemm_avx2(int64_t n, float *out, const void *w, const void *x);
 /* The kernel for (type, isa); falls back to a lower ISA where no specialized
  * kernel exists, and never above hx_isa_best(). NULL if the type has no dot
  * kernel. Kernels: scalar and AVX2 for all 13 weight types; AVX-512 (plain and
@@ -102,5 +107,9 @@ hx_gemm_fn hx_get_gemm(int type, hx_isa isa);
  * batch kernel's outputs equal. */
 hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa);
 hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa);
+/* Tiled GEMM whose every output is summed in the order of llama.cpp's x86 vec_dot (and of
+ * llamafile's tinyBLAS for batches): one accumulator, blocks in order, one hsum; i.e.
+ * bit-identical to hx_get_vec_dot(type, HX_ISA_AVX2). AVX2: Q8_0, Q5_0, Q6_K; else NULL. */
+hx_gemm_fn hx_get_gemm_ggml(int type, hx_isa isa);
 
 #endif

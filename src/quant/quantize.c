@@ -143,9 +143,9 @@ static void quant_q8_1(const float *x, block_q8_1 *y, int64_t nb) {
             y[i].qs[j] = (int8_t)fmaxf(-127.f, fminf(127.f, roundf(x[j] * id)));
             sum += y[i].qs[j];
         }
-        /* s from the stored (f16) d, so that s == sum of the dequantized values
-         * up to one f16 rounding (ggml uses the unrounded d: one more error) */
-        y[i].s = f16_scale((float)sum * hx_h2f(y[i].d));
+        /* s from the unrounded d, as ggml's quantize_row_q8_1(_ref) does: Q4_1/Q5_1 dots add
+         * m * s per block, so an s rounded differently moves real-model logits by ~1e-3 rel */
+        y[i].s = f16_scale((float)sum * d);
     }
 }
 

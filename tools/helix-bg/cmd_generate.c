@@ -1,8 +1,8 @@
 /* cmd_generate.c — helix-bg generate: text generation on the CPU or the GPU.
  *
  *   helix-bg generate -m FILE (--prompt-ids 1,2,3 | -p TEXT) [-n N] [-t N] [-c N]
- *                     [--kv f16|f32] [--exact] [--json] [--dump DIR]
- *                     [--device auto|cpu|cuda] [-ngl N]
+ *                     [--kv f16|f32] [--exact] [--json] [--top2] [--dump DIR]
+ *                     [--device auto|cpu|cuda] [-ngl N] [--chat] [--system TEXT]
  *
  * --device auto (default) runs on CUDA when this build has it and a GPU is
  * usable, else on the CPU (saying why on stderr); --device cuda fails instead
@@ -20,7 +20,11 @@
  * -p TEXT is tokenized with the model's own tokenizer (BOS as the model adds
  * it, special tokens written in the text parsed); output is decoded with it,
  * holding back partial UTF-8 between tokens. Greedy by default (token-exact
- * comparisons); --temp > 0 turns on the sampling chain of run/sampler.h. */
+ * comparisons); --temp > 0 turns on the sampling chain of run/sampler.h.
+ * --top2 (with --json, CPU): adds "top2": [[id1, logit1, id2, logit2], ...] per generated
+ * token, to tell a near-tie from a real divergence when comparing with another engine.
+ * --chat wraps -p TEXT as one user turn (after --system TEXT, if given) in the model's
+ * chat template (tok/chat.h) and opens the assistant's turn. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +39,7 @@
 #include "core/core.h"
 #include "quant/quant.h"
 #include "run/sampler.h"
+#include "tok/chat.h"
 #include "tok/tok.h"
 
 /* GPT-2 byte-level: code point -> byte (inverse of bytes_to_unicode). */
@@ -90,10 +95,37 @@ static size_t token_text(const hx_gguf_value *toks, bool gpt2, int id, char *out
     return len;
 }
 
+/* The two largest logits (lowest id first on ties) as {id1, logit1, id2, logit2}. */
+static void top2_of(const float *l, int V, float out[4]) {
+    int a = 0, b = -1;
+    for (int v = 1; v < V; v++) {
+        if (l[v] > l[a]) { b = a; a = v; }
+        else if (b < 0 || l[v] > l[b]) b = v;
+    }
+    out[0] = (float)a; out[1] = l[a]; out[2] = (float)b; out[3] = b >= 0 ? l[b] : 0;
+}
+
+/* --chat: [system,] user TEXT in the template family that the file's tokenizer.chat_template names. */
+static hx_status chat_prompt(const char *model, const char *system, const char *text, char **out, hx_error *e) {
+    hx_gguf *g = NULL;
+    hx_gguf_open_opts go = { 0 };
+    if (hx_gguf_open(model, &go, &g, e) != HX_OK) return e->status;
+    hx_gguf_str tmpl = { 0 };
+    char *tc = hx_gguf_get_str(g, "tokenizer.chat_template", &tmpl) ? strndup(tmpl.ptr, (size_t)tmpl.len) : NULL;
+    hx_chat_kind kind = hx_chat_detect(tc);
+    free(tc);
+    hx_gguf_close(g);
+    hx_chat_msg msgs[2];
+    size_t n = 0;
+    if (system) msgs[n++] = (hx_chat_msg){ "system", system };
+    msgs[n++] = (hx_chat_msg){ "user", text };
+    return hx_chat_format(kind, msgs, n, true, out, e);
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: helix-bg generate -m FILE (--prompt-ids 1,2,3 | -p TEXT) [-n N] [-t N] [-c N]\n"
                     "                         [--kv f16|f32] [--exact] [--json] [--dump DIR] [--stop STR]\n"
-                    "                         [--device auto|cpu|cuda] [-ngl N]\n"
+                    "                         [--device auto|cpu|cuda] [-ngl N] [--top2] [--chat] [--system TEXT]\n"
                     "  sampling (greedy unless --temp > 0): --temp T --top-k K --top-p P --min-p P\n"
                     "    --repeat-penalty R --repeat-last-n N --frequency-penalty F --presence-penalty P --seed S\n");
     return 2;
@@ -102,7 +134,8 @@ static int usage(void) {
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *ids_arg = NULL, *text = NULL, *dump = NULL, *stop = NULL;
     int n_predict = 64, n_threads = 0, n_ctx = 0, kv = HX_TYPE_F16;
-    bool json = false, exact = false;
+    bool json = false, exact = false, top2 = false, chat = false;
+    const char *system = NULL;
     const char *device = "auto";
     hx_sampler_params sp = hx_sampler_defaults();
     sp.temp = 0; /* greedy unless asked */
@@ -134,12 +167,15 @@ int cmd_generate(int argc, char **argv) {
             else return usage();
         } else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--exact")) exact = true;
+        else if (!strcmp(a, "--top2")) top2 = true;
+        else if (!strcmp(a, "--chat")) chat = true;
+        else if (!strcmp(a, "--system") && has) system = argv[++i];
         else if (!strcmp(a, "--device") && has) device = argv[++i];
         else if (!strcmp(a, "-ngl") && has) device = atoi(argv[++i]) > 0 ? "cuda" : "cpu";
         else return usage();
     }
     if (!model || (!ids_arg == !text) || n_predict < 0 || sp.temp < 0 || sp.top_p <= 0 || sp.min_p < 0 ||
-        sp.repeat_penalty <= 0)
+        sp.repeat_penalty <= 0 || (chat && !text) || (system && !chat))
         return usage();
     /* the model's tokenizer: for -p, and to decode the output */
     hx_error e = {0};
@@ -152,7 +188,16 @@ int cmd_generate(int argc, char **argv) {
     int32_t *prompt = NULL;
     if (text) {
         size_t n_ids = 0;
-        if (hx_tok_encode(tok, text, strlen(text), true, true, &prompt, &n_ids, &e) != HX_OK) {
+        char *templated = NULL;
+        if (chat && chat_prompt(model, system, text, &templated, &e) != HX_OK) {
+            fprintf(stderr, "generate: --chat: %s\n", e.msg);
+            hx_tok_free(tok);
+            return 1;
+        }
+        const char *src = templated ? templated : text;
+        hx_status st = hx_tok_encode(tok, src, strlen(src), true, true, &prompt, &n_ids, &e);
+        free(templated);
+        if (st != HX_OK) {
             fprintf(stderr, "generate: %s\n", e.msg);
             hx_tok_free(tok);
             return 1;
@@ -236,6 +281,7 @@ int cmd_generate(int argc, char **argv) {
     int V = m->cfg.n_vocab, rc = 0;
     float *logits = malloc(sizeof(float) * V);
     int32_t *gen = malloc(sizeof(int32_t) * (n_predict + 1));
+    float (*t2)[4] = top2 ? calloc((size_t)n_predict + 1, sizeof *t2) : NULL; /* id1, logit1, id2, logit2 */
     size_t text_cap = 256 + (size_t)n_predict * 64, text_len = 0;
     char *out = malloc(text_cap);
     int n_gen = 0;
@@ -261,6 +307,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t t = greedy ? hx_argmax(logits, V) : hx_sampler_sample(smp, logits);
     for (int g = 0; g < n_predict; g++) {
         if ((uint64_t)t == eos || (uint64_t)t == eot || (tok && hx_tok_is_eog(tok, t))) break;
+        if (t2) top2_of(logits, V, t2[n_gen]);
         gen[n_gen++] = t;
         hx_sampler_accept(smp, t);
         size_t room = text_cap - text_len - 1;
@@ -318,6 +365,10 @@ int cmd_generate(int argc, char **argv) {
         cJSON_AddItemToObject(j, "prompt_ids", cJSON_CreateIntArray(prompt, n_prompt));
         cJSON_AddItemToObject(j, "generated_ids", cJSON_CreateIntArray(gen, n_gen));
         cJSON_AddStringToObject(j, "text", out);
+        if (t2) {
+            cJSON *a = cJSON_AddArrayToObject(j, "top2");
+            for (int k = 0; k < n_gen; k++) cJSON_AddItemToArray(a, cJSON_CreateFloatArray(t2[k], 4));
+        }
         cJSON_AddStringToObject(j, "device", gc ? "cuda" : "cpu");
         cJSON *tm = cJSON_AddObjectToObject(j, "timings");
         cJSON_AddNumberToObject(tm, "load_s", t_load);
@@ -337,7 +388,7 @@ int cmd_generate(int argc, char **argv) {
 done:
     hx_sampler_free(smp);
     hx_tok_free(tok);
-    free(out); free(gen); free(logits); free(prompt);
+    free(out); free(gen); free(t2); free(logits); free(prompt);
     hx_cpu_ctx_free(c);
 #ifdef HX_HAVE_CUDA
     hx_cuda_ctx_free(gc);

@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "backend/cpu/attn.h"
+#include "backend/cpu/glu.h"
 #include "backend/cpu/matmul.h"
 #include "core/core.h"
 #include "quant/quant.h"
@@ -69,9 +70,12 @@ struct hx_cpu_ctx {
 
 /* out[i] = x[i] / rms(x) * w[i], w from a norm tensor (f32 or f16). */
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    /* ggml's rounding: f32 squares summed in double, mean and 1/sqrt in f32 (one ulp of
+     * scale is enough to flip a Q8 activation rounding downstream on real models) */
     double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    const float mean = (float)(ss / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
     for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
@@ -91,13 +95,31 @@ static void rope_table(float *cs, float *sn, int hd, double pos, double base) {
     }
 }
 
+/* ggml_compat: the angles as ggml's rope cache makes them, in f32: theta starts at the
+ * position and is multiplied by powf(base, -2/hd) per pair (one ulp off the exact angle
+ * is enough to flip an f16 K rounding and move a real model's logits). */
+static void rope_table_ggml(float *cs, float *sn, int hd, int pos, float freq_scale, float base) {
+    const float theta_scale = powf(base, -2.0f / (float)hd);
+    float theta = (float)pos;
+    for (int i = 0; i < hd / 2; i++) {
+        cs[i] = cosf(freq_scale * theta);
+        sn[i] = sinf(freq_scale * theta);
+        theta *= theta_scale;
+    }
+}
+
 /* Rotate one head vector of length hd: NORM pairs (2i, 2i+1), NEOX pairs (i, i + hd/2). */
-static void rope_apply(float *v, int hd, const float *cs, const float *sn, hx_rope_style style) {
+static void rope_apply(float *v, int hd, const float *cs, const float *sn, hx_rope_style style, bool fused) {
     int half = hd / 2;
     for (int i = 0; i < half; i++) {
         int a = style == HX_ROPE_NORM ? 2 * i : i;
         int b = style == HX_ROPE_NORM ? 2 * i + 1 : i + half;
         float x0 = v[a], x1 = v[b];
+        if (fused) { /* llama.cpp's build contracts these to FMAs, the first product fused */
+            v[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
+            v[b] = fmaf(x0, sn[i], x1 * cs[i]);
+            continue;
+        }
         v[a] = x0 * cs[i] - x1 * sn[i];
         v[b] = x0 * sn[i] + x1 * cs[i];
     }
@@ -275,6 +297,9 @@ typedef struct attn_job {
     int window;           /* 0 = full causal */
     float scale, softcap;
     hx_vec_dot_fn kdot;   /* f32 x (f16|f32 cache row) */
+    bool prescale_q;      /* ggml_compat gemma3: llama.cpp scales q before flash attention (scale 1
+                             there), so f16(q * scale), not f16(q) * scale (they differ where q * scale
+                             is an f16 subnormal) */
 } attn_job;
 
 /* Cache row of the i-th position after `first`, whose row is r0 (a ring wraps at rows). */
@@ -295,12 +320,15 @@ static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int fir
     int rows = c->kv_rows[j->layer], r0 = first % rows;
     float qh[512];
     uint16_t vacc[512];
-    for (int d = 0; d < hd; d++) { qh[d] = hx_fp16_to_fp32(hx_fp32_to_fp16(q[d])); vacc[d] = 0; }
+    for (int d = 0; d < hd; d++) {
+        qh[d] = hx_fp16_to_fp32(hx_fp32_to_fp16(j->prescale_q ? q[d] * j->scale : q[d]));
+        vacc[d] = 0;
+    }
     float S = 0, M = -INFINITY;
     for (int t = first; t <= p; t++) {
         float s;
         j->kdot(hd, &s, kc + (size_t)ring_row(t - first, r0, rows) * row, qh);
-        s *= j->scale;
+        if (!j->prescale_q) s *= j->scale;
         if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
         float Mold = M, ms = 1.0f, vs = 1.0f;
         if (s > M) {
@@ -315,7 +343,7 @@ static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int fir
         if (c->f16c) hx_f16_mad_avx2(hd, vacc, vr, vs);
         else for (int d = 0; d < hd; d++)
             vacc[d] = hx_fp32_to_fp16(fmaf(hx_fp16_to_fp32(vr[d]), vs, hx_fp16_to_fp32(vacc[d])));
-        S = S * ms + vs;
+        S = fmaf(S, ms, vs); /* llama.cpp's build contracts S*ms + vs to an FMA */
     }
     float inv = S == 0.0f ? 0.0f : 1.0f / S;
     for (int d = 0; d < hd; d++) acc[d] = hx_fp16_to_fp32(vacc[d]) * inv;
@@ -378,7 +406,7 @@ static void attn_task(void *ctx, int64_t task, int thread) {
 /* y = W x for n rows: matvec for one token, matmul for a batch. */
 static hx_status linear(hx_cpu_ctx *c, const hx_tensor *W, const float *x, int n, float *y, const hx_tensor *bias,
                         hx_error *e) {
-    hx_status st = hx_matmul_ex(c->pool, W, x, n, y, c->ggml_compat ? HX_MM_ROUND_F16_ACT : 0, e);
+    hx_status st = hx_matmul_ex(c->pool, W, x, n, y, c->ggml_compat ? HX_MM_ROUND_F16_ACT | HX_MM_GGML_ORDER : 0, e);
     if (st) return st;
     if (bias && bias->data) {
         int64_t rows = W->ne[1];
@@ -396,7 +424,7 @@ static hx_status linear(hx_cpu_ctx *c, const hx_tensor *W, const float *x, int n
  * their types allow it, else one by one; biases added after. */
 static hx_status linear_group(hx_cpu_ctx *c, int count, const hx_tensor *const *Ws, const float *x, int n,
                               float *const *ys, const hx_tensor *const *biases, hx_error *e) {
-    unsigned flags = c->ggml_compat ? HX_MM_ROUND_F16_ACT : 0;
+    unsigned flags = c->ggml_compat ? HX_MM_ROUND_F16_ACT | HX_MM_GGML_ORDER : 0;
     hx_error e2 = {0};
     if (hx_matmul_multi(c->pool, count, Ws, x, n, ys, flags, &e2) != HX_OK) {
         for (int m = 0; m < count; m++) TRY(hx_matmul_ex(c->pool, Ws[m], x, n, ys[m], flags, e));
@@ -505,15 +533,17 @@ static hx_status forward_batch(hx_cpu_ctx *c, const int32_t *tokens, int n, int 
         double base = swa ? cfg->rope_base_swa : cfg->rope_base;
         double rs = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0;
         for (int i = 0; i < n; i++) {
-            rope_table(c->rope_cs, c->rope_sn, hd, (pos + i) / rs, base);
+            if (c->ggml_compat) rope_table_ggml(c->rope_cs, c->rope_sn, hd, pos + i, (float)(1.0 / rs), (float)base);
+            else rope_table(c->rope_cs, c->rope_sn, hd, (pos + i) / rs, base);
             for (int h = 0; h < nh; h++)
-                rope_apply(c->q + ((size_t)i * nh + h) * hd, hd, c->rope_cs, c->rope_sn, cfg->rope_style);
+                rope_apply(c->q + ((size_t)i * nh + h) * hd, hd, c->rope_cs, c->rope_sn, cfg->rope_style, c->ggml_compat);
             for (int h = 0; h < nkvh; h++)
-                rope_apply(c->k + ((size_t)i * nkvh + h) * hd, hd, c->rope_cs, c->rope_sn, cfg->rope_style);
+                rope_apply(c->k + ((size_t)i * nkvh + h) * hd, hd, c->rope_cs, c->rope_sn, cfg->rope_style, c->ggml_compat);
             store_kv(c, l, pos + i, c->k + (size_t)i * nkv, c->k_cache);
             store_kv(c, l, pos + i, c->v + (size_t)i * nkv, c->v_cache);
         }
-        attn_job aj = { c, l, n, pos, swa ? cfg->sliding_window : 0, scale, cfg->attn_logit_softcap, kdot };
+        attn_job aj = { c, l, n, pos, swa ? cfg->sliding_window : 0, scale, cfg->attn_logit_softcap, kdot,
+                        c->ggml_compat && cfg->arch == HX_ARCH_GEMMA3 };
         /* threads only pay off when there is enough attention work */
         bool big = (double)n * nh * hd * (pos + n) >= 65536.0;
         hx_pool_run(big ? c->pool : NULL, (int64_t)n * nh, attn_task, &aj);
@@ -528,9 +558,19 @@ static hx_status forward_batch(hx_cpu_ctx *c, const int32_t *tokens, int n, int 
             float *Y[2] = { c->gate, c->up };
             TRY(linear_group(c, 2, W, c->h, n, Y, B, e));
         }
-        for (size_t i = 0; i < (size_t)n * ff; i++) {
-            float g = c->gate[i];
-            c->gate[i] = (cfg->act == HX_ACT_SILU ? silu(g) : gelu_tanh(g)) * c->up[i];
+        if (c->ggml_compat) { /* ggml's rounding of the gated activation (glu.h), row by row */
+            const bool avx2 = hx_isa_current() >= HX_ISA_AVX2;
+            for (int t = 0; t < n; t++) {
+                float *g = c->gate + (size_t)t * ff;
+                const float *u = c->up + (size_t)t * ff;
+                if (cfg->act == HX_ACT_SILU) hx_swiglu_ggml(ff, g, u, avx2);
+                else hx_geglu_ggml(ff, g, u);
+            }
+        } else {
+            for (size_t i = 0; i < (size_t)n * ff; i++) {
+                float g = c->gate[i];
+                c->gate[i] = (cfg->act == HX_ACT_SILU ? silu(g) : gelu_tanh(g)) * c->up[i];
+            }
         }
         TRY(linear(c, &L->ffn_down, c->gate, n, c->o, &L->ffn_down_b, e));
         if (cfg->post_norms) TRY(norm_rows(c->o, c->o, n, D, &L->ffn_post_norm, cfg->norm_eps, e));

@@ -1,10 +1,14 @@
 /* matmul.c — matvec / matmul: quantize activations once, split weight rows
  * across the pool, call the dot kernel per row.
  *
- * Activations are quantized with hx_quantize_row (ggml's _ref rules: d =
- * amax/127, roundf), which is what reproduces the llama.cpp references in
- * ../shared on Q4_0/Q8_0 weights (ggml's SIMD rule, 127/amax with
- * round-half-even, matched fewer of them).
+ * Activations are quantized with hx_quantize_row_act: ggml's x86 SIMD rule for
+ * Q8_0 / Q8_1 (q = round-half-even(x * 127/amax), Q8_1's s from the unrounded d)
+ * and its reference rule for Q8_K, i.e. what llama.cpp's CPU backend on this
+ * machine does. With it (and ggml's rounding order in the Q4_1/Q5_1/F16 dots and
+ * the decoder's activation, rope and softmax steps) SmolLM2-135M-Instruct Q4_1
+ * gives llama.cpp's logits within 1e-6 for 64 greedy steps (bench/RESULTS.md).
+ * (hx_quantize_row's reference rule, 1/d and roundf, used to be used here; on a
+ * real model it flips a rounding within a few layers.)
  *
  * Matvec is memory-bound: every weight byte is read once, so the only goals
  * are to keep both cores streaming and to make tasks big enough that the
@@ -42,13 +46,17 @@ static void q_task(void *ctx, int64_t t, int thread) {
         act_round(q->wtype, q->X + (size_t)t * q->cols, (float *)(q->dst + (size_t)t * q->row_bytes), q->cols);
         return;
     }
-    hx_quantize_row(q->type, q->X + (size_t)t * q->cols, q->dst + (size_t)t * q->row_bytes, q->cols);
+    const float *x = q->X + (size_t)t * q->cols;
+    uint8_t *dst = q->dst + (size_t)t * q->row_bytes;
+    hx_quantize_row_act(q->type, x, dst, q->cols); /* ggml's x86 rule, see the header comment */
 }
 
 enum { MM_MAX = 4 };
 typedef struct mm_job {
     int count;                  /* matrices sharing the activations */
     hx_vec_dot_fn dot[MM_MAX];
+    hx_vec_dot_fn dot_main[MM_MAX]; /* tokens [0, n_main): this kernel instead (HX_MM_GGML_ORDER) */
+    int64_t n_main[MM_MAX];
     hx_gemm_fn gemm[MM_MAX];    /* tiled kernel, NULL: per-row dot */
     const uint8_t *w[MM_MAX];   /* weight rows */
     size_t w_row[MM_MAX];       /* bytes per weight row */
@@ -94,7 +102,8 @@ static void mm_task(void *ctx, int64_t task, int thread) {
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wrp = w + (size_t)r * wr;
             for (int64_t t = t0; t < t1; t++)
-                dot(j->cols, &y[(size_t)t * rows + r], wrp, j->x + (size_t)t * j->x_row);
+                (t < j->n_main[m] ? j->dot_main[m] : dot)(j->cols, &y[(size_t)t * rows + r], wrp,
+                                                          j->x + (size_t)t * j->x_row);
         }
     }
 }
@@ -132,6 +141,17 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
          * AVX-512 machines its per-row kernels stay in charge of matvec */
         hx_isa isa = hx_isa_current();
         j.gemm[m] = n > 1 ? hx_get_gemm_batch(W->type, isa) : isa == HX_ISA_AVX2 ? hx_get_gemm(W->type, isa) : NULL;
+        j.dot_main[m] = NULL; j.n_main[m] = 0;
+        if ((flags & HX_MM_GGML_ORDER) && isa == HX_ISA_AVX2) {
+            if (W->type == HX_TYPE_Q4_K && rows % 8 == 0) {
+                dot = hx_dot_q4_K_ggml_gemv_avx2;
+                j.dot_main[m] = hx_dot_q4_K_ggml_gemm_avx2;
+                j.n_main[m] = n - n % 4;
+                j.gemm[m] = NULL;
+            } else if (W->type == HX_TYPE_Q8_0 || W->type == HX_TYPE_Q5_0 || W->type == HX_TYPE_Q6_K) {
+                j.gemm[m] = hx_get_gemm_ggml(W->type, isa); /* tiles in the AVX2 per-row (= ggml) order */
+            }
+        }
         j.dot[m] = dot; j.w[m] = W->data; j.w_row[m] = w_row; j.rows[m] = rows; j.y[m] = Ys[m];
         work += (double)w_row * rows * n;
     }
