@@ -9,7 +9,8 @@
  * generated_ids are the argmax of the logits at each step (lowest id wins a tie), run until
  * n tokens or an end-of-generation token; top2 lets a divergence from another engine be judged
  * (near-tie or not). --tokenize stops after printing prompt_ids. Default context options
- * (f16 KV cache, flash attention as llama.cpp picks it), n_ctx = prompt + n rounded up to 512.
+ * (f16 KV cache, flash attention as llama.cpp picks it), n_ctx = prompt + n rounded up to 512,
+ * ubatches of 512 and llama-cli's sliding-window cache (swa_full off).
  * Env LLAMA_GREEDY_DUMP=DIR: during the prompt's decode (or the LLAMA_GREEDY_DUMP_STEP-th
  * single-token decode after it), each f32 graph tensor named attn_out-L,
  * ffn_out-L, l_out-L or result_norm (every named f32 tensor, as DIR/NAME@OP.f32, with LLAMA_GREEDY_DUMP_ALL=1)
@@ -106,7 +107,12 @@ int main(int argc, char **argv) {
     struct llama_context_params cp = llama_context_default_params();
     int n_ctx = n_prompt + n_gen;
     cp.n_ctx = (uint32_t)((n_ctx + 511) / 512 * 512);
-    cp.n_batch = cp.n_ubatch = (uint32_t)(n_prompt > 512 ? n_prompt : 512);
+    /* the prompt in one llama_decode, split into ubatches of 512 as llama-cli does, and the
+     * sliding-window cache of llama-cli (window + ubatch cells, swa_full off) rather than the
+     * C API's default full-size one: helix keeps the same ring */
+    cp.n_batch = (uint32_t)(n_prompt > 512 ? n_prompt : 512);
+    cp.n_ubatch = 512;
+    cp.swa_full = false;
     cp.n_threads = cp.n_threads_batch = n_threads;
     dump_dir = getenv("LLAMA_GREEDY_DUMP");
     dump_step = getenv("LLAMA_GREEDY_DUMP_STEP") ? atoi(getenv("LLAMA_GREEDY_DUMP_STEP")) : 0;

