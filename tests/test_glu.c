@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/cpu/fa_ggml.h"
 #include "backend/cpu/glu.h"
 #include "core/core.h"
 #include "quant/quant.h"
@@ -82,9 +83,47 @@ static void test_geglu(void) {
     }
 }
 
+/* The tiled flash-attention pieces (fa_ggml.h): AVX2 equals scalar bit for bit, masked
+ * (-inf) scores give 0, and each piece agrees with a plain float64 computation. */
+static void test_fa_tiles(void) {
+    if (hx_isa_best() < HX_ISA_AVX2) { printf("SKIP AVX2 attention tiles: CPU lacks AVX2\n"); return; }
+    hx_rng r;
+    hx_rng_seed(&r, 21);
+    enum { HD = 72 };
+    static float kt[HD * 64], v[64 * HD], q[HD], sa[64], sb[64], va[HD], vb[HD];
+    for (int i = 0; i < HD * 64; i++) { kt[i] = hx_rng_normal(&r); v[i] = hx_rng_normal(&r); }
+    for (int d = 0; d < HD; d++) q[d] = hx_rng_normal(&r);
+    hx_fa_scores64(HD, kt, q, 0.125f, sa, true);
+    hx_fa_scores64(HD, kt, q, 0.125f, sb, false);
+    CHECK(!memcmp(sa, sb, sizeof sa));
+    double worst = 0;
+    for (int k = 0; k < 64; k++) {
+        double want = 0;
+        for (int d = 0; d < HD; d++) want += (double)kt[d * 64 + k] * q[d];
+        want *= 0.125;
+        if (fabs(sa[k] - want) > worst) worst = fabs(sa[k] - want);
+    }
+    CHECKF(worst < 1e-4, "tile scores vs f64: %g", worst);
+    for (int k = 0; k < 64; k += 5) sa[k] = sb[k] = -INFINITY; /* masked */
+    float M = -INFINITY;
+    for (int k = 0; k < 64; k++) if (sa[k] > M) M = sa[k];
+    double ea = hx_fa_exp64(sa, M, true), eb = hx_fa_exp64(sb, M, false), want = 0;
+    CHECK(ea == eb && !memcmp(sa, sb, sizeof sa));
+    for (int k = 0; k < 64; k++) {
+        CHECK(k % 5 != 0 || sa[k] == 0.0f);
+        if (k % 5) want += sa[k];
+    }
+    CHECKF(fabs(ea - want) < 1e-5 * want, "tile exp sum %g vs %g", ea, want);
+    for (int d = 0; d < HD; d++) va[d] = vb[d] = hx_rng_normal(&r);
+    hx_fa_vacc64(HD, v, sa, va, true);
+    hx_fa_vacc64(HD, v, sb, vb, false);
+    CHECK(!memcmp(va, vb, sizeof va));
+}
+
 int main(void) {
     test_exp();
     test_swiglu();
     test_geglu();
+    test_fa_tiles();
     return t_done("test_glu");
 }

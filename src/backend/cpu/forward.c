@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "backend/cpu/attn.h"
+#include "backend/cpu/fa_ggml.h"
 #include "backend/cpu/glu.h"
 #include "backend/cpu/matmul.h"
 #include "core/core.h"
@@ -62,6 +63,8 @@ struct hx_cpu_ctx {
     int cap;
     float *x, *h, *q, *k, *v, *att, *o, *gate, *up; /* (cap, dim) each */
     float *scores;        /* (n_threads, n_ctx) */
+    float *fa_kt, *fa_v;  /* parity mode, 64+ queries: f32 copies of a layer's cache (fa_prepare) */
+    size_t fa_cap; int fa_tiles;
     float *vacc;          /* (n_threads, head_dim) */
     float *rope_cs, *rope_sn; /* (head_dim/2) */
 };
@@ -143,7 +146,7 @@ void hx_cpu_ctx_free(hx_cpu_ctx *c) {
     free(c->k_cache); free(c->v_cache); free(c->kv_rows);
     free(c->dump_dir); free(c->dump_pos);
     free(c->x); free(c->h); free(c->q); free(c->k); free(c->v); free(c->att); free(c->o);
-    free(c->gate); free(c->up); free(c->scores); free(c->vacc);
+    free(c->gate); free(c->up); free(c->scores); free(c->vacc); free(c->fa_kt); free(c->fa_v);
     free(c->rope_cs); free(c->rope_sn);
     hx_pool_free(c->pool);
     free(c);
@@ -403,32 +406,32 @@ static void attn_f16_ggml_tiled(const attn_job *j, const float *q, float *acc, i
     hx_cpu_ctx *c = j->c;
     const hx_model_config *cfg = &c->m->cfg;
     int hd = cfg->head_dim, nkv = cfg->n_head_kv;
-    size_t row = (size_t)nkv * hd;
     int kvh = (int)((q - c->q) / hd) % cfg->n_head / (cfg->n_head / nkv);
-    const uint16_t *kc = (const uint16_t *)c->k_cache[j->layer] + (size_t)kvh * hd;
-    const uint16_t *vc = (const uint16_t *)c->v_cache[j->layer] + (size_t)kvh * hd;
+    /* the f32 copies fa_prepare made of this layer's cache */
+    const float *kt = c->fa_kt + (size_t)kvh * c->fa_tiles * hd * T;
+    const float *v32 = c->fa_v + (size_t)kvh * c->fa_tiles * T * hd;
     int rows = c->kv_rows[j->layer], end = rows < p + 1 ? rows : p + 1;
     float qf[512], vacc[512], kq[T];
-    float sc = j->prescale_q ? 1.0f : j->scale; /* gemma3: q pre-scaled, kernel scale 1 */
+    /* gemma3: q pre-scaled, kernel scale 1; a softcap divides the scale (ggml) */
+    float sc = j->prescale_q ? 1.0f : j->scale;
+    if (j->softcap > 0) sc /= j->softcap;
     for (int d = 0; d < hd; d++) { qf[d] = j->prescale_q ? q[d] * j->scale : q[d]; vacc[d] = 0.0f; }
     float S = 0.0f, M = -INFINITY;
     for (int r0 = 0; r0 < end; r0 += T) {
-        bool any = false;
-        float tmax = -INFINITY;
+        bool vis[T], any = false;
         for (int k = 0; k < T; k++) {
             int r = r0 + k;
-            kq[k] = -INFINITY;
-            if (r >= end || row_pos(r, p, rows) < first) continue;
-            const uint16_t *kr = kc + (size_t)r * row;
-            float s = 0.0f;
-            for (int d = 0; d < hd; d++) s = fmaf(hx_fp16_to_fp32(kr[d]), qf[d], s);
-            s *= sc;
-            if (j->softcap > 0) s = tanhf(s / j->softcap) * j->softcap;
-            kq[k] = s;
-            any = true;
-            if (s > tmax) tmax = s;
+            vis[k] = r < end && row_pos(r, p, rows) >= first;
+            any |= vis[k];
         }
         if (!any) continue;
+        hx_fa_scores64(hd, kt + (size_t)(r0 / T) * hd * T, qf, sc, kq, c->f16c);
+        float tmax = -INFINITY;
+        for (int k = 0; k < T; k++) {
+            if (!vis[k]) { kq[k] = -INFINITY; continue; }
+            if (j->softcap > 0) kq[k] = tanhf(kq[k]) * j->softcap;
+            if (kq[k] > tmax) tmax = kq[k];
+        }
         float Mnew = fmaxf(M, tmax);
         if (Mnew > M) {
             float ms = expf(M - Mnew);
@@ -436,21 +439,44 @@ static void attn_f16_ggml_tiled(const attn_job *j, const float *q, float *acc, i
             S *= ms;
         }
         M = Mnew;
-        double sum = 0.0;
-        for (int b = 0; b < T; b += 8) {
-            float *v = kq + b;
-            for (int l = 0; l < 8; l++) v[l] = hx_expf_ggml(v[l] - Mnew);
-            sum += (double)(((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7])));
-        }
-        S = (float)((double)S + sum);
-        for (int k = 0; k < T; k++) {
-            if (kq[k] == 0.0f) continue; /* masked or underflowed: adds v * 0 */
-            const uint16_t *vr = vc + (size_t)(r0 + k) * row;
-            for (int d = 0; d < hd; d++) vacc[d] = fmaf(hx_fp16_to_fp32(vr[d]), kq[k], vacc[d]);
-        }
+        S = (float)((double)S + hx_fa_exp64(kq, Mnew, c->f16c));
+        hx_fa_vacc64(hd, v32 + (size_t)r0 * hd, kq, vacc, c->f16c);
     }
     float inv = S == 0.0f ? 0.0f : 1.0f / S;
     for (int d = 0; d < hd; d++) acc[d] = vacc[d] * inv;
+}
+
+/* f32 copies of one layer's f16 cache rows that a batch (positions pos..pos+n-1) can
+ * see, for the tiled attention: keys transposed per tile of 64 rows ([kv head][tile][hd][64]),
+ * values as rows ([kv head][row][hd]), rows past the cache zero. */
+static hx_status fa_prepare(hx_cpu_ctx *c, int layer, int pos, int n, hx_error *e) {
+    enum { T = 64 };
+    const hx_model_config *cfg = &c->m->cfg;
+    int hd = cfg->head_dim, nkv = cfg->n_head_kv, rows = c->kv_rows[layer];
+    int end = rows < pos + n ? rows : pos + n, tiles = (end + T - 1) / T;
+    size_t need = (size_t)nkv * tiles * T * hd;
+    if (need > c->fa_cap) {
+        free(c->fa_kt); free(c->fa_v);
+        c->fa_kt = malloc(sizeof(float) * need);
+        c->fa_v = malloc(sizeof(float) * need);
+        c->fa_cap = c->fa_kt && c->fa_v ? need : 0;
+        if (!c->fa_cap) return hx_err(e, HX_ERR_NOMEM, "forward: out of memory (attention tiles)");
+    }
+    c->fa_tiles = tiles;
+    size_t row = (size_t)nkv * hd;
+    const uint16_t *kc = c->k_cache[layer], *vc = c->v_cache[layer];
+    for (int h = 0; h < nkv; h++) {
+        float *kt = c->fa_kt + (size_t)h * tiles * T * hd, *v = c->fa_v + (size_t)h * tiles * T * hd;
+        for (int r = 0; r < tiles * T; r++) {
+            const uint16_t *kr = kc + (size_t)r * row + (size_t)h * hd, *vr = vc + (size_t)r * row + (size_t)h * hd;
+            float *kd = kt + (size_t)(r / T) * hd * T + r % T, *vd = v + (size_t)r * hd;
+            for (int d = 0; d < hd; d++) {
+                kd[(size_t)d * T] = r < end ? hx_fp16_to_fp32(kr[d]) : 0.0f;
+                vd[d] = r < end ? hx_fp16_to_fp32(vr[d]) : 0.0f;
+            }
+        }
+    }
+    return HX_OK;
 }
 
 /* task = token i * n_head + head h: softmax(q k^T) v over cached positions. */
@@ -650,6 +676,7 @@ static hx_status forward_batch(hx_cpu_ctx *c, const int32_t *tokens, int n, int 
         }
         attn_job aj = { c, l, n, pos, swa ? cfg->sliding_window : 0, scale, cfg->attn_logit_softcap, kdot,
                         c->ggml_compat && cfg->arch == HX_ARCH_GEMMA3 };
+        if (c->ggml_compat && c->kv_type == HX_TYPE_F16 && n >= 64 && hd <= 512) TRY(fa_prepare(c, l, pos, n, e));
         /* threads only pay off when there is enough attention work */
         bool big = (double)n * nh * hd * (pos + n) >= 65536.0;
         hx_pool_run(big ? c->pool : NULL, (int64_t)n * nh, attn_task, &aj);
