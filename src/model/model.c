@@ -263,7 +263,27 @@ int hx_kv_layer_rows(const hx_model_config *cfg, int l, int n_ctx, int ubatch) {
     return cfg->layer_is_swa[l] && cfg->sliding_window > 0 && ring < n_ctx ? (int)ring : n_ctx;
 }
 
-bool hx_kv_ring_can_rewind(int n_past, int keep, int rows, int window) {
-    int need = keep - window + 1 > 0 ? keep - window + 1 : 0;
-    return keep == 0 || need >= n_past - rows;
+bool hx_kv_has_ring(const hx_model_config *cfg, const int *kv_rows, int n_ctx) {
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (kv_rows[l] < n_ctx) return true;
+    return false;
+}
+
+int hx_kv_rewind(const hx_model_config *cfg, const int *kv_rows, int n_ctx, int n_past, int pos) {
+    int need = pos - cfg->sliding_window + 1 > 0 ? pos - cfg->sliding_window + 1 : 0;
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (kv_rows[l] < n_ctx && pos > 0 && need < n_past - kv_rows[l]) return 0;
+    return pos;
+}
+
+hx_status hx_forward_pieces(hx_batch_fn batch, void *ctx, int piece, int n_vocab, const int32_t *tokens, int n,
+                            int pos, float *logits, bool all_logits, hx_error *e) {
+    if (piece <= 0 || n <= piece) return batch(ctx, tokens, n, pos, logits, all_logits, e);
+    for (int at = 0; at < n; at += piece) {
+        int k = n - at < piece ? n - at : piece;
+        float *lo = !logits ? NULL : all_logits ? logits + (size_t)at * n_vocab : at + k == n ? logits : NULL;
+        hx_status st = batch(ctx, tokens + at, k, pos + at, lo, all_logits, e);
+        if (st) return st;
+    }
+    return HX_OK;
 }

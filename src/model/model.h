@@ -96,9 +96,19 @@ void hx_model_free(hx_model *m);
  * window + ubatch rows (position t in row t % rows) when that is below n_ctx,
  * enough for every query of a batch of at most ubatch tokens. */
 int hx_kv_layer_rows(const hx_model_config *cfg, int l, int n_ctx, int ubatch);
-/* A ring of `rows` rows filled up to n_past, rewound to keep: true when the
- * positions the next query needs (keep-window+1 .. keep-1) are still intact. */
-bool hx_kv_ring_can_rewind(int n_past, int keep, int rows, int window);
+/* True when some layer keeps a ring (kv_rows[l] < n_ctx). */
+bool hx_kv_has_ring(const hx_model_config *cfg, const int *kv_rows, int n_ctx);
+/* Positions a cache filled up to n_past keeps when rewound to pos (0 <= pos < n_past):
+ * pos, or 0 when a ring has overwritten positions the next query needs
+ * (pos-window+1 .. pos-1). */
+int hx_kv_rewind(const hx_model_config *cfg, const int *kv_rows, int n_ctx, int n_past, int pos);
+/* One backend forward over tokens[0..n) at positions pos.. (arguments already checked). */
+typedef hx_status (*hx_batch_fn)(void *ctx, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
+                                 hx_error *e);
+/* batch() over pieces of at most `piece` tokens (in one call when piece <= 0 or n <= piece);
+ * logits of the last token, or of every token (n * n_vocab) with all_logits. */
+hx_status hx_forward_pieces(hx_batch_fn batch, void *ctx, int piece, int n_vocab, const int32_t *tokens, int n,
+                            int pos, float *logits, bool all_logits, hx_error *e);
 /* Load a Hugging Face model folder: config.json + model.safetensors (BERT
  * encoders for now: BertModel / all-MiniLM-L6-v2 and the like). */
 hx_status hx_model_load_hf(const char *dir, hx_model **out, hx_error *e);

@@ -24,6 +24,11 @@ hx_sampler_params hx_sampler_defaults(void) {
                                .presence_penalty = 0.0f, .penalty_last_n = 64, .seed = 0};
 }
 
+bool hx_sampler_penalizes(const hx_sampler_params *p) {
+    return p->penalty_last_n != 0 &&
+           (p->repeat_penalty != 1.0f || p->freq_penalty != 0.0f || p->presence_penalty != 0.0f);
+}
+
 hx_sampler *hx_sampler_new(const hx_sampler_params *p, int n_vocab) {
     if (n_vocab <= 0) return NULL;
     hx_sampler *s = calloc(1, sizeof *s);
@@ -75,8 +80,7 @@ int32_t hx_argmax(const float *x, int n) {
  * negative ones; frequency and presence subtract count*f and (count>0)*p. */
 static void apply_penalties(hx_sampler *s, float *l) {
     const hx_sampler_params *p = &s->p;
-    if (p->penalty_last_n == 0 || s->hist_len == 0) return;
-    if (p->repeat_penalty == 1.0f && p->freq_penalty == 0.0f && p->presence_penalty == 0.0f) return;
+    if (!hx_sampler_penalizes(p) || s->hist_len == 0) return;
     for (int i = 0; i < s->hist_len; i++) {
         int32_t t = s->hist[i];
         if (t >= 0 && t < s->n_vocab) s->counts[t]++;

@@ -22,6 +22,8 @@ typedef struct hx_sampler_params {
 
 /* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, penalties off, last_n 64. */
 hx_sampler_params hx_sampler_defaults(void);
+/* Whether the repeat / frequency / presence penalties change anything (a window and a non-neutral value). */
+bool hx_sampler_penalizes(const hx_sampler_params *p);
 
 typedef struct hx_sampler hx_sampler;
 hx_sampler *hx_sampler_new(const hx_sampler_params *p, int n_vocab);

@@ -301,9 +301,7 @@ int cmd_generate(int argc, char **argv) {
     int pos = n_prompt;
     /* plain argmax only without penalties: with them, --temp 0 picks the argmax
      * of the penalized logits (hx_sampler_sample), as llama.cpp does */
-    bool penalized = sp.penalty_last_n != 0 &&
-                     (sp.repeat_penalty != 1.0f || sp.freq_penalty != 0.0f || sp.presence_penalty != 0.0f);
-    bool greedy = sp.temp <= 0 && !penalized;
+    bool greedy = sp.temp <= 0 && !hx_sampler_penalizes(&sp);
     int32_t t = greedy ? hx_argmax(logits, V) : hx_sampler_sample(smp, logits);
     for (int g = 0; g < n_predict; g++) {
         if ((uint64_t)t == eos || (uint64_t)t == eot || (tok && hx_tok_is_eog(tok, t))) break;

@@ -55,6 +55,8 @@ struct hx_cpu_ctx {
     size_t kv_elem;       /* bytes per cache element */
     int n_past;           /* tokens currently valid in the cache */
     int ubatch;           /* most tokens per internal forward (bounds the sliding-window ring) */
+    int piece;            /* batches run in pieces of this many tokens: ubatch with a ring or in the
+                             parity mode (llama.cpp splits the same way), else 0 = whole */
     int *kv_rows;         /* per layer: cache rows; position t lives in row t % kv_rows[l] */
     void **k_cache, **v_cache; /* per layer: (kv_rows[l], n_head_kv*head_dim) */
     char *dump_dir;
@@ -196,6 +198,7 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
             return hx_err(e, HX_ERR_NOMEM, "cpu forward: cannot allocate KV cache of %d tokens", c->n_ctx);
         }
     }
+    c->piece = hx_kv_has_ring(cfg, c->kv_rows, c->n_ctx) || c->ggml_compat ? c->ubatch : 0;
     int nth = hx_pool_threads(c->pool);
     c->scores = malloc(sizeof(float) * nth * c->n_ctx);
     c->vacc = malloc(sizeof(float) * nth * cfg->head_dim);
@@ -230,12 +233,8 @@ size_t hx_cpu_kv_bytes(const hx_cpu_ctx *c) {
 int hx_cpu_truncate(hx_cpu_ctx *c, int pos) {
     if (pos < 0) pos = 0;
     if (pos >= c->n_past) return c->n_past;
-    const hx_model_config *cfg = &c->m->cfg;
-    for (int l = 0; l < cfg->n_layer; l++)
-        if (c->kv_rows[l] < c->n_ctx && !hx_kv_ring_can_rewind(c->n_past, pos, c->kv_rows[l], cfg->sliding_window))
-            pos = 0; /* the window before pos was overwritten: start over */
-    c->n_past = pos;
-    return pos;
+    c->n_past = hx_kv_rewind(&c->m->cfg, c->kv_rows, c->n_ctx, c->n_past, pos);
+    return c->n_past;
 }
 
 /* Grow the per-batch scratch to n tokens. */
@@ -595,7 +594,7 @@ static void store_kv(hx_cpu_ctx *c, int layer, int pos, const float *src, void *
         memcpy(dst, src, nkv * sizeof(float));
 }
 
-static hx_status forward_batch(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
+static hx_status forward_batch(void *ctx, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
                                hx_error *e);
 
 hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
@@ -611,22 +610,14 @@ hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, f
         if (tokens[i] < 0 || tokens[i] >= cfg->n_vocab)
             return hx_err(e, HX_ERR_ARG, "forward: token %d at batch index %d outside the vocabulary (%d)",
                           tokens[i], i, cfg->n_vocab);
-    bool ring = false;
-    for (int l = 0; l < cfg->n_layer; l++) ring |= c->kv_rows[l] < c->n_ctx;
-    if ((!ring && !c->ggml_compat) || n <= c->ubatch) return forward_batch(c, tokens, n, pos, logits, all_logits, e);
-    /* a sliding-window ring holds window + ubatch rows: feed at most ubatch at a time
-     * (llama.cpp splits a batch the same way, so the parity mode always does) */
-    for (int at = 0; at < n; at += c->ubatch) {
-        int k = n - at < c->ubatch ? n - at : c->ubatch;
-        float *lo = !logits ? NULL : all_logits ? logits + (size_t)at * cfg->n_vocab : at + k == n ? logits : NULL;
-        TRY(forward_batch(c, tokens + at, k, pos + at, lo, all_logits, e));
-    }
-    return HX_OK;
+    /* a sliding-window ring holds window + ubatch rows: at most ubatch tokens at a time */
+    return hx_forward_pieces(forward_batch, c, c->piece, cfg->n_vocab, tokens, n, pos, logits, all_logits, e);
 }
 
-/* One batch of at most ubatch tokens (when a ring is present), arguments checked. */
-static hx_status forward_batch(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
+/* One batch (at most c->piece tokens when piece > 0), arguments checked. */
+static hx_status forward_batch(void *ctx, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
                                hx_error *e) {
+    hx_cpu_ctx *c = ctx;
     const hx_model *m = c->m;
     const hx_model_config *cfg = &m->cfg;
     TRY(ensure_scratch(c, n, e));

@@ -61,6 +61,7 @@ struct hx_cuda_ctx {
     std::vector<__half *> kc, vc;  // per layer (kv_rows[l], n_head_kv*head_dim)
     std::vector<int> kv_rows;      // position t lives in row t % kv_rows[l] (a ring for sliding-window layers)
     int ubatch;                    // most tokens per batch when a ring is present
+    int piece;                     // batches run in pieces of ubatch tokens with a ring, else 0 = whole
     int cap;                       // tokens the scratch holds
     float *x, *h, *q, *k, *v, *att, *o, *gate, *up;
     float *logits; int logits_rows;
@@ -350,6 +351,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
         c->kv_rows[l] = hx_kv_layer_rows(cfg, l, c->n_ctx, c->ubatch);
         kv_total_rows += (size_t)c->kv_rows[l];
     }
+    c->piece = hx_kv_has_ring(cfg, c->kv_rows.data(), c->n_ctx) ? c->ubatch : 0;
     c->use_graph = !o.no_graph && !getenv("HX_CUDA_NO_GRAPH");
     c->no_fuse_attn = getenv("HX_CUDA_NO_FUSE_ATTN") != NULL;
     c->prof = getenv("HX_CUDA_PROFILE") != NULL;
@@ -487,11 +489,8 @@ extern "C" int hx_cuda_n_ctx(const hx_cuda_ctx *c) { return c->n_ctx; }
 extern "C" int hx_cuda_truncate(hx_cuda_ctx *c, int pos) {
     if (pos < 0) pos = 0;
     if (pos >= c->n_past) return c->n_past;
-    for (int l = 0; l < c->cfg.n_layer; l++)
-        if (c->kv_rows[l] < c->n_ctx && !hx_kv_ring_can_rewind(c->n_past, pos, c->kv_rows[l], c->cfg.sliding_window))
-            pos = 0; // the window before pos was overwritten: start over
-    c->n_past = pos;
-    return pos;
+    c->n_past = hx_kv_rewind(&c->cfg, c->kv_rows.data(), c->n_ctx, c->n_past, pos);
+    return c->n_past;
 }
 extern "C" void hx_cuda_load_stats(const hx_cuda_ctx *c, size_t *bytes, double *seconds) {
     if (bytes) *bytes = c->wbytes;
@@ -669,28 +668,21 @@ static hx_status check_args(hx_cuda_ctx *c, const int32_t *tokens, int n, int po
     return HX_OK;
 }
 
-static hx_status forward_batch(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos, float *logits,
+static hx_status forward_batch(void *ctx, const int32_t *tokens, int n, int pos, float *logits,
                                bool all_logits, hx_error *e);
 
 extern "C" hx_status hx_cuda_forward(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos, float *logits,
                                      bool all_logits, hx_error *e) {
     hx_status s = check_args(c, tokens, n, pos, e);
     if (s) return s;
-    bool ring = false;
-    for (int l = 0; l < c->cfg.n_layer; l++) ring |= c->kv_rows[l] < c->n_ctx;
-    if (!ring || n <= c->ubatch) return forward_batch(c, tokens, n, pos, logits, all_logits, e);
-    // a sliding-window ring holds window + ubatch rows: feed at most ubatch at a time
-    for (int at = 0; at < n; at += c->ubatch) {
-        int k = n - at < c->ubatch ? n - at : c->ubatch;
-        float *lo = !logits ? NULL : all_logits ? logits + (size_t)at * c->cfg.n_vocab : at + k == n ? logits : NULL;
-        if ((s = forward_batch(c, tokens + at, k, pos + at, lo, all_logits, e))) return s;
-    }
-    return HX_OK;
+    // a sliding-window ring holds window + ubatch rows: at most ubatch tokens at a time
+    return hx_forward_pieces(forward_batch, c, c->piece, c->cfg.n_vocab, tokens, n, pos, logits, all_logits, e);
 }
 
-// One batch of at most ubatch tokens when a ring is present; arguments checked.
-static hx_status forward_batch(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos, float *logits,
+// One batch (at most c->piece tokens when piece > 0); arguments checked.
+static hx_status forward_batch(void *ctx, const int32_t *tokens, int n, int pos, float *logits,
                                bool all_logits, hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
     hx_status s;
     if ((s = ensure_scratch(c, n, e))) return s;
     int out_rows = all_logits ? n : 1;
