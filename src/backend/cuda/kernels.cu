@@ -525,8 +525,10 @@ k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, c
     __syncthreads();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const __half *kbase = kc + (size_t)kvh * hd;
+    int r0 = first % rows; // position first + t lives in row r0 + t, less rows past the ring's end
+    int wrap = rows - r0 < len ? rows - r0 : len;
     for (int t = warp; t < len; t += nw) {
-        const __half *kr = kbase + (size_t)((first + t) % rows) * kvrow;
+        const __half *kr = kbase + (size_t)(t < wrap ? r0 + t : t - wrap) * kvrow;
         float s = 0.0f;
         for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], __half2float(kr[d]), s);
         s = warp_sum(s) * scale;
@@ -541,15 +543,13 @@ k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, c
     for (int t = threadIdx.x; t < len; t += blockDim.x) { float e = __expf(sc[t] - mx); sc[t] = e; sum += e; }
     sum = block_sum(sum, red);
     float inv = 1.0f / sum;
-    const __half *vbase = vc + (size_t)kvh * hd;
+    const __half *va = vc + (size_t)r0 * kvrow + (size_t)kvh * hd; // positions [0, wrap)
+    const __half *vb = vc + (size_t)kvh * hd;                        // positions [wrap, len) from row 0
     float *o = out + ((size_t)i * nh + h) * hd;
-    int r0 = first % rows; // row of position first + t: r0 + t, wrapped
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
-        for (int t = 0; t < len; t++) {
-            int r = r0 + t < rows ? r0 + t : r0 + t - rows;
-            acc = fmaf(sc[t], __half2float(vbase[(size_t)r * kvrow + d]), acc);
-        }
+        for (int t = 0; t < wrap; t++) acc = fmaf(sc[t], __half2float(va[(size_t)t * kvrow + d]), acc);
+        for (int t = wrap; t < len; t++) acc = fmaf(sc[t], __half2float(vb[(size_t)(t - wrap) * kvrow + d]), acc);
         o[d] = acc * inv;
     }
 }
@@ -840,11 +840,13 @@ k_attn_prefill(const float *__restrict__ q, const __half *__restrict__ kc, const
     for (int j = 0; j < DPT; j++) o[j] = 0.0f;
     for (int k0 = kstart; k0 < P1; k0 += KT) {
         __syncthreads(); // the previous tile is consumed (and Qs written, the first time)
+        int kr0 = k0 % rows; // row of position k0 + c: kr0 + c, less rows past the ring's end
         for (int e = tid; e < KT * HD / 2; e += 128) {
             int c = e / (HD / 2), d = 2 * (e % (HD / 2)), kp = k0 + c;
             float2 kv = make_float2(0.0f, 0.0f), vv = make_float2(0.0f, 0.0f);
             if (kp < P1) {
-                size_t off = (size_t)(kp % rows) * kvrow + (size_t)kvh * HD + d;
+                int kr = kr0 + c < rows ? kr0 + c : kr0 + c - rows;
+                size_t off = (size_t)kr * kvrow + (size_t)kvh * HD + d;
                 kv = __half22float2(*(const __half2 *)(kc + off));
                 vv = __half22float2(*(const __half2 *)(vc + off));
             }
