@@ -5,6 +5,7 @@
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/qblocks.cuh"
 #include "backend/cuda/warp.cuh"
+#include "backend/cuda/decode.cuh"
 
 static bool g_pdl = false;
 void hx_k_set_pdl(bool on) { g_pdl = on; }
@@ -554,213 +555,11 @@ k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, c
     }
 }
 
-// Decode only (one token): the rope kernel folded into attention. Block = one
-// query head: it norms and rotates its q, and the current token's k of its KV
-// head (every head of a GQA group recomputes it, the group's first head stores
-// k and v into the caches), then attends over the cached positions plus the
-// current one, whose k and v it takes from registers rounded to f16 exactly as
-// the cache would hold them. Saves a launch per layer.
-// The head's output (vals: hd floats in shared memory, hd a multiple of 32)
-// quantized for the wo matvec exactly as hx_k_quant_q8 does it (blocks of 32,
-// scale amax / 127, round to nearest): the next kernel needs no quantization
-// launch of its own.
-__device__ void head_q8(const float *vals, int hd, int h, int8_t *xq, float *xd) {
-    __syncthreads();
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int g = w; g < hd / 32; g += nw) {
-        float v = vals[g * 32 + lane];
-        float amax = warp_max(fabsf(v));
-        float d = amax / 127.0f;
-        xq[(size_t)h * hd + g * 32 + lane] = (int8_t)(d > 0.0f ? __float2int_rn(v / d) : 0);
-        if (lane == 0) xd[((size_t)h * hd) / 32 + g] = d;
-    }
-}
-
-__global__ void __launch_bounds__(ATT_THREADS)
-k_attn_decode_kernel(const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
-                     __half *kc, __half *vc, int rows, float *__restrict__ out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
-                     int window, float base, float rope_scale, int neox, const float *q_norm, const float *k_norm,
-                     float eps, const float2 *__restrict__ rope_tab, float *part, unsigned *count, int chunk,
-                     int8_t *xq, float *xd) {
+__global__ void __launch_bounds__(ATT_THREADS) k_attn_decode_kernel(hx_attn_args a, const int *d_pos) {
     pdl_trigger();
     pdl_wait();
     extern __shared__ float sm[];
-    float *qs = sm, *kcur = sm + hd, *red = kcur + hd, *sc = red + 32;
-    __shared__ bool merge;
-    int h = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y, group = nh / nkvh, kvh = h / group;
-    int p = *d_pos;
-    int first = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-    int len = p - first + 1, nact = (len + chunk - 1) / chunk;
-    if (split >= nact) return;
-    int t0 = first + split * chunk, t1 = t0 + chunk < p + 1 ? t0 + chunk : p + 1;
-    bool last = t1 == p + 1; // this block holds the current position: it ropes (and stores) k
-    int half = hd / 2;
-    size_t kvrow = (size_t)nkvh * hd;
-    // q (warp 0) and, in the last chunk, the current k (warp 1): norm + rope,
-    // pairs j = lane, lane + 32, ... of one warp (no block-wide barrier but one)
-    int wid = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (wid < (last ? 2 : 1)) {
-        const float *src = wid ? k + (size_t)kvh * hd : q + (size_t)h * hd;
-        const float *nw = wid ? k_norm : q_norm;
-        float *dst = wid ? kcur : qs;
-        float ss = 0.0f;
-        for (int d = lane; d < hd; d += 32) ss += src[d] * src[d];
-        float nsc = nw ? rsqrtf(warp_sum(ss) / hd + eps) : 1.0f;
-        for (int j = lane; j < half; j += 32) {
-            int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
-            float x0 = src[a], x1 = src[b];
-            if (nw) { x0 = x0 * nsc * nw[a]; x1 = x1 * nsc * nw[b]; }
-            float cs, sn;
-            if (rope_tab) { // the same values, computed once on the host
-                float2 t = rope_tab[(size_t)p * half + j];
-                cs = t.x; sn = t.y;
-            } else {
-                double theta = ((double)p / rope_scale) * pow((double)base, -2.0 * j / hd);
-                cs = (float)cos(theta); sn = (float)sin(theta);
-            }
-            dst[a] = x0 * cs - x1 * sn;
-            dst[b] = x0 * sn + x1 * cs;
-        }
-    }
-    __syncthreads();
-    const float *vcur = v + (size_t)kvh * hd;
-    if (last && h % group == 0) {
-        size_t off = (size_t)(p % rows) * kvrow + (size_t)kvh * hd;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-            kc[off + d] = __float2half(kcur[d]);
-            vc[off + d] = __float2half(vcur[d]);
-        }
-    }
-    // scores: one position per thread (the cached k row read as 8 halves at a time);
-    // position t0 + t lives in row r0 + t, less rows once past the ring's end
-    const __half *kbase = kc + (size_t)kvh * hd;
-    int r0 = t0 % rows;
-    for (int t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
-        float s = 0.0f;
-        if (t == p) {
-            for (int d = 0; d < hd; d++) s = fmaf(qs[d], __half2float(__float2half(kcur[d])), s);
-        } else {
-            int r = r0 + (t - t0);
-            const __half *kr = kbase + (size_t)(r < rows ? r : r - rows) * kvrow;
-            for (int d0 = 0; d0 < hd; d0 += 128) { // 16 loads of 8 halves in flight, then their FMAs
-                uint4 raw[16];
-#pragma unroll
-                for (int i = 0; i < 16; i++)
-                    if (d0 + 8 * i < hd) raw[i] = *(const uint4 *)(kr + d0 + 8 * i);
-#pragma unroll
-                for (int i = 0; i < 16; i++) {
-                    if (d0 + 8 * i >= hd) break;
-                    const __half2 *h2 = (const __half2 *)&raw[i];
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        float2 f = __half22float2(h2[j]);
-                        s = fmaf(qs[d0 + 8 * i + 2 * j], f.x, s);
-                        s = fmaf(qs[d0 + 8 * i + 2 * j + 1], f.y, s);
-                    }
-                }
-            }
-        }
-        s *= scale;
-        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-        sc[t - t0] = s;
-    }
-    __syncthreads();
-    int n = t1 - t0;
-    float mx = -INFINITY;
-    for (int t = threadIdx.x; t < n; t += blockDim.x) mx = fmaxf(mx, sc[t]);
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (int t = threadIdx.x; t < n; t += blockDim.x) { float e = __expf(sc[t] - mx); sc[t] = e; sum += e; }
-    sum = block_sum(sum, red);
-    int nc = last ? n - 1 : n; // cached positions of this chunk (the current one comes from v)
-    int wrap = rows - r0 < nc ? rows - r0 : nc; // positions before the ring's end
-    float *o = out + (size_t)h * hd;
-    float *pp = part + ((size_t)h * nsplit + split) * (hd + 2);
-    // V: a thread per pair of dimensions and per group of positions (groups of
-    // hd/2 threads stride the positions, 16 loads in flight), groups summed in
-    // shared memory (vpart: ng * hd <= 2 * blockDim floats, or hd when ng = 1)
-    int hp = hd / 2, ng = blockDim.x / hp > 0 ? blockDim.x / hp : 1, grp = threadIdx.x / hp;
-    float *vpart = sc + chunk;
-    for (int d2 = threadIdx.x % hp; d2 < hp && grp < ng; d2 += blockDim.x) {
-        float2 acc = make_float2(0.0f, 0.0f);
-        const __half2 *vb = (const __half2 *)(vc + (size_t)kvh * hd) + d2;
-        size_t stride = kvrow / 2;
-        // two runs of rows: positions [0, wrap) in rows r0.., [wrap, nc) in rows 0..
-        for (int seg = 0; seg < 2; seg++) {
-            int hi = seg ? nc : wrap, off = seg ? -wrap : r0; // row of position t: t + off
-            int t = seg ? wrap + ((grp - wrap) % ng + ng) % ng : grp;
-            for (; t + 15 * ng < hi; t += 16 * ng) {
-                __half2 vv[16];
-#pragma unroll
-                for (int i = 0; i < 16; i++) vv[i] = vb[(size_t)(t + i * ng + off) * stride];
-#pragma unroll
-                for (int i = 0; i < 16; i++) {
-                    float2 f = __half22float2(vv[i]);
-                    acc.x = fmaf(sc[t + i * ng], f.x, acc.x);
-                    acc.y = fmaf(sc[t + i * ng], f.y, acc.y);
-                }
-            }
-            for (; t + 3 * ng < hi; t += 4 * ng) {
-                __half2 vv[4];
-#pragma unroll
-                for (int i = 0; i < 4; i++) vv[i] = vb[(size_t)(t + i * ng + off) * stride];
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    float2 f = __half22float2(vv[i]);
-                    acc.x = fmaf(sc[t + i * ng], f.x, acc.x);
-                    acc.y = fmaf(sc[t + i * ng], f.y, acc.y);
-                }
-            }
-            for (; t < hi; t += ng) {
-                float2 f = __half22float2(vb[(size_t)(t + off) * stride]);
-                acc.x = fmaf(sc[t], f.x, acc.x);
-                acc.y = fmaf(sc[t], f.y, acc.y);
-            }
-        }
-        if (last && grp == 0) {
-            acc.x = fmaf(sc[n - 1], __half2float(__float2half(vcur[2 * d2])), acc.x);
-            acc.y = fmaf(sc[n - 1], __half2float(__float2half(vcur[2 * d2 + 1])), acc.y);
-        }
-        vpart[grp * hd + 2 * d2] = acc.x;
-        vpart[grp * hd + 2 * d2 + 1] = acc.y;
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int g2 = 0; g2 < ng; g2++) acc += vpart[g2 * hd + d];
-        if (nact == 1) o[d] = qs[d] = acc / sum;
-        else pp[d] = acc;
-    }
-    if (nact == 1) {
-        if (xq) head_q8(qs, hd, h, xq, xd);
-        return;
-    }
-    // split-K: partial (max, sum, unnormalized output) per chunk; the last block of this head merges
-    if (threadIdx.x == 0) { pp[hd] = mx; pp[hd + 1] = sum; }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) merge = atomicAdd(&count[h], 1u) == (unsigned)nact - 1;
-    __syncthreads();
-    if (!merge) return;
-    __threadfence();
-    const float *ph = part + (size_t)h * nsplit * (hd + 2);
-    float M = -INFINITY;
-    for (int i = 0; i < nact; i++) M = fmaxf(M, __ldcg(ph + (size_t)i * (hd + 2) + hd));
-    float L = 0.0f;
-    for (int i = 0; i < nact; i++) {
-        const float *pi = ph + (size_t)i * (hd + 2);
-        L += __ldcg(pi + hd + 1) * __expf(__ldcg(pi + hd) - M);
-    }
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int i = 0; i < nact; i++) {
-            const float *pi = ph + (size_t)i * (hd + 2);
-            acc += __ldcg(pi + d) * __expf(__ldcg(pi + hd) - M);
-        }
-        o[d] = qs[d] = acc / L;
-    }
-    if (threadIdx.x == 0) count[h] = 0; // ready for the next step
-    if (xq) head_q8(qs, hd, h, xq, xd);
+    attn_decode_item(a, blockIdx.x, blockIdx.y, gridDim.y, *d_pos, sm);
 }
 
 cudaError_t hx_k_attention_prepare(int hd, int max_ctx, size_t *smem) {
@@ -788,17 +587,20 @@ static int att_chunk(int max_ctx) {
 }
 int hx_k_attn_decode_splits(int max_ctx) { return (max_ctx + att_chunk(max_ctx) - 1) / att_chunk(max_ctx); }
 
+size_t hx_k_attn_decode_smem(int hd, int chunk) {
+    size_t vpart = 8 * ATT_THREADS > hd ? 8 * ATT_THREADS : hd; // v_accum's group sums
+    return sizeof(float) * (2 * (size_t)hd + 32 + chunk + vpart);
+}
+
 cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, const float *v, __half *kc, __half *vc,
                              int rows, float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                              int window, int max_ctx, float base, float rope_scale, bool neox, const float *q_norm,
                              const float *k_norm, float eps, const float2 *rope_tab, float *part, unsigned *count,
                              int8_t *xq, float *xd) {
-    int chunk = att_chunk(max_ctx);
-    size_t vpart = 2 * ATT_THREADS > hd ? 2 * ATT_THREADS : hd;
-    size_t smem = sizeof(float) * (2 * (size_t)hd + 32 + chunk + vpart);
+    hx_attn_args a = {q, k, v, kc, vc, rows, out, nh, nkvh, hd, scale, softcap, window, base, rope_scale, neox ? 1 : 0,
+                      q_norm, k_norm, eps, rope_tab, part, count, att_chunk(max_ctx), hd % 32 ? NULL : xq, xd};
     dim3 grid(nh, hx_k_attn_decode_splits(max_ctx));
-    LAUNCH(k_attn_decode_kernel, grid, ATT_THREADS, smem, st, q, k, v, kc, vc, rows, out, d_pos, nh, nkvh, hd, scale, softcap,
-           window, base, rope_scale, neox, q_norm, k_norm, eps, rope_tab, part, count, chunk, hd % 32 ? NULL : xq, xd);
+    LAUNCH(k_attn_decode_kernel, grid, ATT_THREADS, hx_k_attn_decode_smem(hd, a.chunk), st, a, d_pos);
     return cudaGetLastError();
 }
 

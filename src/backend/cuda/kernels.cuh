@@ -97,6 +97,28 @@ cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, co
 // NULL (and hd a multiple of 32): the output also quantized as hx_k_quant_q8
 // would (for the wo matvec).
 int hx_k_attn_decode_splits(int max_ctx);
+// Dynamic shared memory (bytes) of one decode attention block for chunk positions.
+size_t hx_k_attn_decode_smem(int hd, int chunk);
+// The decode attention's arguments (one work item: attn_decode_item in decode.cuh).
+struct hx_attn_args {
+    const float *q, *k, *v;
+    __half *kc, *vc;
+    int rows;
+    float *out;
+    int nh, nkvh, hd;
+    float scale, softcap;
+    int window;
+    float base, rope_scale;
+    int neox;
+    const float *q_norm, *k_norm;
+    float eps;
+    const float2 *rope_tab;
+    float *part;
+    unsigned *count;
+    int chunk;
+    int8_t *xq;
+    float *xd;
+};
 // g = act(g) * u over count elements (act: 0 SiLU, 1 GELU-tanh)
 cudaError_t hx_k_glu(cudaStream_t st, float *g, const float *u, size_t count, int act);
 cudaError_t hx_k_add(cudaStream_t st, float *x, const float *o, size_t count);

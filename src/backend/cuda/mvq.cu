@@ -16,102 +16,9 @@
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/qblocks.cuh"
 #include "backend/cuda/warp.cuh"
+#include "backend/cuda/decode.cuh"
 
 enum { Q_WARPS = 4 };
-// units of a row in flight per lane (HX_MVQ_UNROLL at compile time, for timing variants)
-#ifndef HX_MVQ_UNROLL
-#define HX_MVQ_UNROLL 4
-#endif
-#define MVQ_PRAGMA(x) _Pragma(#x)
-#define MVQ_UNROLL_N(n) MVQ_PRAGMA(unroll n)
-#define MVQ_UNROLL MVQ_UNROLL_N(HX_MVQ_UNROLL)
-
-__device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
-// 16 bytes from a 2-byte aligned address
-__device__ __forceinline__ int4 ld16_a2(const uint8_t *p) {
-    return make_int4((int)hx_ld32_a2(p), (int)hx_ld32_a2(p + 4), (int)hx_ld32_a2(p + 8), (int)hx_ld32_a2(p + 12));
-}
-__device__ __forceinline__ int dot16(int4 w, int4 x, int acc) {
-    return dp4a(w.w, x.w, dp4a(w.z, x.z, dp4a(w.y, x.y, dp4a(w.x, x.x, acc))));
-}
-__device__ __forceinline__ int4 and4(int4 v, int m) { return make_int4(v.x & m, v.y & m, v.z & m, v.w & m); }
-__device__ __forceinline__ int4 shr4(int4 v, int s) {
-    return make_int4((int)((unsigned)v.x >> s), (int)((unsigned)v.y >> s), (int)((unsigned)v.z >> s), (int)((unsigned)v.w >> s));
-}
-__device__ __forceinline__ int4 sub4(int4 v, unsigned b) { // per byte, wrapping: unsigned bytes - b -> signed bytes
-    return make_int4((int)__vsub4(v.x, b), (int)__vsub4(v.y, b), (int)__vsub4(v.z, b), (int)__vsub4(v.w, b));
-}
-
-// dot(unit u of the weight block at b, the same elements of x): xq the block's
-// 8-bit activations (QK of them), xd their scales (one per 32).
-template <int T> struct QD;
-
-// Q8_0: d, qs[32] (2-byte aligned); unit = 16 elements
-template <> struct QD<HX_TYPE_Q8_0> {
-    enum { QK = 32, BYTES = 34, UNITS = 2 };
-    __device__ static float dot(const uint8_t *b, int u, const int8_t *xq, const float *xd) {
-        int4 w = ld16_a2(b + 2 + 16 * u);
-        int4 x = *(const int4 *)(xq + 16 * u);
-        return hx_dh2f(b) * xd[0] * (float)dot16(w, x, 0);
-    }
-};
-// Q4_0: d, qs[16]; element j < 16: low nibble of qs[j], j >= 16: high nibble of qs[j-16].
-// unit u: qs[8u, 8u+8) -> elements 8u..8u+7 (low) and 16+8u.. (high)
-template <> struct QD<HX_TYPE_Q4_0> {
-    enum { QK = 32, BYTES = 18, UNITS = 2 };
-    __device__ static float dot(const uint8_t *b, int u, const int8_t *xq, const float *xd) {
-        unsigned v0 = hx_ld32_a2(b + 2 + 8 * u), v1 = hx_ld32_a2(b + 6 + 8 * u);
-        int2 xl = *(const int2 *)(xq + 8 * u), xh = *(const int2 *)(xq + 16 + 8 * u);
-        int s = dp4a((int)__vsub4(v0 & 0x0F0F0F0Fu, 0x08080808u), xl.x, 0);
-        s = dp4a((int)__vsub4(v1 & 0x0F0F0F0Fu, 0x08080808u), xl.y, s);
-        s = dp4a((int)__vsub4((v0 >> 4) & 0x0F0F0F0Fu, 0x08080808u), xh.x, s);
-        s = dp4a((int)__vsub4((v1 >> 4) & 0x0F0F0F0Fu, 0x08080808u), xh.y, s);
-        return hx_dh2f(b) * xd[0] * (float)s;
-    }
-};
-// Q4_K: d dmin scales[12] qs[128] (blocks of 144 bytes: 16-byte aligned rows).
-// unit u: chunk c = u/2 of 64 elements, half h = u%2: qs[32c+16h, +16) low
-// nibbles -> elements 64c+16h.. (sub-block 2c), high -> 64c+32+16h.. (2c+1)
-template <> struct QD<HX_TYPE_Q4_K> {
-    enum { QK = 256, BYTES = 144, UNITS = 8 };
-    __device__ static float dot(const uint8_t *b, int u, const int8_t *xq, const float *xd) {
-        int c = u >> 1, h = u & 1, sc1, m1, sc2, m2;
-        int4 q = *(const int4 *)(b + 16 + 32 * c + 16 * h);
-        int4 xl = *(const int4 *)(xq + 64 * c + 16 * h), xh = *(const int4 *)(xq + 64 * c + 32 + 16 * h);
-        hx_dk4_scale_min(2 * c, b + 4, &sc1, &m1);
-        hx_dk4_scale_min(2 * c + 1, b + 4, &sc2, &m2);
-        int dl = dot16(and4(q, 0x0F0F0F0F), xl, 0), dh = dot16(and4(shr4(q, 4), 0x0F0F0F0F), xh, 0);
-        const int4 ones = make_int4(0x01010101, 0x01010101, 0x01010101, 0x01010101);
-        int sl = dot16(ones, xl, 0), sh = dot16(ones, xh, 0);
-        float d = hx_dh2f(b), dmin = hx_dh2f(b + 2);
-        return xd[2 * c] * (d * (float)(sc1 * dl) - dmin * (float)(m1 * sl)) +
-               xd[2 * c + 1] * (d * (float)(sc2 * dh) - dmin * (float)(m2 * sh));
-    }
-};
-// Q6_K: ql[128] qh[64] scales[16] d (2-byte aligned); element 128h+32s+l:
-// ql[64h + 32(s&1) + l] (high nibble when s >= 2), bits 2s of qh[32h + l], scale (128h+32s+l)/16.
-// unit u: h = u/4, s0 = (u/2)%2, l16 = u%2: s = s0 and s0+2, l = 16 l16 .. +16
-template <> struct QD<HX_TYPE_Q6_K> {
-    enum { QK = 256, BYTES = 210, UNITS = 8 };
-    __device__ static float dot(const uint8_t *b, int u, const int8_t *xq, const float *xd) {
-        int h = u >> 2, s0 = (u >> 1) & 1, l16 = u & 1;
-        int4 ql = ld16_a2(b + 64 * h + 32 * s0 + 16 * l16), qh = ld16_a2(b + 128 + 32 * h + 16 * l16);
-        const int8_t *sc = (const int8_t *)(b + 192);
-        float r = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            int s = s0 + 2 * k;
-            int4 lo = and4(k ? shr4(ql, 4) : ql, 0x0F0F0F0F), hb = and4(shr4(qh, 2 * s), 0x03030303);
-            int4 q = make_int4(lo.x | (hb.x << 4), lo.y | (hb.y << 4), lo.z | (hb.z << 4), lo.w | (hb.w << 4));
-            int e = 128 * h + 32 * s + 16 * l16;
-            int dot = dot16(sub4(q, 0x20202020u), *(const int4 *)(xq + e), 0);
-            r += xd[e >> 5] * (float)(sc[e >> 4] * dot);
-        }
-        return hx_dh2f(b + 208) * r;
-    }
-};
-
-#define HX_MVQ_TYPES(X) X(HX_TYPE_Q8_0) X(HX_TYPE_Q4_0) X(HX_TYPE_Q4_K) X(HX_TYPE_Q6_K)
 
 bool hx_k_mvq_supported(const hx_dmat *W) {
     switch (W->type) {
@@ -181,15 +88,7 @@ k_mvq(hx_mv_set s, int cols, const int8_t *__restrict__ xq, const float *__restr
     }
     pdl_wait();
     float a0 = 0.0f, a1 = 0.0f;
-    int nunits = live ? cols / Q::QK * Q::UNITS : 0;
-    MVQ_UNROLL
-    for (int u = sub * WARP + lane; u < nunits; u += WARP * wpr) {
-        int blk = u / Q::UNITS, unit = u % Q::UNITS;
-        const int8_t *xb = xq + (size_t)blk * Q::QK;
-        const float *db = xd + (size_t)blk * (Q::QK / 32);
-        a0 += Q::dot(w0 + (size_t)blk * Q::BYTES, unit, xb, db);
-        if (GLU) a1 += Q::dot(w1 + (size_t)blk * Q::BYTES, unit, xb, db);
-    }
+    if (live) row_dot<T, GLU>(w0, w1, cols, sub * WARP + lane, WARP * wpr, xq, xd, a0, a1);
     a0 = warp_sum(a0);
     if (GLU) a1 = warp_sum(a1);
     if (wpr > 1) {

@@ -1,0 +1,346 @@
+// decode.cuh — decode device code kept apart from the kernels that launch it:
+// the 8-bit-activation dot products per weight format (mvq.cu) and one work
+// item of the decode attention (kernels.cu), written against an argument
+// struct and a given (head, split) so that other kernels can reuse them (the
+// persistent decode kernel of branch gpu-mega does).
+#pragma once
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/qblocks.cuh"
+#include "backend/cuda/warp.cuh"
+
+// units of a row in flight per lane (HX_MVQ_UNROLL at compile time, for timing variants)
+#ifndef HX_MVQ_UNROLL
+#define HX_MVQ_UNROLL 4
+#endif
+#define MVQ_PRAGMA(x) _Pragma(#x)
+#define MVQ_UNROLL_N(n) MVQ_PRAGMA(unroll n)
+#define MVQ_UNROLL MVQ_UNROLL_N(HX_MVQ_UNROLL)
+
+__device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
+// 16 bytes from a 2-byte aligned address
+__device__ __forceinline__ int4 ld16_a2(const uint8_t *p) {
+    return make_int4((int)hx_ld32_a2(p), (int)hx_ld32_a2(p + 4), (int)hx_ld32_a2(p + 8), (int)hx_ld32_a2(p + 12));
+}
+__device__ __forceinline__ int dot16(int4 w, int4 x, int acc) {
+    return dp4a(w.w, x.w, dp4a(w.z, x.z, dp4a(w.y, x.y, dp4a(w.x, x.x, acc))));
+}
+__device__ __forceinline__ int4 and4(int4 v, int m) { return make_int4(v.x & m, v.y & m, v.z & m, v.w & m); }
+__device__ __forceinline__ int4 shr4(int4 v, int s) {
+    return make_int4((int)((unsigned)v.x >> s), (int)((unsigned)v.y >> s), (int)((unsigned)v.z >> s), (int)((unsigned)v.w >> s));
+}
+__device__ __forceinline__ int4 sub4(int4 v, unsigned b) { // per byte, wrapping: unsigned bytes - b -> signed bytes
+    return make_int4((int)__vsub4(v.x, b), (int)__vsub4(v.y, b), (int)__vsub4(v.z, b), (int)__vsub4(v.w, b));
+}
+
+// dot(unit u of the weight block at b, the same elements of x): xq the block's
+// 8-bit activations (QK of them), xd their scales (one per 32).
+template <int T> struct QD;
+
+// Q8_0: d, qs[32] (2-byte aligned); unit = 16 elements
+template <> struct QD<HX_TYPE_Q8_0> {
+    enum { QK = 32, BYTES = 34, UNITS = 2 };
+    __device__ static float dot(const uint8_t *b, int u, const int8_t *xq, const float *xd) {
+        int4 w = ld16_a2(b + 2 + 16 * u);
+        int4 x = *(const int4 *)(xq + 16 * u);
+        return hx_dh2f(b) * xd[0] * (float)dot16(w, x, 0);
+    }
+};
+// Q4_0: d, qs[16]; element j < 16: low nibble of qs[j], j >= 16: high nibble of qs[j-16].
+// unit u: qs[8u, 8u+8) -> elements 8u..8u+7 (low) and 16+8u.. (high)
+template <> struct QD<HX_TYPE_Q4_0> {
+    enum { QK = 32, BYTES = 18, UNITS = 2 };
+    __device__ static float dot(const uint8_t *b, int u, const int8_t *xq, const float *xd) {
+        unsigned v0 = hx_ld32_a2(b + 2 + 8 * u), v1 = hx_ld32_a2(b + 6 + 8 * u);
+        int2 xl = *(const int2 *)(xq + 8 * u), xh = *(const int2 *)(xq + 16 + 8 * u);
+        int s = dp4a((int)__vsub4(v0 & 0x0F0F0F0Fu, 0x08080808u), xl.x, 0);
+        s = dp4a((int)__vsub4(v1 & 0x0F0F0F0Fu, 0x08080808u), xl.y, s);
+        s = dp4a((int)__vsub4((v0 >> 4) & 0x0F0F0F0Fu, 0x08080808u), xh.x, s);
+        s = dp4a((int)__vsub4((v1 >> 4) & 0x0F0F0F0Fu, 0x08080808u), xh.y, s);
+        return hx_dh2f(b) * xd[0] * (float)s;
+    }
+};
+// Q4_K: d dmin scales[12] qs[128] (blocks of 144 bytes: 16-byte aligned rows).
+// unit u: chunk c = u/2 of 64 elements, half h = u%2: qs[32c+16h, +16) low
+// nibbles -> elements 64c+16h.. (sub-block 2c), high -> 64c+32+16h.. (2c+1)
+template <> struct QD<HX_TYPE_Q4_K> {
+    enum { QK = 256, BYTES = 144, UNITS = 8 };
+    __device__ static float dot(const uint8_t *b, int u, const int8_t *xq, const float *xd) {
+        int c = u >> 1, h = u & 1, sc1, m1, sc2, m2;
+        int4 q = *(const int4 *)(b + 16 + 32 * c + 16 * h);
+        int4 xl = *(const int4 *)(xq + 64 * c + 16 * h), xh = *(const int4 *)(xq + 64 * c + 32 + 16 * h);
+        hx_dk4_scale_min(2 * c, b + 4, &sc1, &m1);
+        hx_dk4_scale_min(2 * c + 1, b + 4, &sc2, &m2);
+        int dl = dot16(and4(q, 0x0F0F0F0F), xl, 0), dh = dot16(and4(shr4(q, 4), 0x0F0F0F0F), xh, 0);
+        const int4 ones = make_int4(0x01010101, 0x01010101, 0x01010101, 0x01010101);
+        int sl = dot16(ones, xl, 0), sh = dot16(ones, xh, 0);
+        float d = hx_dh2f(b), dmin = hx_dh2f(b + 2);
+        return xd[2 * c] * (d * (float)(sc1 * dl) - dmin * (float)(m1 * sl)) +
+               xd[2 * c + 1] * (d * (float)(sc2 * dh) - dmin * (float)(m2 * sh));
+    }
+};
+// Q6_K: ql[128] qh[64] scales[16] d (2-byte aligned); element 128h+32s+l:
+// ql[64h + 32(s&1) + l] (high nibble when s >= 2), bits 2s of qh[32h + l], scale (128h+32s+l)/16.
+// unit u: h = u/4, s0 = (u/2)%2, l16 = u%2: s = s0 and s0+2, l = 16 l16 .. +16
+template <> struct QD<HX_TYPE_Q6_K> {
+    enum { QK = 256, BYTES = 210, UNITS = 8 };
+    __device__ static float dot(const uint8_t *b, int u, const int8_t *xq, const float *xd) {
+        int h = u >> 2, s0 = (u >> 1) & 1, l16 = u & 1;
+        int4 ql = ld16_a2(b + 64 * h + 32 * s0 + 16 * l16), qh = ld16_a2(b + 128 + 32 * h + 16 * l16);
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float r = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            int s = s0 + 2 * k;
+            int4 lo = and4(k ? shr4(ql, 4) : ql, 0x0F0F0F0F), hb = and4(shr4(qh, 2 * s), 0x03030303);
+            int4 q = make_int4(lo.x | (hb.x << 4), lo.y | (hb.y << 4), lo.z | (hb.z << 4), lo.w | (hb.w << 4));
+            int e = 128 * h + 32 * s + 16 * l16;
+            int dot = dot16(sub4(q, 0x20202020u), *(const int4 *)(xq + e), 0);
+            r += xd[e >> 5] * (float)(sc[e >> 4] * dot);
+        }
+        return hx_dh2f(b + 208) * r;
+    }
+};
+
+#define HX_MVQ_TYPES(X) X(HX_TYPE_Q8_0) X(HX_TYPE_Q4_0) X(HX_TYPE_Q4_K) X(HX_TYPE_Q6_K)
+
+// One row's units (or the gate and up rows' with GLU) from unit u0 on in
+// steps of step (the lanes of the row's warps).
+template <int T, bool GLU>
+__device__ __forceinline__ void row_dot(const uint8_t *w0, const uint8_t *w1, int cols, int u0, int step,
+                                        const int8_t *xq, const float *xd, float &a0, float &a1) {
+    typedef QD<T> Q;
+    int nunits = cols / Q::QK * Q::UNITS;
+    MVQ_UNROLL
+    for (int u = u0; u < nunits; u += step) {
+        int blk = u / Q::UNITS, unit = u % Q::UNITS;
+        const int8_t *xb = xq + (size_t)blk * Q::QK;
+        const float *db = xd + (size_t)blk * (Q::QK / 32);
+        a0 += Q::dot(w0 + (size_t)blk * Q::BYTES, unit, xb, db);
+        if (GLU) a1 += Q::dot(w1 + (size_t)blk * Q::BYTES, unit, xb, db);
+    }
+}
+
+// Decode only (one token): the rope kernel folded into attention. Block = one
+// query head: it norms and rotates its q, and the current token's k of its KV
+// head (every head of a GQA group recomputes it, the group's first head stores
+// k and v into the caches), then attends over the cached positions plus the
+// current one, whose k and v it takes from registers rounded to f16 exactly as
+// the cache would hold them. Saves a launch per layer.
+// The head's output (vals: hd floats in shared memory, hd a multiple of 32)
+// quantized for the wo matvec exactly as hx_k_quant_q8 does it (blocks of 32,
+// scale amax / 127, round to nearest): the next kernel needs no quantization
+// launch of its own.
+static __device__ __forceinline__ void head_q8(const float *vals, int hd, int h, int8_t *xq, float *xd) {
+    __syncthreads();
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int g = w; g < hd / 32; g += nw) {
+        float v = vals[g * 32 + lane];
+        float amax = warp_max(fabsf(v));
+        float d = amax / 127.0f;
+        xq[(size_t)h * hd + g * 32 + lane] = (int8_t)(d > 0.0f ? __float2int_rn(v / d) : 0);
+        if (lane == 0) xd[((size_t)h * hd) / 32 + g] = d;
+    }
+}
+
+// W halves of a V row (16 bytes for W = 8, 4 for W = 2).
+template <int W> struct VHalves;
+template <> struct VHalves<8> { typedef uint4 T; };
+template <> struct VHalves<2> { typedef unsigned T; };
+
+// The attention's V sum over positions [0, nc) of a chunk (position t in row
+// r0 + t, less the ring's rows once t >= wrap) with weights sc[t], plus the
+// current position (weight sc[icur], value vcur as f16) when cur: thread owns
+// W dimensions of a group of positions (ng groups of hd/W threads stride the
+// positions, 8 row loads in flight). Leaves each group's sums in vpart (ng *
+// hd floats, at most W * blockDim.x) and returns ng.
+template <int W>
+static __device__ __forceinline__ int v_accum(const __half *vc, size_t kvrow, int kvh, int hd, const float *sc, int r0,
+                                              int wrap, int nc, bool cur, int icur, const float *vcur, float *vpart) {
+    typedef typename VHalves<W>::T VT;
+    int nd = hd / W, ng = blockDim.x / nd > 0 ? blockDim.x / nd : 1, grp = threadIdx.x / nd;
+    for (int dw = threadIdx.x % nd; dw < nd && grp < ng; dw += blockDim.x) {
+        float acc[W];
+#pragma unroll
+        for (int j = 0; j < W; j++) acc[j] = 0.0f;
+        const __half *vb = vc + (size_t)kvh * hd + (size_t)dw * W;
+        for (int seg = 0; seg < 2; seg++) { // positions [0, wrap) in rows r0.., [wrap, nc) in rows 0..
+            int hi = seg ? nc : wrap, off = seg ? -wrap : r0;
+            int t = seg ? wrap + ((grp - wrap) % ng + ng) % ng : grp;
+            for (; t < hi; t += 8 * ng) {
+                VT vv[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    if (t + i * ng < hi) vv[i] = *(const VT *)(vb + (size_t)(t + i * ng + off) * kvrow);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    if (t + i * ng < hi) {
+                        const __half *hv = (const __half *)&vv[i];
+                        float w = sc[t + i * ng];
+#pragma unroll
+                        for (int j = 0; j < W; j++) acc[j] = fmaf(w, __half2float(hv[j]), acc[j]);
+                    }
+            }
+        }
+        if (cur && grp == 0)
+#pragma unroll
+            for (int j = 0; j < W; j++)
+                acc[j] = fmaf(sc[icur], __half2float(__float2half(__ldcg(vcur + dw * W + j))), acc[j]);
+#pragma unroll
+        for (int j = 0; j < W; j++) vpart[grp * hd + dw * W + j] = acc[j];
+    }
+    return ng;
+}
+
+// One (query head h, chunk split of nsplit) work item of the decode attention
+// at position p, by a block of ATT_THREADS threads (1-D); sm: dynamic shared
+// memory (hx_k_attn_decode_smem bytes). k_attn_decode_kernel runs one item
+// per block; the persistent decode kernel of branch gpu-mega runs several per
+// block. q, k and v are read once, past L1 (__ldcg).
+static __device__ void attn_decode_item(const hx_attn_args &A, int h, int split, int nsplit, int p, float *sm) {
+    const float *q = A.q, *k = A.k, *v = A.v;
+    __half *kc = A.kc, *vc = A.vc;
+    int rows = A.rows, nh = A.nh, nkvh = A.nkvh, hd = A.hd, window = A.window, neox = A.neox, chunk = A.chunk;
+    float *out = A.out, *part = A.part;
+    float scale = A.scale, softcap = A.softcap, rope_scale = A.rope_scale, base = A.base, eps = A.eps;
+    const float *q_norm = A.q_norm, *k_norm = A.k_norm;
+    const float2 *rope_tab = A.rope_tab;
+    unsigned *count = A.count;
+    int8_t *xq = A.xq;
+    float *xd = A.xd;
+    float *qs = sm, *kcur = sm + hd, *red = kcur + hd, *sc = red + 32;
+    __shared__ bool merge;
+    int group = nh / nkvh, kvh = h / group;
+    int first = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    int len = p - first + 1, nact = (len + chunk - 1) / chunk;
+    if (split >= nact) return;
+    int t0 = first + split * chunk, t1 = t0 + chunk < p + 1 ? t0 + chunk : p + 1;
+    bool last = t1 == p + 1; // this block holds the current position: it ropes (and stores) k
+    int half = hd / 2;
+    size_t kvrow = (size_t)nkvh * hd;
+    // q (warp 0) and, in the last chunk, the current k (warp 1): norm + rope,
+    // pairs j = lane, lane + 32, ... of one warp (no block-wide barrier but one)
+    int wid = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (wid < (last ? 2 : 1)) {
+        const float *src = wid ? k + (size_t)kvh * hd : q + (size_t)h * hd;
+        const float *nw = wid ? k_norm : q_norm;
+        float *dst = wid ? kcur : qs;
+        float ss = 0.0f; // src read once (all loads in flight), then rotated in place in dst
+#pragma unroll 8
+        for (int d = lane; d < hd; d += 32) { float t = __ldcg(src + d); dst[d] = t; ss += t * t; }
+        float nsc = nw ? rsqrtf(warp_sum(ss) / hd + eps) : 1.0f;
+        __syncwarp();
+        for (int j = lane; j < half; j += 32) {
+            int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
+            float x0 = dst[a], x1 = dst[b];
+            if (nw) { x0 = x0 * nsc * nw[a]; x1 = x1 * nsc * nw[b]; }
+            float cs, sn;
+            if (rope_tab) { // the same values, computed once on the host
+                float2 t = rope_tab[(size_t)p * half + j];
+                cs = t.x; sn = t.y;
+            } else {
+                double theta = ((double)p / rope_scale) * pow((double)base, -2.0 * j / hd);
+                cs = (float)cos(theta); sn = (float)sin(theta);
+            }
+            dst[a] = x0 * cs - x1 * sn;
+            dst[b] = x0 * sn + x1 * cs;
+        }
+    }
+    __syncthreads();
+    const float *vcur = v + (size_t)kvh * hd;
+    if (last && h % group == 0) {
+        size_t off = (size_t)(p % rows) * kvrow + (size_t)kvh * hd;
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            kc[off + d] = __float2half(kcur[d]);
+            vc[off + d] = __float2half(__ldcg(vcur + d));
+        }
+    }
+    // scores: one position per thread (the cached k row read as 8 halves at a time);
+    // position t0 + t lives in row r0 + t, less rows once past the ring's end
+    const __half *kbase = kc + (size_t)kvh * hd;
+    int r0 = t0 % rows;
+    for (int t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
+        float s = 0.0f;
+        if (t == p) {
+            for (int d = 0; d < hd; d++) s = fmaf(qs[d], __half2float(__float2half(kcur[d])), s);
+        } else {
+            int r = r0 + (t - t0);
+            const __half *kr = kbase + (size_t)(r < rows ? r : r - rows) * kvrow;
+            for (int d0 = 0; d0 < hd; d0 += 128) { // 16 loads of 8 halves in flight, then their FMAs
+                uint4 raw[16];
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+                    if (d0 + 8 * i < hd) raw[i] = *(const uint4 *)(kr + d0 + 8 * i);
+#pragma unroll
+                for (int i = 0; i < 16; i++) {
+                    if (d0 + 8 * i >= hd) break;
+                    const __half2 *h2 = (const __half2 *)&raw[i];
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        float2 f = __half22float2(h2[j]);
+                        s = fmaf(qs[d0 + 8 * i + 2 * j], f.x, s);
+                        s = fmaf(qs[d0 + 8 * i + 2 * j + 1], f.y, s);
+                    }
+                }
+            }
+        }
+        s *= scale;
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+        sc[t - t0] = s;
+    }
+    __syncthreads();
+    int n = t1 - t0;
+    float mx = -INFINITY;
+    for (int t = threadIdx.x; t < n; t += blockDim.x) mx = fmaxf(mx, sc[t]);
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int t = threadIdx.x; t < n; t += blockDim.x) { float e = __expf(sc[t] - mx); sc[t] = e; sum += e; }
+    sum = block_sum(sum, red);
+    int nc = last ? n - 1 : n; // cached positions of this chunk (the current one comes from v)
+    int wrap = rows - r0 < nc ? rows - r0 : nc; // positions before the ring's end
+    float *vpart = sc + chunk;
+    float *o = out + (size_t)h * hd;
+    float *pp = part + ((size_t)h * nsplit + split) * (hd + 2);
+    // V: a thread per W dimensions and per group of positions (groups of
+    // hd/W threads stride the positions), groups summed in shared memory
+    int ng = hd % 8 == 0 ? v_accum<8>(vc, kvrow, kvh, hd, sc, r0, wrap, nc, last, n - 1, vcur, vpart)
+                         : v_accum<2>(vc, kvrow, kvh, hd, sc, r0, wrap, nc, last, n - 1, vcur, vpart);
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int g2 = 0; g2 < ng; g2++) acc += vpart[g2 * hd + d];
+        if (nact == 1) o[d] = qs[d] = acc / sum;
+        else pp[d] = acc;
+    }
+    if (nact == 1) {
+        if (xq) head_q8(qs, hd, h, xq, xd);
+        return;
+    }
+    // split-K: partial (max, sum, unnormalized output) per chunk; the last block of this head merges
+    if (threadIdx.x == 0) { pp[hd] = mx; pp[hd + 1] = sum; }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) merge = atomicAdd(&count[h], 1u) == (unsigned)nact - 1;
+    __syncthreads();
+    if (!merge) return;
+    __threadfence();
+    const float *ph = part + (size_t)h * nsplit * (hd + 2);
+    float M = -INFINITY;
+    for (int i = 0; i < nact; i++) M = fmaxf(M, __ldcg(ph + (size_t)i * (hd + 2) + hd));
+    float L = 0.0f;
+    for (int i = 0; i < nact; i++) {
+        const float *pi = ph + (size_t)i * (hd + 2);
+        L += __ldcg(pi + hd + 1) * __expf(__ldcg(pi + hd) - M);
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < nact; i++) {
+            const float *pi = ph + (size_t)i * (hd + 2);
+            acc += __ldcg(pi + d) * __expf(__ldcg(pi + hd) - M);
+        }
+        o[d] = qs[d] = acc / L;
+    }
+    if (threadIdx.x == 0) count[h] = 0; // ready for the next step
+    if (xq) head_q8(qs, hd, h, xq, xd);
+}
