@@ -185,8 +185,12 @@ int cmd_chat(int argc, char **argv) {
         hx_tok_stream ts = {0};
         int n_gen = 0;
         t0 = hx_now_s();
+        /* the first token from the prompt's logits; each later one from a decode
+         * step (cli_decode_next: on the GPU only the token comes back) */
+        int V = m->cfg.n_vocab;
+        bool greedy = sp.temp <= 0 && !hx_sampler_penalizes(&sp);
+        int32_t t = greedy ? hx_argmax(logits, V) : hx_sampler_sample(smp, logits);
         while (reply && n_gen < n_reply) {
-            int32_t t = hx_sampler_sample(smp, logits);
             if (hx_tok_is_eog(tok, t)) break;
             hx_sampler_accept(smp, t);
             char piece[256];
@@ -198,8 +202,12 @@ int cmd_chat(int argc, char **argv) {
             memcpy(reply + rlen, piece, k);
             rlen += k;
             n_gen++;
-            if (cli_forward(c, gc, &t, 1, n_cached, logits, false, &e)) { fprintf(stderr, "\nhelix-bg chat: %s\n", e.msg); break; }
+            int32_t next = t;
+            hx_status st = n_gen < n_reply ? cli_decode_next(c, gc, smp, greedy, false, t, n_cached, logits, V, &next, &e)
+                                           : cli_forward(c, gc, &t, 1, n_cached, logits, false, &e); /* last: into the cache only */
+            if (st) { fprintf(stderr, "\nhelix-bg chat: %s\n", e.msg); break; }
             cache_ids[n_cached++] = t;
+            t = next;
         }
         double t_gen = hx_now_s() - t0;
         putchar('\n');

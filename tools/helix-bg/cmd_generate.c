@@ -316,42 +316,12 @@ int cmd_generate(int argc, char **argv) {
         out[text_len] = 0;
         if (stop && *stop && strstr(out, stop)) break;
         if (g + 1 == n_predict) break;
-#ifdef HX_HAVE_CUDA
-        if (gc && greedy) { /* greedy on the GPU: only the token comes back */
-            if (hx_cuda_decode_greedy(gc, t, pos++, &t, &e) != HX_OK) {
-                fprintf(stderr, "\ngenerate: %s\n", e.msg);
-                rc = 1;
-                break;
-            }
-            continue;
-        }
-        if (gc && sp.temp > 0) { /* sampling on the GPU: the same chain as the CPU's, with the CPU sampler's own draw */
-            const int32_t *hist;
-            int nh = hx_sampler_history(smp, &hist);
-            const hx_sampler_params *pp = hx_sampler_get_params(smp);
-            hx_cuda_sample_params gp = {pp->temp, pp->top_k, pp->top_p, pp->min_p,
-                                        pp->penalty_last_n == 0 ? 1.0f : pp->repeat_penalty,
-                                        pp->penalty_last_n == 0 ? 0.0f : pp->freq_penalty,
-                                        pp->penalty_last_n == 0 ? 0.0f : pp->presence_penalty};
-            if (hx_cuda_sample_supported(&gp, nh)) {
-                float u = hx_sampler_draw(smp);
-                bool on_gpu = false;
-                if (hx_cuda_decode_sample(gc, t, pos++, &gp, hist, nh, u, &t, logits, &on_gpu, &e) != HX_OK) {
-                    fprintf(stderr, "\ngenerate: %s\n", e.msg);
-                    rc = 1;
-                    break;
-                }
-                if (!on_gpu) t = hx_sampler_sample_u(smp, logits, u);
-                continue;
-            }
-        }
-#endif
-        if (cli_forward(c, gc, &t, 1, pos++, logits, false, &e) != HX_OK) {
+        /* on the GPU only the token comes back, unless --top2 needs the logits */
+        if (cli_decode_next(c, gc, smp, greedy, t2 != NULL, t, pos++, logits, V, &t, &e) != HX_OK) {
             fprintf(stderr, "\ngenerate: %s\n", e.msg);
             rc = 1;
             break;
         }
-        t = greedy ? hx_argmax(logits, V) : hx_sampler_sample(smp, logits);
     }
     t_decode = hx_now_s() - t1;
     out[text_len] = 0;
