@@ -21,7 +21,7 @@
  * it, special tokens written in the text parsed); output is decoded with it,
  * holding back partial UTF-8 between tokens. Greedy by default (token-exact
  * comparisons); --temp > 0 turns on the sampling chain of run/sampler.h.
- * --top2 (with --json, CPU): adds "top2": [[id1, logit1, id2, logit2], ...] per generated
+ * --top2 (with --json; on the GPU it brings every step's logits back): adds "top2": [[id1, logit1, id2, logit2], ...] per generated
  * token, to tell a near-tie from a real divergence when comparing with another engine.
  * --chat wraps -p TEXT as one user turn (after --system TEXT, if given) in the model's
  * chat template (tok/chat.h) and opens the assistant's turn. */
