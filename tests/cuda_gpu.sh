@@ -19,3 +19,19 @@ for spec in smollm-135m:q4_0 smollm-135m:q8_0 smollm-135m:q4_k_m smollm-135m:f16
   models+=(-m "$f")
 done
 "$BIN" gpu-test --quick "${models[@]}" -p 24 -n 64
+# chat on the GPU (the decode step and the sampling chain on the device, only
+# the token copied back) against the CPU, two turns: greedy, and top-k 1
+# sampling (deterministic, through the GPU chain). Needs ../shared (HX_SHARED).
+M="${HX_SHARED:-../shared}/models/stories260K.gguf"
+if [ -f "$M" ]; then
+  for opts in "--temp 0 --repeat-penalty 1" "--temp 0.8 --top-k 1"; do
+    for dev in cpu cuda; do
+      printf 'Once upon a time\nThe cat\n' | "$BIN" chat -m "$M" -n 24 $opts --device $dev -t 2 > "$tmp/chat.$dev" 2> "$tmp/chat.$dev.err"
+    done
+    grep -q ", cuda;" "$tmp/chat.cuda.err" || { echo "FAIL: chat --device cuda did not run on the GPU"; exit 1; }
+    cmp -s "$tmp/chat.cpu" "$tmp/chat.cuda" || { echo "FAIL: chat ($opts) differs between GPU and CPU"; diff "$tmp/chat.cpu" "$tmp/chat.cuda"; exit 1; }
+    echo "chat ($opts): GPU = CPU"
+  done
+else
+  echo "chat check skipped: $M not found"
+fi
