@@ -291,12 +291,8 @@ static __device__ void attn_decode_item(const hx_attn_args &A, int h, int split,
     }
     __syncthreads();
     int n = t1 - t0;
-    float mx = -INFINITY;
-    for (int t = threadIdx.x; t < n; t += blockDim.x) mx = fmaxf(mx, sc[t]);
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (int t = threadIdx.x; t < n; t += blockDim.x) { float e = __expf(sc[t] - mx); sc[t] = e; sum += e; }
-    sum = block_sum(sum, red);
+    float mx;
+    float sum = block_softmax_exp(sc, n, red, &mx);
     int nc = last ? n - 1 : n; // cached positions of this chunk (the current one comes from v)
     int wrap = rows - r0 < nc ? rows - r0 : nc; // positions before the ring's end
     float *vpart = sc + chunk;

@@ -537,13 +537,8 @@ k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, c
         if (lane == 0) sc[t] = s;
     }
     __syncthreads();
-    float mx = -INFINITY;
-    for (int t = threadIdx.x; t < len; t += blockDim.x) mx = fmaxf(mx, sc[t]);
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (int t = threadIdx.x; t < len; t += blockDim.x) { float e = __expf(sc[t] - mx); sc[t] = e; sum += e; }
-    sum = block_sum(sum, red);
-    float inv = 1.0f / sum;
+    float mx;
+    float inv = 1.0f / block_softmax_exp(sc, len, red, &mx);
     const __half *va = vc + (size_t)r0 * kvrow + (size_t)kvh * hd; // positions [0, wrap)
     const __half *vb = vc + (size_t)kvh * hd;                        // positions [wrap, len) from row 0
     float *o = out + ((size_t)i * nh + h) * hd;

@@ -35,6 +35,17 @@ static __device__ float block_max(float v, float *red) {
     v = lane < nw ? red[lane] : -INFINITY;
     return warp_max(v);
 }
+// In place over sc[0..n) (shared memory, the whole block): sc = exp(sc - max),
+// the max in *mx; returns the sum (the unnormalized softmax of attention).
+static __device__ float block_softmax_exp(float *sc, int n, float *red, float *mx) {
+    float m = -INFINITY;
+    for (int t = threadIdx.x; t < n; t += blockDim.x) m = fmaxf(m, sc[t]);
+    m = block_max(m, red);
+    float sum = 0.0f;
+    for (int t = threadIdx.x; t < n; t += blockDim.x) { float e = __expf(sc[t] - m); sc[t] = e; sum += e; }
+    *mx = m;
+    return block_sum(sum, red);
+}
 
 // ---- programmatic dependent launch (Hopper) ----
 // Every kernel is launched so that the next one may start while it drains:
