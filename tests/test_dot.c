@@ -328,13 +328,7 @@ static void test_gemm_ggml(void) {
             hx_quantize_row_act(dt, wf, x + i * xr, n);
         }
         g(n, rows, toks, w, wr, x, xr, y, rows);
-        int bad = 0;
-        for (int64_t c = 0; c < toks; c++)
-            for (int64_t i = 0; i < rows; i++) {
-                float want;
-                dot(n, &want, w + i * wr, x + c * xr);
-                bad += memcmp(&want, &y[c * rows + i], 4) != 0;
-            }
+        int bad = t_gemm_bits_differ(dot, n, rows, toks, w, wr, x, xr, y);
         CHECKF(bad == 0, "%s: %d ggml-order tile outputs differ from the AVX2 per-row kernel", hx_type_name(t), bad);
         free(wf); free(y); free(w); free(x);
     }

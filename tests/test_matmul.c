@@ -193,13 +193,7 @@ static void check_gemm_extremes(int type) {
         hx_quantize_row(ti->dot_type, f, xq + t * xrow, cols);
     }
     gb(cols, rows, n, wq, wrow, xq, xrow, y, (size_t)rows);
-    int diff = 0;
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t r = 0; r < rows; r++) {
-            float want;
-            ref(cols, &want, wq + r * wrow, xq + t * xrow);
-            diff += memcmp(&want, &y[t * rows + r], 4) != 0;
-        }
+    int diff = t_gemm_bits_differ(ref, cols, rows, n, wq, wrow, xq, xrow, y);
     CHECKF(!diff, "batch gemm %s, extreme levels: %d of %lld outputs differ", hx_type_name(type), diff,
            (long long)(rows * n));
     free(wq); free(xq); free(f); free(y);

@@ -4,6 +4,7 @@
 #define HX_TEST_UTIL_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,21 @@ static inline const char *t_require_shared(void) {
     const char *d = t_shared_dir();
     if (!d) { printf("SKIP: ../shared not found (set HX_SHARED); golden tests need it\n"); exit(77); }
     return d;
+}
+
+/* Outputs of a batch product y (toks x rows, y[t * rows + r]) that differ bit
+ * for bit from the per-row kernel dot(n, out, w row r, x row t). */
+static inline int t_gemm_bits_differ(void (*dot)(int64_t, float *, const void *, const void *), int64_t n,
+                                     int64_t rows, int64_t toks, const uint8_t *w, size_t wr, const uint8_t *x,
+                                     size_t xr, const float *y) {
+    int bad = 0;
+    for (int64_t t = 0; t < toks; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            float want;
+            dot(n, &want, w + r * wr, x + t * xr);
+            bad += memcmp(&want, &y[t * rows + r], 4) != 0;
+        }
+    return bad;
 }
 
 static inline int t_done(const char *name) {
