@@ -193,6 +193,51 @@ static __device__ __forceinline__ int v_accum(const __half *vc, size_t kvrow, in
     return ng;
 }
 
+// The end of a (head h, split) work item of the decode attention: qs[d] (shared
+// memory, written by thread d % blockDim.x) holds the item's unnormalized
+// output, mx its largest score and sum its exp-sum. With one item per head the
+// output is final (quantized for wo when A.xq); otherwise the partial goes to
+// A.part and the last item of the head to arrive merges them.
+static __device__ void attn_item_end(const hx_attn_args &A, int h, int split, int nsplit, int nact, float mx,
+                                     float sum, float *qs) {
+    __shared__ bool merge;
+    int hd = A.hd;
+    float *o = A.out + (size_t)h * hd;
+    float *pp = A.part + ((size_t)h * nsplit + split) * (hd + 2);
+    if (nact == 1) {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) o[d] = qs[d] = qs[d] / sum;
+        if (A.xq) head_q8(qs, hd, h, A.xq, A.xd);
+        return;
+    }
+    // split-K: partial (max, sum, unnormalized output) per chunk; the last block of this head merges
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) pp[d] = qs[d];
+    if (threadIdx.x == 0) { pp[hd] = mx; pp[hd + 1] = sum; }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) merge = atomicAdd(&A.count[h], 1u) == (unsigned)nact - 1;
+    __syncthreads();
+    if (!merge) return;
+    __threadfence();
+    const float *ph = A.part + (size_t)h * nsplit * (hd + 2);
+    float M = -INFINITY;
+    for (int i = 0; i < nact; i++) M = fmaxf(M, __ldcg(ph + (size_t)i * (hd + 2) + hd));
+    float L = 0.0f;
+    for (int i = 0; i < nact; i++) {
+        const float *pi = ph + (size_t)i * (hd + 2);
+        L += __ldcg(pi + hd + 1) * __expf(__ldcg(pi + hd) - M);
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < nact; i++) {
+            const float *pi = ph + (size_t)i * (hd + 2);
+            acc += __ldcg(pi + d) * __expf(__ldcg(pi + hd) - M);
+        }
+        o[d] = qs[d] = acc / L;
+    }
+    if (threadIdx.x == 0) A.count[h] = 0; // ready for the next step
+    if (A.xq) head_q8(qs, hd, h, A.xq, A.xd);
+}
+
 // One (query head h, chunk split of nsplit) work item of the decode attention
 // at position p, by a block of ATT_THREADS threads (1-D); sm: dynamic shared
 // memory (hx_k_attn_decode_smem bytes). k_attn_decode_kernel runs one item
@@ -202,15 +247,10 @@ static __device__ void attn_decode_item(const hx_attn_args &A, int h, int split,
     const float *q = A.q, *k = A.k, *v = A.v;
     __half *kc = A.kc, *vc = A.vc;
     int rows = A.rows, nh = A.nh, nkvh = A.nkvh, hd = A.hd, window = A.window, neox = A.neox, chunk = A.chunk;
-    float *out = A.out, *part = A.part;
     float scale = A.scale, softcap = A.softcap, rope_scale = A.rope_scale, base = A.base, eps = A.eps;
     const float *q_norm = A.q_norm, *k_norm = A.k_norm;
     const float2 *rope_tab = A.rope_tab;
-    unsigned *count = A.count;
-    int8_t *xq = A.xq;
-    float *xd = A.xd;
     float *qs = sm, *kcur = sm + hd, *red = kcur + hd, *sc = red + 32;
-    __shared__ bool merge;
     int group = nh / nkvh, kvh = h / group;
     int first = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
     int len = p - first + 1, nact = (len + chunk - 1) / chunk;
@@ -296,8 +336,6 @@ static __device__ void attn_decode_item(const hx_attn_args &A, int h, int split,
     int nc = last ? n - 1 : n; // cached positions of this chunk (the current one comes from v)
     int wrap = rows - r0 < nc ? rows - r0 : nc; // positions before the ring's end
     float *vpart = sc + chunk;
-    float *o = out + (size_t)h * hd;
-    float *pp = part + ((size_t)h * nsplit + split) * (hd + 2);
     // V: a thread per W dimensions and per group of positions (groups of
     // hd/W threads stride the positions), groups summed in shared memory
     int ng = hd % 8 == 0 ? v_accum<8>(vc, kvrow, kvh, hd, sc, r0, wrap, nc, last, n - 1, vcur, vpart)
@@ -306,37 +344,196 @@ static __device__ void attn_decode_item(const hx_attn_args &A, int h, int split,
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
         for (int g2 = 0; g2 < ng; g2++) acc += vpart[g2 * hd + d];
-        if (nact == 1) o[d] = qs[d] = acc / sum;
-        else pp[d] = acc;
+        qs[d] = acc;
     }
-    if (nact == 1) {
-        if (xq) head_q8(qs, hd, h, xq, xd);
-        return;
+    attn_item_end(A, h, split, nsplit, nact, mx, sum, qs);
+}
+
+// ---- decode attention, a warp per position ----
+// The same work item for head sizes 64, 128 and 256 (E = hd / 32 dimensions
+// per lane), built for latency: each warp takes positions i = warp, warp +
+// nwarps, ... of the chunk, a lane holds E dimensions of q, of each K and V
+// row and of the output, so a score is E FMAs and a warp sum, the softmax is
+// kept online per warp (no block-wide pass over the scores), and the warps are
+// merged once at the end. The first ATT_NB positions of each warp — K and V,
+// and the rope table entries at p — are loaded before pdl_wait: they do not
+// depend on the kernels still running (p is copied in before the decode step
+// starts; the cache rows below p were written by earlier steps).
+enum { ATT_NB = 8 };
+template <int E> struct HalvesE;
+template <> struct HalvesE<2> { typedef unsigned T; };
+template <> struct HalvesE<4> { typedef uint2 T; };
+template <> struct HalvesE<8> { typedef uint4 T; };
+template <int E> static __device__ __forceinline__ void halves_f(const typename HalvesE<E>::T &v, float *f) {
+    const __half2 *h2 = (const __half2 *)&v;
+#pragma unroll
+    for (int j = 0; j < E / 2; j++) { float2 t = __half22float2(h2[j]); f[2 * j] = t.x; f[2 * j + 1] = t.y; }
+}
+// x: this lane's E dimensions (lane * E + e) of one head vector: RMSNorm with
+// weights nw (when not NULL), then RoPE with cs[] (neox: pair j = d mod hd/2,
+// the partner in lane ^ 16; else pairs (2j, 2j+1) inside the lane).
+template <int E>
+static __device__ __forceinline__ void norm_rope_e(float *x, const float *nw, float eps, bool neox, const float2 *cs) {
+    int lane = threadIdx.x & 31;
+    if (nw) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) ss += x[e] * x[e];
+        float nsc = rsqrtf(warp_sum(ss) / (32 * E) + eps);
+#pragma unroll
+        for (int e = 0; e < E; e++) x[e] = x[e] * nsc * nw[lane * E + e];
     }
-    // split-K: partial (max, sum, unnormalized output) per chunk; the last block of this head merges
-    if (threadIdx.x == 0) { pp[hd] = mx; pp[hd + 1] = sum; }
-    __threadfence();
+    if (neox) {
+        bool lo = lane < 16;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            float y = __shfl_xor_sync(0xffffffffu, x[e], 16);
+            x[e] = lo ? x[e] * cs[e].x - y * cs[e].y : y * cs[e].y + x[e] * cs[e].x;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < E / 2; k++) {
+            float x0 = x[2 * k], x1 = x[2 * k + 1];
+            x[2 * k] = x0 * cs[k].x - x1 * cs[k].y;
+            x[2 * k + 1] = x0 * cs[k].y + x1 * cs[k].x;
+        }
+    }
+}
+template <int E> static __device__ __forceinline__ void load_e(const float *p, float *x) {
+#pragma unroll
+    for (int e = 0; e < E; e += 2) { float2 t = __ldcg((const float2 *)(p + e)); x[e] = t.x; x[e + 1] = t.y; }
+}
+
+// sm: (1 + nwarps) * hd + 2 * nwarps floats.
+template <int E>
+static __device__ void attn_decode_warp_item(const hx_attn_args &A, int h, int split, int nsplit, int p, float *sm) {
+    typedef typename HalvesE<E>::T HT;
+    const int hd = 32 * E, half = hd / 2;
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int group = A.nh / A.nkvh, kvh = h / group, rows = A.rows;
+    int first = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
+    int len = p - first + 1, nact = (len + A.chunk - 1) / A.chunk;
+    if (split >= nact) return;
+    int t0 = first + split * A.chunk, t1 = t0 + A.chunk < p + 1 ? t0 + A.chunk : p + 1;
+    bool last = t1 == p + 1;
+    int nc = last ? t1 - t0 - 1 : t1 - t0; // cached positions of the chunk (the current one comes from k, v)
+    size_t kvrow = (size_t)A.nkvh * hd;
+    int r0 = t0 % rows;
+    const __half *kb = A.kc + (size_t)kvh * hd + lane * E, *vb = A.vc + (size_t)kvh * hd + lane * E;
+    HT kr[ATT_NB], vr[ATT_NB];
+    auto load_batch = [&](int ib) { // positions ib + nw * j of the chunk
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            int i = ib + nw * j;
+            if (i < nc) {
+                int r = r0 + i < rows ? r0 + i : r0 + i - rows;
+                kr[j] = *(const HT *)(kb + (size_t)r * kvrow);
+                vr[j] = *(const HT *)(vb + (size_t)r * kvrow);
+            }
+        }
+    };
+    load_batch(wid);
+    float2 cs[E];
+    if (A.rope_tab) {
+        const float2 *row = A.rope_tab + (size_t)p * half;
+        int j0 = A.neox ? (lane & 15) * E : lane * (E / 2);
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            if (A.neox || e < E / 2) cs[e] = row[j0 + e];
+    } else {
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            int j = A.neox ? (lane & 15) * E + e : lane * (E / 2) + e;
+            double theta = ((double)p / A.rope_scale) * pow((double)A.base, -2.0 * j / hd);
+            cs[e] = make_float2((float)cos(theta), (float)sin(theta));
+        }
+    }
+    pdl_wait();
+    float q[E];
+    load_e<E>(A.q + (size_t)h * hd + lane * E, q);
+    norm_rope_e<E>(q, A.q_norm, A.eps, A.neox, cs);
+    bool cur = last && wid == 0; // warp 0 of the last chunk adds the current position
+    float kcur[E], vcur[E];
+    if (cur) {
+        load_e<E>(A.k + (size_t)kvh * hd + lane * E, kcur);
+        load_e<E>(A.v + (size_t)kvh * hd + lane * E, vcur);
+        norm_rope_e<E>(kcur, A.k_norm, A.eps, A.neox, cs);
+        HT kh, vh;
+        __half2 *k2 = (__half2 *)&kh, *v2 = (__half2 *)&vh;
+#pragma unroll
+        for (int j = 0; j < E / 2; j++) {
+            k2[j] = __floats2half2_rn(kcur[2 * j], kcur[2 * j + 1]);
+            v2[j] = __floats2half2_rn(vcur[2 * j], vcur[2 * j + 1]);
+        }
+        halves_f<E>(kh, kcur); // as the cache holds them
+        halves_f<E>(vh, vcur);
+        if (h % group == 0) {
+            size_t off = (size_t)(p % rows) * kvrow + (size_t)kvh * hd + lane * E;
+            *(HT *)(A.kc + off) = kh;
+            *(HT *)(A.vc + off) = vh;
+        }
+    }
+    auto score = [&](float s) {
+        s *= A.scale;
+        return A.softcap > 0.0f ? A.softcap * tanhf(s / A.softcap) : s;
+    };
+    float m = -INFINITY, l = 0.0f, o[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) o[e] = 0.0f;
+    for (int ib = wid; ib < nc; ib += nw * ATT_NB) {
+        if (ib != wid) load_batch(ib);
+        float s[ATT_NB], mb = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            float kf[E], a = 0.0f;
+            halves_f<E>(kr[j], kf);
+#pragma unroll
+            for (int e = 0; e < E; e++) a = fmaf(q[e], kf[e], a);
+            s[j] = a;
+        }
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            s[j] = ib + nw * j < nc ? score(warp_sum(s[j])) : -INFINITY;
+            mb = fmaxf(mb, s[j]);
+        }
+        float mn = fmaxf(m, mb), corr = __expf(m - mn);
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[e] *= corr;
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            if (ib + nw * j >= nc) break;
+            float pj = __expf(s[j] - mn), vf[E];
+            halves_f<E>(vr[j], vf);
+            l += pj;
+#pragma unroll
+            for (int e = 0; e < E; e++) o[e] = fmaf(pj, vf[e], o[e]);
+        }
+        m = mn;
+    }
+    if (cur) {
+        float a = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) a = fmaf(q[e], kcur[e], a);
+        float s = score(warp_sum(a)), mn = fmaxf(m, s), corr = __expf(m - mn), pj = __expf(s - mn);
+        l = l * corr + pj;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[e] = fmaf(pj, vcur[e], o[e] * corr);
+        m = mn;
+    }
+    // merge the warps: output (nw rows of hd), max and sum per warp
+    float *qs = sm, *ow = sm + hd, *mw = ow + (size_t)nw * hd, *lw = mw + nw;
+#pragma unroll
+    for (int e = 0; e < E; e++) ow[wid * hd + lane * E + e] = o[e];
+    if (lane == 0) { mw[wid] = m; lw[wid] = l; }
     __syncthreads();
-    if (threadIdx.x == 0) merge = atomicAdd(&count[h], 1u) == (unsigned)nact - 1;
-    __syncthreads();
-    if (!merge) return;
-    __threadfence();
-    const float *ph = part + (size_t)h * nsplit * (hd + 2);
-    float M = -INFINITY;
-    for (int i = 0; i < nact; i++) M = fmaxf(M, __ldcg(ph + (size_t)i * (hd + 2) + hd));
-    float L = 0.0f;
-    for (int i = 0; i < nact; i++) {
-        const float *pi = ph + (size_t)i * (hd + 2);
-        L += __ldcg(pi + hd + 1) * __expf(__ldcg(pi + hd) - M);
-    }
+    float M = -INFINITY, L = 0.0f;
+    for (int w = 0; w < nw; w++) M = fmaxf(M, mw[w]);
+    for (int w = 0; w < nw; w++) L += lw[w] * __expf(mw[w] - M);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
-        for (int i = 0; i < nact; i++) {
-            const float *pi = ph + (size_t)i * (hd + 2);
-            acc += __ldcg(pi + d) * __expf(__ldcg(pi + hd) - M);
-        }
-        o[d] = qs[d] = acc / L;
+        for (int w = 0; w < nw; w++) acc += ow[w * hd + d] * __expf(mw[w] - M);
+        qs[d] = acc;
     }
-    if (threadIdx.x == 0) count[h] = 0; // ready for the next step
-    if (xq) head_q8(qs, hd, h, xq, xd);
+    attn_item_end(A, h, split, nsplit, nact, M, L, qs);
 }

@@ -503,7 +503,7 @@ cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v,
     return cudaGetLastError();
 }
 
-enum { ATT_THREADS = 128, ATT_CHUNK = 64, ATT_MAX_SPLITS = 256 };
+enum { ATT_THREADS = 128, ATT_CHUNK = 32, ATT_MAX_SPLITS = 256 };
 
 // grid (nh, n): one block per (query head, token). Scores for every visible
 // cached position go to shared memory, then an exact two-pass softmax, then
@@ -557,6 +557,12 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_decode_kernel(hx_attn_args
     attn_decode_item(a, blockIdx.x, blockIdx.y, gridDim.y, *d_pos, sm);
 }
 
+template <int E> __global__ void __launch_bounds__(ATT_THREADS) k_attn_decode_warp(hx_attn_args a, const int *d_pos) {
+    pdl_trigger(); // pdl_wait inside: the item loads what the earlier kernels do not write first
+    extern __shared__ float sm[];
+    attn_decode_warp_item<E>(a, blockIdx.x, blockIdx.y, gridDim.y, *d_pos, sm);
+}
+
 cudaError_t hx_k_attention_prepare(int hd, int max_ctx, size_t *smem) {
     *smem = sizeof(float) * (2 * (size_t)hd + 32 + (size_t)max_ctx);
     if (*smem > 48 * 1024)
@@ -584,7 +590,8 @@ int hx_k_attn_decode_splits(int max_ctx) { return (max_ctx + att_chunk(max_ctx) 
 
 size_t hx_k_attn_decode_smem(int hd, int chunk) {
     size_t vpart = 8 * ATT_THREADS > hd ? 8 * ATT_THREADS : hd; // v_accum's group sums
-    return sizeof(float) * (2 * (size_t)hd + 32 + chunk + vpart);
+    size_t item = 2 * (size_t)hd + 32 + chunk + vpart, warp_item = (1 + ATT_THREADS / 32) * (size_t)hd + ATT_THREADS / 16;
+    return sizeof(float) * (item > warp_item ? item : warp_item);
 }
 
 cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, const float *v, __half *kc, __half *vc,
@@ -595,7 +602,13 @@ cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, co
     hx_attn_args a = {q, k, v, kc, vc, rows, out, nh, nkvh, hd, scale, softcap, window, base, rope_scale, neox ? 1 : 0,
                       q_norm, k_norm, eps, rope_tab, part, count, att_chunk(max_ctx), hd % 32 ? NULL : xq, xd};
     dim3 grid(nh, hx_k_attn_decode_splits(max_ctx));
-    LAUNCH(k_attn_decode_kernel, grid, ATT_THREADS, hx_k_attn_decode_smem(hd, a.chunk), st, a, d_pos);
+    size_t smem = hx_k_attn_decode_smem(hd, a.chunk);
+    // a warp per position for the usual head sizes (HX_CUDA_ATT_BLOCK: the block-wide kernel for all)
+    static const bool block_only = getenv("HX_CUDA_ATT_BLOCK") != NULL;
+    if (hd == 64 && !block_only) LAUNCH(k_attn_decode_warp<2>, grid, ATT_THREADS, smem, st, a, d_pos);
+    else if (hd == 128 && !block_only) LAUNCH(k_attn_decode_warp<4>, grid, ATT_THREADS, smem, st, a, d_pos);
+    else if (hd == 256 && !block_only) LAUNCH(k_attn_decode_warp<8>, grid, ATT_THREADS, smem, st, a, d_pos);
+    else LAUNCH(k_attn_decode_kernel, grid, ATT_THREADS, smem, st, a, d_pos);
     return cudaGetLastError();
 }
 
