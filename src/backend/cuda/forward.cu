@@ -317,6 +317,7 @@ static cudaError_t mvq_runs(hx_cuda_ctx *c, int count, const hx_dmat *const *Ws,
     if (rc != cudaSuccess) return rc;
     if (glu_act >= 0) return Ws[0]->type == Ws[1]->type ? hx_k_mvq(c->st, 2, Ws, c->xq, c->xd, ys, bs, acc, glu_act)
                                                         : cudaErrorInvalidValue;
+    if (hx_k_mvq_one_launch(Ws, count)) return hx_k_mvq(c->st, count, Ws, c->xq, c->xd, ys, bs, acc, -1);
     for (int i = 0; i < count;) {
         int j = run_end(Ws, count, i);
         if ((rc = hx_k_mvq(c->st, j - i, Ws + i, c->xq, c->xd, ys + i, bs ? bs + i : NULL, acc, -1)) != cudaSuccess)

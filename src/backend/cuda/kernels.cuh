@@ -57,8 +57,11 @@ cudaError_t hx_k_mv_fused(cudaStream_t st, int count, const hx_dmat *const *Ws, 
 bool hx_k_mvq_supported(const hx_dmat *W);
 cudaError_t hx_k_quant_q8(cudaStream_t st, const float *x, const float *norm_w, float eps, int cols, int8_t *xq,
                           float *xd);
+// Also one launch for a run of Q4_K matrices followed by a run of Q6_K ones
+// (hx_k_mvq_one_launch: whether Ws[0..count) go in one launch).
 cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const int8_t *xq, const float *xd,
                      float *const *ys, const float *const *biases, bool accumulate, int glu_act);
+bool hx_k_mvq_one_launch(const hx_dmat *const *Ws, int count);
 // The sampling chain on the GPU (sample.cu): out[0] = the token, out[1] = 0,
 // or out[1] = 1 when the case is left to the CPU (top-k off or > 256, too few
 // candidates, too many ties). work: V floats (the penalized logits).

@@ -60,11 +60,12 @@ __global__ void __launch_bounds__(1024) k_quant_q8(const float *__restrict__ x, 
 
 // A row per wpr warps (1, 2 or 4: more warps per row when there are few rows,
 // so that enough loads are in flight); matrices as in k_mv_multi (up to 3
-// stacked, or GLU: 0 = gate, 1 = up).
-template <int T, bool GLU>
+// stacked, or GLU: 0 = gate, 1 = up). Matrices from first2 on are of type T2
+// (q4_k_m files keep V in Q6_K beside Q/K in Q4_K: one launch for the three).
+template <int T, int T2, bool GLU>
 __global__ void __launch_bounds__(Q_WARPS * WARP)
 k_mvq(hx_mv_set s, int cols, const int8_t *__restrict__ xq, const float *__restrict__ xd, int accumulate, int act,
-      int wpr) {
+      int wpr, int first2) {
     typedef QD<T> Q;
     __shared__ float part_sum[Q_WARPS][2];
     int lane = threadIdx.x, sub = threadIdx.y % wpr;
@@ -88,7 +89,8 @@ k_mvq(hx_mv_set s, int cols, const int8_t *__restrict__ xq, const float *__restr
     }
     pdl_wait();
     float a0 = 0.0f, a1 = 0.0f;
-    if (live) row_dot<T, GLU>(w0, w1, cols, sub * WARP + lane, WARP * wpr, xq, xd, a0, a1);
+    if (live && (T == T2 || m < first2)) row_dot<T, GLU>(w0, w1, cols, sub * WARP + lane, WARP * wpr, xq, xd, a0, a1);
+    else if (live) row_dot<T2, GLU>(w0, w1, cols, sub * WARP + lane, WARP * wpr, xq, xd, a0, a1);
     a0 = warp_sum(a0);
     if (GLU) a1 = warp_sum(a1);
     if (wpr > 1) {
@@ -112,6 +114,31 @@ k_mvq(hx_mv_set s, int cols, const int8_t *__restrict__ xq, const float *__restr
     y[row] = accumulate ? y[row] + a0 : a0;
 }
 
+// One matrix with many short rows (the output matrix: 151,936 x 1,024):
+// LPR lanes per row, 32 / LPR rows per warp, so that each lane has several
+// units in flight instead of one (a row of 32 units on 32 lanes is one load
+// each and a whole warp reduction per row).
+template <int T, int LPR>
+__global__ void __launch_bounds__(Q_WARPS * WARP)
+k_mvq_rows(const uint8_t *__restrict__ w, size_t rb, int rows, int cols, const int8_t *__restrict__ xq,
+           const float *__restrict__ xd, float *__restrict__ y, const float *__restrict__ bias, int accumulate) {
+    int lane = threadIdx.x, sub = lane % LPR;
+    int r = (blockIdx.x * Q_WARPS + threadIdx.y) * (WARP / LPR) + lane / LPR;
+    bool live = r < rows;
+    const uint8_t *wr = w + (size_t)(live ? r : 0) * rb;
+    pdl_trigger();
+    if (live)
+        for (size_t o = (size_t)sub * 128; o < rb; o += (size_t)LPR * 128) prefetch_l2(wr + o);
+    pdl_wait();
+    float a = 0.0f, unused = 0.0f;
+    if (live) row_dot<T, false>(wr, NULL, cols, sub, LPR, xq, xd, a, unused);
+#pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+    if (!live || sub != 0) return;
+    if (bias) a += bias[r];
+    y[r] = accumulate ? y[r] + a : a;
+}
+
 // The launch helper of kernels.cu (PDL attribute when enabled).
 cudaError_t hx_k_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t st, void **args);
 
@@ -123,31 +150,92 @@ cudaError_t hx_k_quant_q8(cudaStream_t st, const float *x, const float *norm_w, 
     return hx_k_launch_pdl((const void *)k_quant_q8, dim3(1), dim3(threads), 0, st, args);
 }
 
+// First matrix of the second type when Ws[0..count) are one type, or a run of
+// Q4_K then a run of Q6_K (one launch); count when all share a type; -1 when
+// the matrices cannot go in one launch.
+static int mix_split(const hx_dmat *const *Ws, int count) {
+    int j = 1;
+    while (j < count && Ws[j]->type == Ws[0]->type) j++;
+    if (j == count) return count;
+    if (Ws[0]->type != HX_TYPE_Q4_K) return -1;
+    for (int i = j; i < count; i++)
+        if (Ws[i]->type != HX_TYPE_Q6_K) return -1;
+    return j;
+}
+bool hx_k_mvq_one_launch(const hx_dmat *const *Ws, int count) {
+    static const bool no_mix = getenv("HX_CUDA_MVQ_MIX") && atoi(getenv("HX_CUDA_MVQ_MIX")) == 0;
+    for (int i = 0; i < count; i++)
+        if (!hx_k_mvq_supported(Ws[i]) || Ws[i]->cols != Ws[0]->cols) return false;
+    int j = mix_split(Ws, count);
+    return j == count || (j > 0 && !no_mix);
+}
+
+template <int T> static const void *rows_kernel(int lpr) {
+    return lpr == 8 ? (const void *)k_mvq_rows<T, 8> : (const void *)k_mvq_rows<T, 16>;
+}
+
 cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const int8_t *xq, const float *xd,
                      float *const *ys, const float *const *biases, bool accumulate, int glu_act) {
     hx_mv_set s = {};
     s.count = count;
+    int first2 = glu_act >= 0 ? (Ws[1]->type == Ws[0]->type ? count : -1) : mix_split(Ws, count);
+    if (first2 < 0) return cudaErrorInvalidValue;
     for (int i = 0; i < count; i++) {
-        if (Ws[i]->type != Ws[0]->type || Ws[i]->cols != Ws[0]->cols || !hx_k_mvq_supported(Ws[i]))
-            return cudaErrorInvalidValue;
+        if (Ws[i]->cols != Ws[0]->cols || !hx_k_mvq_supported(Ws[i])) return cudaErrorInvalidValue;
         s.w[i] = Ws[i]->d; s.rb[i] = Ws[i]->row_bytes; s.rows[i] = Ws[i]->rows;
         s.y[i] = ys[i]; s.bias[i] = biases ? biases[i] : NULL;
         s.total_rows += Ws[i]->rows;
     }
     if (glu_act >= 0) s.total_rows = Ws[0]->rows;
     int cols = Ws[0]->cols, acc = accumulate ? 1 : 0, act = glu_act < 0 ? 0 : glu_act;
+    dim3 block(WARP, Q_WARPS);
+    // many rows of few units: several rows per warp (aim at 4 units per lane).
+    // Not Q6_K: its 2-byte aligned blocks take 4-byte loads, and it measured
+    // no faster that way (H100, 151936 x 1024: 1,977 vs 2,065 GB/s; Q4_K 2,364
+    // vs 1,727, Q4_0 2,149 vs 1,643, Q8_0 2,742 vs 2,787).
+    static const bool no_rows = getenv("HX_CUDA_MVQ_ROWS") && atoi(getenv("HX_CUDA_MVQ_ROWS")) == 0;
+    if (count == 1 && glu_act < 0 && s.total_rows >= 16384 && Ws[0]->type != HX_TYPE_Q6_K && !no_rows) {
+        int units = 0;
+        switch (Ws[0]->type) {
+#define X(T) case T: units = cols / QD<T>::QK * QD<T>::UNITS; break;
+            HX_MVQ_TYPES(X)
+#undef X
+        }
+        int lpr = units <= 32 ? 8 : units <= 64 ? 16 : 32;
+        if (lpr < 32) {
+            const void *fn = NULL;
+            switch (Ws[0]->type) {
+#define X(T) case T: fn = rows_kernel<T>(lpr); break;
+                HX_MVQ_TYPES(X)
+#undef X
+            }
+            const uint8_t *w = Ws[0]->d;
+            size_t rb = Ws[0]->row_bytes;
+            int rows = Ws[0]->rows, rpb = Q_WARPS * (WARP / lpr);
+            float *y = ys[0];
+            const float *bias = s.bias[0];
+            void *args[] = {(void *)&w, (void *)&rb, (void *)&rows, (void *)&cols, (void *)&xq, (void *)&xd,
+                            (void *)&y, (void *)&bias, (void *)&acc};
+            return hx_k_launch_pdl(fn, dim3((rows + rpb - 1) / rpb), block, 0, st, args);
+        }
+    }
     // warps per row: aim at >= ~16 warps per SM of an H100 (132 SMs)
     int wpr = s.total_rows >= 8192 ? 1 : s.total_rows >= 2048 ? 2 : 4, rpb = Q_WARPS / wpr;
     const char *fw = getenv("HX_CUDA_MVQ_WPR");
     if (fw && (atoi(fw) == 1 || atoi(fw) == 2 || atoi(fw) == 4)) { wpr = atoi(fw); rpb = Q_WARPS / wpr; }
-    void *args[] = {(void *)&s, (void *)&cols, (void *)&xq, (void *)&xd, (void *)&acc, (void *)&act, (void *)&wpr};
-    dim3 block(WARP, Q_WARPS), grid((s.total_rows + rpb - 1) / rpb);
+    void *args[] = {(void *)&s, (void *)&cols, (void *)&xq, (void *)&xd, (void *)&acc, (void *)&act, (void *)&wpr,
+                    (void *)&first2};
+    dim3 grid((s.total_rows + rpb - 1) / rpb);
     const void *fn = NULL;
-    switch (Ws[0]->type) {
-#define X(T) case T: fn = glu_act >= 0 ? (const void *)k_mvq<T, true> : (const void *)k_mvq<T, false>; break;
-        HX_MVQ_TYPES(X)
+    if (first2 < count) {
+        fn = (const void *)k_mvq<HX_TYPE_Q4_K, HX_TYPE_Q6_K, false>;
+    } else {
+        switch (Ws[0]->type) {
+#define X(T) case T: fn = glu_act >= 0 ? (const void *)k_mvq<T, T, true> : (const void *)k_mvq<T, T, false>; break;
+            HX_MVQ_TYPES(X)
 #undef X
-    default: return cudaErrorInvalidValue;
+        default: return cudaErrorInvalidValue;
+        }
     }
     return hx_k_launch_pdl(fn, grid, block, 0, st, args);
 }
