@@ -19,6 +19,8 @@ for spec in smollm-135m:q4_0 smollm-135m:q8_0 smollm-135m:q4_k_m smollm-135m:f16
   models+=(-m "$f")
 done
 "$BIN" gpu-test --quick "${models[@]}" -p 24 -n 64
+# the block-wide decode attention on the head sizes the warp kernel takes (64/128/256)
+HX_CUDA_ATT_BLOCK=1 "$BIN" gpu-test --quick
 # chat on the GPU (the decode step and the sampling chain on the device, only
 # the token copied back) against the CPU, two turns: greedy, and top-k 1
 # sampling (deterministic, through the GPU chain). Needs ../shared (HX_SHARED).

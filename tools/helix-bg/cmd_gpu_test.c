@@ -14,6 +14,13 @@
  *    matrix larger than the L2 cache, median of many timed launches). Types
  *    with the 8-bit-activation decode kernel get a second row (" +q8": error
  *    bound 2e-2, from rounding the activations; time includes quantizing x);
+ * 2b. the fused decode attention (q/k norm + RoPE + KV store + attention in
+ *    one launch) on 27 cases (head sizes 8-256, GQA 1/2/4, positions 0-300 over
+ *    up to 10 splits, a sliding-window ring, softcap, rope table or not)
+ *    against float64: out relative error < 2e-3, the stored K/V row within 1
+ *    f16 ulp and no other cache element touched, the 8-bit output within 1;
+ *    HX_CUDA_ATT_BLOCK=1 runs the block-wide kernel where it would pick the
+ *    warp-per-position one (head sizes 64/128/256);
  * 3. for each -m MODEL: the whole forward on the GPU against the CPU path
  *    (exact f32 math, f16 KV cache): prefill logits relative error
  *    (max |gpu - cpu| / max |cpu|) must be < 1e-2, and greedy decode (GPU: one
@@ -85,6 +92,218 @@ static double check_linear(int type, int rows, int cols, int n, bool q8, hx_rng 
 out:
     free(w); free(deq); free(x); free(y);
     return err;
+}
+
+/* ---- the fused decode attention (hx_k_attn_decode) against float64 ---- */
+
+/* One case: shape, position, cache and rope / score options. */
+typedef struct attn_case {
+    int hd, nh, nkvh;      /* head size; query heads / KV heads (GQA ratio nh / nkvh) */
+    int pos, window, rows; /* position; sliding window (0 = all); cache rows (fewer than pos + 1: a ring) */
+    int max_ctx;           /* the launch's context: splits of 32 positions by default */
+    bool neox, qk_norm, tab;
+    float rope_scale, softcap; /* softcap > 0: scale 1 instead of 1/sqrt(hd), so that the cap bites */
+} attn_case;
+
+/* Head sizes 8, 32 and 96 run the block-wide kernel; 64, 128 and 256 the warp
+ * per position unless HX_CUDA_ATT_BLOCK is set (hx_k_attn_decode reads it once
+ * per process: run gpu-test again with it to check the block-wide kernel on
+ * those). At 32 positions per block, positions 0, 5 and 31 are one chunk, 32
+ * and 33 two (the second holding only the current position, or one more), 100
+ * and 300 merge 4 and 10 splits (max_ctx 301: every block of the grid busy);
+ * window 64 over 80 rows is a ring: chunks start off the 32-grid, and the rows
+ * wrap at positions 81, 100 and 300 (not yet at 70). */
+static const attn_case ATTN_CASES[] = {
+    /* hd nh nkvh  pos win rows max_ctx  neox  qk_norm table  rs  softcap */
+    {8, 4, 4, 0, 0, 512, 512, false, false, false, 1, 0},
+    {8, 4, 2, 33, 0, 512, 512, true, true, true, 1, 0},
+    {8, 8, 2, 300, 64, 80, 512, false, true, false, 1, 0},
+    {32, 8, 2, 5, 0, 512, 512, true, false, false, 1, 0},
+    {32, 8, 8, 31, 0, 512, 512, false, true, true, 1, 0},
+    {32, 4, 2, 100, 0, 512, 512, true, true, false, 1, 4},
+    {96, 6, 3, 32, 0, 512, 512, true, true, false, 1, 0},
+    {96, 6, 6, 100, 0, 512, 512, false, false, true, 4, 0},
+    {96, 8, 2, 300, 64, 80, 512, true, false, true, 1, 0},
+    {64, 8, 2, 0, 0, 512, 512, true, true, true, 1, 0},
+    {64, 8, 4, 32, 0, 512, 512, false, false, false, 1, 0},
+    {64, 4, 4, 5, 0, 512, 512, false, true, false, 1, 4},
+    {64, 8, 8, 300, 0, 512, 512, true, false, true, 1, 0},
+    {64, 8, 2, 70, 64, 80, 512, false, true, true, 1, 0},
+    {64, 8, 2, 300, 64, 80, 512, true, true, false, 1, 0},
+    {128, 8, 2, 0, 0, 512, 512, false, true, false, 1, 0},
+    {128, 8, 2, 31, 0, 512, 512, true, true, true, 1, 0},
+    {128, 8, 8, 33, 0, 512, 512, true, false, false, 4, 0},
+    {128, 8, 4, 100, 0, 512, 512, false, true, true, 1, 4},
+    {128, 8, 2, 300, 0, 301, 301, true, true, true, 1, 0},
+    {128, 4, 4, 81, 64, 80, 512, true, false, false, 1, 0},
+    {128, 4, 4, 100, 64, 80, 512, false, false, false, 1, 0},
+    {128, 8, 2, 300, 64, 80, 512, true, true, true, 1, 0},
+    {256, 4, 2, 5, 0, 512, 512, true, true, true, 1, 0},
+    {256, 4, 4, 32, 0, 512, 512, false, false, false, 1, 0},
+    {256, 8, 2, 300, 0, 512, 512, true, true, false, 1, 4},
+    {256, 4, 1, 300, 64, 80, 512, false, true, true, 1, 0},
+};
+#define N_ATTN_CASES ((int)(sizeof ATTN_CASES / sizeof ATTN_CASES[0]))
+
+/* x (hd) RMS-normed with weights w (when not NULL), then rotated for position
+ * p: the decode kernel's math in float64. */
+static void ref_norm_rope(const float *x, const float *w, double eps, int hd, int p, double base, double rope_scale,
+                          bool neox, double *y) {
+    double ss = 0;
+    for (int d = 0; d < hd; d++) ss += (double)x[d] * x[d];
+    double nsc = w ? 1.0 / sqrt(ss / hd + eps) : 1.0;
+    for (int d = 0; d < hd; d++) y[d] = w ? x[d] * nsc * w[d] : x[d];
+    for (int j = 0; j < hd / 2; j++) {
+        int a = neox ? j : 2 * j, b = neox ? j + hd / 2 : 2 * j + 1;
+        double theta = ((double)p / rope_scale) * pow(base, -2.0 * j / hd), x0 = y[a], x1 = y[b];
+        y[a] = x0 * cos(theta) - x1 * sin(theta);
+        y[b] = x0 * sin(theta) + x1 * cos(theta);
+    }
+}
+
+static float f16_round(double x) { return hx_fp16_to_fp32(hx_fp32_to_fp16((float)x)); }
+/* f16 bits on one line of integers (-0 = +0): neighbours differ by 1 */
+static int f16_order(uint16_t h) { return h & 0x8000 ? -(int)(h & 0x7fff) : (int)h; }
+
+/* One case: random q, k, v in [-1, 1], cache rows of the visible positions
+ * random f16 (every other row f16 NaN: read, it would poison the output), norm
+ * weights in [0.5, 1.5]. Checks out against float64 (max |gpu - ref| / max
+ * |ref| < 2e-3), the cache (row pos % rows = f16 of the reference rotated k
+ * and of v within 1 ulp, every other row untouched) and the 8-bit output
+ * (xd = amax / 127 of the GPU's own out, xq = round(out / xd) within 1).
+ * Prints one line (and with json a record on stderr); returns 1 on failure. */
+static int check_attn_case(const attn_case *ac, hx_rng *r, bool json) {
+    const int hd = ac->hd, nh = ac->nh, nkvh = ac->nkvh, p = ac->pos, rows = ac->rows, group = nh / nkvh;
+    const size_t nq = (size_t)nh * hd, nkv = (size_t)nkvh * hd, ncache = (size_t)rows * nkv;
+    const int first = ac->window > 0 && p - ac->window + 1 > 0 ? p - ac->window + 1 : 0, len = p - first + 1;
+    const bool q8 = hd % 32 == 0;
+    const bool warp = (hd == 64 || hd == 128 || hd == 256) && !getenv("HX_CUDA_ATT_BLOCK"); /* as hx_k_attn_decode picks */
+    float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nkv), *v = malloc(sizeof(float) * nkv);
+    float *qn = malloc(sizeof(float) * hd), *kn = malloc(sizeof(float) * hd), *out = malloc(sizeof(float) * nq);
+    float *xd = malloc(sizeof(float) * (nq / 32 + 1));
+    int8_t *xq = malloc(nq);
+    uint16_t *kc = malloc(2 * ncache), *vc = malloc(2 * ncache), *kc0 = malloc(2 * ncache), *vc0 = malloc(2 * ncache);
+    double *qr = malloc(sizeof(double) * hd), *kr = malloc(sizeof(double) * nkv), *ref = malloc(sizeof(double) * nq);
+    double *w = malloc(sizeof(double) * len);
+    float *kcur = malloc(sizeof(float) * hd), *vcur = malloc(sizeof(float) * hd);
+    int fail = 1;
+    if (!q || !k || !v || !qn || !kn || !out || !xd || !xq || !kc || !vc || !kc0 || !vc0 || !qr || !kr || !ref || !w ||
+        !kcur || !vcur) {
+        fprintf(stderr, "gpu-test: out of memory\n");
+        goto out;
+    }
+    for (size_t i = 0; i < nq; i++) q[i] = 2.0f * hx_rng_uniform(r) - 1.0f;
+    for (size_t i = 0; i < nkv; i++) { k[i] = 2.0f * hx_rng_uniform(r) - 1.0f; v[i] = 2.0f * hx_rng_uniform(r) - 1.0f; }
+    for (int d = 0; d < hd; d++) { qn[d] = 0.5f + hx_rng_uniform(r); kn[d] = 0.5f + hx_rng_uniform(r); }
+    for (size_t i = 0; i < ncache; i++) kc0[i] = vc0[i] = 0x7e00; /* f16 NaN */
+    for (int t = first; t < p; t++)
+        for (size_t i = 0; i < nkv; i++) {
+            kc0[(size_t)(t % rows) * nkv + i] = hx_fp32_to_fp16(2.0f * hx_rng_uniform(r) - 1.0f);
+            vc0[(size_t)(t % rows) * nkv + i] = hx_fp32_to_fp16(2.0f * hx_rng_uniform(r) - 1.0f);
+        }
+    memcpy(kc, kc0, 2 * ncache);
+    memcpy(vc, vc0, 2 * ncache);
+    const double base = ac->neox ? 1e6 : 1e4, eps = 1e-6;
+    const float scale = ac->softcap > 0 ? 1.0f : 1.0f / sqrtf((float)hd);
+    hx_cuda_attn_case c = {.n_head = nh, .n_head_kv = nkvh, .head_dim = hd, .pos = p, .rows = rows,
+                           .max_ctx = ac->max_ctx, .window = ac->window, .scale = scale, .softcap = ac->softcap,
+                           .rope_base = (float)base, .rope_scale = ac->rope_scale, .neox = ac->neox,
+                           .rope_tab = ac->tab, .q_norm = ac->qk_norm ? qn : NULL, .k_norm = ac->qk_norm ? kn : NULL,
+                           .eps = (float)eps};
+    hx_error e = {0};
+    int splits = 0;
+    char rope[24], cap[24] = "-";
+    snprintf(rope, sizeof rope, ac->rope_scale != 1 ? "%s/%g" : "%s", ac->neox ? "neox" : "norm", ac->rope_scale);
+    if (ac->softcap > 0) snprintf(cap, sizeof cap, "cap %g", ac->softcap);
+    printf("attn %-5s hd %3d heads %d/%d pos %3d window %2d rows %3d  rope %-6s %-7s %-5s %-6s ", warp ? "warp" : "block",
+           hd, nh, nkvh, p, ac->window, rows, rope, ac->qk_norm ? "qk-norm" : "-", ac->tab ? "table" : "-", cap);
+    if (hx_cuda_attn_decode_check(&c, q, k, v, kc, vc, out, q8 ? xq : NULL, q8 ? xd : NULL, &splits, &e)) {
+        printf("error FAIL\n");
+        fprintf(stderr, "gpu-test: %s\n", e.msg);
+        goto out;
+    }
+    /* reference: the rotated k of every KV head, then each query head over positions first..p */
+    for (int g = 0; g < nkvh; g++)
+        ref_norm_rope(k + (size_t)g * hd, c.k_norm, eps, hd, p, base, ac->rope_scale, ac->neox, kr + (size_t)g * hd);
+    for (int h = 0; h < nh; h++) {
+        int g = h / group;
+        ref_norm_rope(q + (size_t)h * hd, c.q_norm, eps, hd, p, base, ac->rope_scale, ac->neox, qr);
+        for (int d = 0; d < hd; d++) { /* the current k and v as the cache holds them */
+            kcur[d] = f16_round(kr[(size_t)g * hd + d]);
+            vcur[d] = f16_round(v[(size_t)g * hd + d]);
+        }
+        double mx = -INFINITY, sum = 0;
+        for (int t = first; t <= p; t++) {
+            const uint16_t *kt = kc0 + (size_t)(t % rows) * nkv + (size_t)g * hd;
+            double s = 0;
+            for (int d = 0; d < hd; d++) s += qr[d] * (t == p ? kcur[d] : hx_fp16_to_fp32(kt[d]));
+            s *= scale;
+            if (ac->softcap > 0) s = ac->softcap * tanh(s / ac->softcap);
+            w[t - first] = s;
+            if (s > mx) mx = s;
+        }
+        for (int i = 0; i < len; i++) { w[i] = exp(w[i] - mx); sum += w[i]; }
+        for (int d = 0; d < hd; d++) {
+            double o = 0;
+            for (int t = first; t <= p; t++)
+                o += w[t - first] * (t == p ? vcur[d] : hx_fp16_to_fp32(vc0[(size_t)(t % rows) * nkv + (size_t)g * hd + d]));
+            ref[(size_t)h * hd + d] = o / sum;
+        }
+    }
+    double maxref = 0, maxd = 0;
+    for (size_t i = 0; i < nq; i++) {
+        if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+        double d = isnan(out[i]) ? INFINITY : fabs(out[i] - ref[i]);
+        if (d > maxd) maxd = d;
+    }
+    double rel = maxref > 0 ? maxd / maxref : maxd;
+    /* the cache: row p % rows holds the rotated k and v (1 ulp), no other element changed */
+    int cache_bad = 0, xq_bad = 0;
+    for (int row = 0; row < rows; row++)
+        for (size_t i = 0; i < nkv; i++) {
+            size_t at = (size_t)row * nkv + i;
+            if (row == p % rows)
+                cache_bad += abs(f16_order(kc[at]) - f16_order(hx_fp32_to_fp16((float)kr[i]))) > 1 ||
+                             abs(f16_order(vc[at]) - f16_order(hx_fp32_to_fp16(v[i]))) > 1;
+            else
+                cache_bad += kc[at] != kc0[at] || vc[at] != vc0[at];
+        }
+    /* the 8-bit output: blocks of 32 of the GPU's out, d = amax / 127, q = round(out / d) */
+    for (size_t b = 0; q8 && b < nq / 32; b++) {
+        float amax = 0;
+        for (int l = 0; l < 32; l++) amax = fmaxf(amax, fabsf(out[b * 32 + l]));
+        float d = amax / 127.0f;
+        bool dbad = !(fabsf(xd[b] - d) <= 1e-6f * d);
+        for (int l = 0; l < 32; l++) {
+            int want = d > 0 ? (int)lrintf(out[b * 32 + l] / d) : 0, got = xq[b * 32 + l];
+            xq_bad += dbad || got == -128 || abs(got - want) > 1;
+        }
+    }
+    bool ok = rel < 2e-3 && cache_bad == 0 && xq_bad == 0;
+    printf("splits %2d  err %8.2e  cache %-4s  q8 %-4s  %s\n", splits, rel, cache_bad ? "FAIL" : "ok",
+           !q8 ? "-" : xq_bad ? "FAIL" : "ok", ok ? "ok" : "FAIL");
+    if (json)
+        fprintf(stderr, "{\"test\":\"attn_decode\",\"kernel\":\"%s\",\"head_dim\":%d,\"n_head\":%d,\"n_head_kv\":%d,"
+                "\"pos\":%d,\"window\":%d,\"rows\":%d,\"max_ctx\":%d,\"splits\":%d,\"neox\":%s,\"rope_scale\":%g,"
+                "\"qk_norm\":%s,\"rope_tab\":%s,\"softcap\":%g,\"rel_err\":%.3g,\"cache_bad\":%d,\"xq_bad\":%d,\"ok\":%s}\n",
+                warp ? "warp" : "block", hd, nh, nkvh, p, ac->window, rows, ac->max_ctx, splits,
+                ac->neox ? "true" : "false", ac->rope_scale, ac->qk_norm ? "true" : "false", ac->tab ? "true" : "false",
+                ac->softcap, rel, cache_bad, xq_bad, ok ? "true" : "false");
+    fail = !ok;
+out:
+    free(q); free(k); free(v); free(qn); free(kn); free(out); free(xd); free(xq);
+    free(kc); free(vc); free(kc0); free(vc0); free(qr); free(kr); free(ref); free(w); free(kcur); free(vcur);
+    return fail;
+}
+
+/* Every case of ATTN_CASES; returns the number that failed. */
+static int check_attn_decode(hx_rng *r, bool json) {
+    printf("\ndecode attention (q/k norm + RoPE + KV store + attention, one launch) vs float64: err < 2e-3, the stored "
+           "K/V row within 1 f16 ulp and no other row touched, 8-bit output within 1%s\n",
+           getenv("HX_CUDA_ATT_BLOCK") ? " (HX_CUDA_ATT_BLOCK: the block-wide kernel for every head size)" : "");
+    int fails = 0;
+    for (int i = 0; i < N_ATTN_CASES; i++) fails += check_attn_case(&ATTN_CASES[i], r, json);
+    return fails;
 }
 
 /* The GPU sampling chain against the CPU sampler on the same logits and the
@@ -401,16 +620,24 @@ int cmd_gpu_test(int argc, char **argv) {
         printf("%-6s %12.2e %12.2e %12.2e  ", hx_type_name(t), e1, e5, e64);
         if (print_matvec_times(t, false, quick ? 1 : 3, bw, json, &r, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
         printf(" %s\n", ok ? "ok" : "FAIL");
-        /* the decode path with 8-bit activations (types that have it): error bound by the activation rounding */
+        /* the decode path with 8-bit activations (types that have it): error bound by the activation rounding
+           (the worst of 301 rows and of 16,411 short rows, the output-matrix kernel) */
         double eq = check_linear(t, rows, cols, 1, true, &r, &e, &st);
         if (st == HX_ERR_UNSUPPORTED) continue;
         if (st) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
+        /* many short rows: the output-matrix kernel (8 or 16 lanes per row; not Q6_K) */
+        for (int k = 0; k < 2; k++) {
+            double ek = check_linear(t, 16411, qk == 256 ? (k ? 1536 : 1024) : (k ? 864 : 512), 1, true, &r, &e, &st);
+            if (st) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
+            if (ek > eq) eq = ek;
+        }
         bool okq = eq < 2e-2;
         fails += !okq;
         printf("%-6s %12.2e %12s %12s  ", " +q8", eq, "", "");
         if (print_matvec_times(t, true, quick ? 1 : 3, bw, json, &r, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
         printf(" %s\n", okq ? "ok" : "FAIL");
     }
+    fails += check_attn_decode(&r, json);
     fails += check_sampler(&r);
     for (int i = 0; i < n_models; i++) fails += check_model(models[i], n_prompt, n_gen, ubatch, json);
     for (int i = 0; i < n_emodels; i++) fails += check_embed(emodels[i], json);

@@ -109,6 +109,36 @@ hx_status hx_cuda_linear_check(int type, int rows, int cols, const void *w, int 
 /* Whether the GPU kernels handle weights of this type. */
 bool hx_cuda_type_supported(int type);
 
+/* One decode-attention step for hx_cuda_attn_decode_check: the shape, the
+ * position and the layer's attention parameters, as the decoder passes them. */
+typedef struct hx_cuda_attn_case {
+    int n_head, n_head_kv, head_dim;  /* n_head a multiple of n_head_kv; head_dim even */
+    int pos;                          /* the token's position (< max_ctx) */
+    int rows;                         /* KV cache rows: position t lives in row t % rows (a ring when rows <= pos) */
+    int max_ctx;                      /* the context the launch is sized for: fixes the split count */
+    int window;                       /* sliding window (positions pos-window+1..pos), 0 = all */
+    float scale, softcap;             /* score = dot(q, k) * scale, then softcap * tanh(score / softcap) when > 0 */
+    float rope_base, rope_scale;      /* theta = (pos / rope_scale) * base^(-2j / head_dim); rope_scale <= 0: 1 */
+    bool neox;                        /* rotate pairs (j, j + head_dim/2); else (2j, 2j + 1) */
+    bool rope_tab;                    /* give the kernel a host table of (cos, sin) instead of computing them */
+    const float *q_norm, *k_norm;     /* head_dim RMSNorm weights each, or NULL (no q/k norm) */
+    float eps;                        /* RMSNorm epsilon */
+} hx_cuda_attn_case;
+/* The fused decode attention (norm + RoPE + KV store + attention, one launch)
+ * alone on host data (gpu-test): q (n_head * head_dim), k and v (n_head_kv *
+ * head_dim) of one token; kc, vc the caches as f16 bits (rows, n_head_kv,
+ * head_dim), uploaded, then overwritten with the caches after the step (row
+ * pos % rows then holds the rotated k and v). out (n_head * head_dim) gets the
+ * attention output; xq (n_head * head_dim) and xd (n_head * head_dim / 32),
+ * when not NULL (head_dim a multiple of 32), its 8-bit quantization. Outputs
+ * are poisoned first (out, xd NaN, xq -128); with rope_tab only the table's
+ * row pos is filled, the others are NaN. *splits (when not NULL): the grid's
+ * blocks per head. HX_ERR_DEVICE also when the per-head split counters are
+ * not back to zero after the step. */
+hx_status hx_cuda_attn_decode_check(const hx_cuda_attn_case *c, const float *q, const float *k, const float *v,
+                                    uint16_t *kc, uint16_t *vc, float *out, int8_t *xq, float *xd, int *splits,
+                                    hx_error *e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,124 @@
+// attn_check.cu — the decode attention kernel alone, for gpu-test:
+// hx_cuda_attn_decode_check uploads one token's q, k, v and a KV cache, runs
+// hx_k_attn_decode once as the decoder does (same launcher, so the same kernel
+// choice: HX_CUDA_ATT_BLOCK, HX_CUDA_ATT_CHUNK) and copies back everything the
+// step wrote.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <vector>
+
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/kernels.cuh"
+extern "C" {
+#include "core/core.h"
+}
+
+// Fills e with "file:line: what: error string" and returns HX_ERR_DEVICE.
+static hx_status cfail(hx_error *e, cudaError_t rc, const char *file, int line, const char *what) {
+    return hx_err(e, HX_ERR_DEVICE, "cuda: %s:%d: %s: %s", file, line, what, cudaGetErrorString(rc));
+}
+#define CK(call) do { cudaError_t rc_ = (call); \
+    if (rc_ != cudaSuccess) return cfail(e, rc_, __FILE__, __LINE__, #call); } while (0)
+
+namespace {
+// The device buffers and the stream of one check, released together on every return.
+struct check_res {
+    std::vector<void *> bufs;
+    cudaStream_t st = NULL;
+    ~check_res() {
+        for (void *p : bufs) cudaFree(p);
+        if (st) cudaStreamDestroy(st);
+    }
+    // count elements of T (at least one), filled with the byte `fill`
+    template <typename T> cudaError_t alloc(T **p, size_t count, int fill) {
+        *p = NULL;
+        size_t bytes = sizeof(T) * (count ? count : 1);
+        cudaError_t rc = cudaMalloc((void **)p, bytes);
+        if (rc != cudaSuccess) return rc;
+        bufs.push_back(*p);
+        return cudaMemset(*p, fill, bytes);
+    }
+    // the same, holding a copy of host[0..count)
+    template <typename T> cudaError_t upload(T **p, const T *host, size_t count) {
+        cudaError_t rc = alloc(p, count, 0);
+        return rc == cudaSuccess ? cudaMemcpy(*p, host, sizeof(T) * count, cudaMemcpyHostToDevice) : rc;
+    }
+};
+}
+
+extern "C" hx_status hx_cuda_attn_decode_check(const hx_cuda_attn_case *c, const float *q, const float *k,
+                                               const float *v, uint16_t *kc, uint16_t *vc, float *out, int8_t *xq,
+                                               float *xd, int *splits, hx_error *e) {
+    if (!c || !q || !k || !v || !kc || !vc || !out || (!xq) != (!xd))
+        return hx_err(e, HX_ERR_ARG, "cuda: attn check: missing input or output (xq and xd go together)");
+    const int nh = c->n_head, nkvh = c->n_head_kv, hd = c->head_dim, p = c->pos;
+    if (nh < 1 || nkvh < 1 || nh % nkvh || hd < 2 || hd % 2 || c->rows < 1 || p < 0 || p >= c->max_ctx ||
+        c->window < 0)
+        return hx_err(e, HX_ERR_ARG, "cuda: attn check: bad case (heads %d/%d, head_dim %d, rows %d, pos %d, max_ctx %d, "
+                      "window %d)", nh, nkvh, hd, c->rows, p, c->max_ctx, c->window);
+    int visible = c->window > 0 && c->window < p + 1 ? c->window : p + 1;
+    if (visible > c->rows)
+        return hx_err(e, HX_ERR_ARG, "cuda: attn check: %d cache rows cannot hold the %d visible positions", c->rows,
+                      visible);
+    if (xq && hd % 32)
+        return hx_err(e, HX_ERR_ARG, "cuda: attn check: xq needs head_dim a multiple of 32 (%d)", hd);
+    int dev = 0;
+    cudaDeviceProp prop;
+    CK(cudaGetDevice(&dev));
+    CK(cudaGetDeviceProperties(&prop, dev));
+    hx_k_set_pdl(prop.major >= 9 && !getenv("HX_CUDA_NO_PDL")); // as the decoder launches it
+
+    const size_t nq = (size_t)nh * hd, nkv = (size_t)nkvh * hd, ncache = (size_t)c->rows * nkv;
+    const int nsplit = hx_k_attn_decode_splits(c->max_ctx), half = hd / 2;
+    check_res R;
+    CK(cudaStreamCreate(&R.st));
+    float *dq, *dk, *dv, *dout, *dxd = NULL, *dpart, *dqn = NULL, *dkn = NULL;
+    uint16_t *dkc, *dvc;
+    int8_t *dxq = NULL;
+    int *dpos;
+    unsigned *dcount;
+    float2 *dtab = NULL;
+    CK(R.upload(&dq, q, nq));
+    CK(R.upload(&dk, k, nkv));
+    CK(R.upload(&dv, v, nkv));
+    CK(R.upload(&dkc, (const uint16_t *)kc, ncache));
+    CK(R.upload(&dvc, (const uint16_t *)vc, ncache));
+    CK(R.upload(&dpos, &p, 1));
+    if (c->q_norm) CK(R.upload(&dqn, c->q_norm, hd));
+    if (c->k_norm) CK(R.upload(&dkn, c->k_norm, hd));
+    if (c->rope_tab) { // rope_table() of forward.cu, but only row p: a read of another row gives NaN
+        std::vector<float2> t((size_t)c->max_ctx * half, make_float2(NAN, NAN));
+        float rs = c->rope_scale > 0 ? c->rope_scale : 1.0f;
+        for (int j = 0; j < half; j++) {
+            double theta = ((double)p / rs) * pow((double)c->rope_base, -2.0 * j / hd);
+            t[(size_t)p * half + j] = make_float2((float)cos(theta), (float)sin(theta));
+        }
+        CK(R.upload(&dtab, t.data(), t.size()));
+    }
+    // outputs poisoned: out and xd NaN, xq -128 (never produced: |q| <= 127)
+    CK(R.alloc(&dout, nq, 0xff));
+    if (xq) CK(R.alloc(&dxq, nq, 0x80));
+    if (xq) CK(R.alloc(&dxd, nq / 32, 0xff));
+    CK(R.alloc(&dpart, (size_t)nh * nsplit * (hd + 2), 0xff));
+    CK(R.alloc(&dcount, nh, 0)); // zeroed once, as the decoder does; each step must leave them zero
+
+    CK(hx_k_attn_decode(R.st, dq, dk, dv, (__half *)dkc, (__half *)dvc, c->rows, dout, dpos, nh, nkvh, hd, c->scale,
+                        c->softcap, c->window, c->max_ctx, c->rope_base, c->rope_scale > 0 ? c->rope_scale : 1.0f,
+                        c->neox, dqn, dkn, c->eps, dtab, dpart, dcount, dxq, dxd));
+    CK(cudaStreamSynchronize(R.st));
+
+    CK(cudaMemcpy(out, dout, sizeof(float) * nq, cudaMemcpyDeviceToHost));
+    if (xq) CK(cudaMemcpy(xq, dxq, nq, cudaMemcpyDeviceToHost));
+    if (xq) CK(cudaMemcpy(xd, dxd, sizeof(float) * (nq / 32), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(kc, dkc, sizeof(uint16_t) * ncache, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(vc, dvc, sizeof(uint16_t) * ncache, cudaMemcpyDeviceToHost));
+    std::vector<unsigned> count(nh);
+    CK(cudaMemcpy(count.data(), dcount, sizeof(unsigned) * nh, cudaMemcpyDeviceToHost));
+    if (splits) *splits = nsplit;
+    for (int h = 0; h < nh; h++)
+        if (count[h])
+            return hx_err(e, HX_ERR_DEVICE, "cuda: attn check: head %d's split counter is %u after the step, not 0", h,
+                          count[h]);
+    return HX_OK;
+}
