@@ -233,6 +233,14 @@ __global__ void k_dequant_plain(const uint8_t *__restrict__ W, size_t row_bytes,
     }
 }
 
+// Four consecutive outputs in one store (8 bytes of f16, 16 of f32): runs of
+// 4 start at multiples of 4 and rows at multiples of 32, so they are aligned.
+static __device__ __forceinline__ void store4(float *p, float4 w) { *(float4 *)p = w; }
+static __device__ __forceinline__ void store4(__half *p, float4 w) {
+    __half2 a = __floats2half2_rn(w.x, w.y), b = __floats2half2_rn(w.z, w.w);
+    *(uint2 *)p = make_uint2(*(const unsigned *)&a, *(const unsigned *)&b);
+}
+
 // out[r][...] = dequant(W row ids[r] (or r when ids is NULL)) * scale, as OutT.
 template <int T, typename OutT>
 __global__ void k_dequant(const uint8_t *__restrict__ W, size_t row_bytes, int cols, const int *__restrict__ ids,
@@ -242,14 +250,16 @@ __global__ void k_dequant(const uint8_t *__restrict__ W, size_t row_bytes, int c
     typedef QT<T> Q;
     int nparts = cols / Q::QK * Q::PARTS;
     size_t total = (size_t)nrows * nparts;
+    bool small = total <= 0xFFFFFFFFu; // 32-bit division (a 64-bit one is a long instruction sequence)
     for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < total; g += (size_t)gridDim.x * blockDim.x) {
-        int r = (int)(g / nparts), p = (int)(g % nparts);
+        int r = small ? (int)((unsigned)g / (unsigned)nparts) : (int)(g / nparts);
+        int p = small ? (int)((unsigned)g % (unsigned)nparts) : (int)(g % nparts);
         int src = ids ? ids[r] : r;
         int blk = p / Q::PARTS, part = p % Q::PARTS;
         OutT *ob = out + (size_t)r * cols + (size_t)blk * Q::QK;
         Q::part(W + (size_t)src * row_bytes + (size_t)blk * Q::BYTES, part, [&](int i, float4 w) {
             if (scale != 1.0f) { w.x *= scale; w.y *= scale; w.z *= scale; w.w *= scale; }
-            ob[i] = (OutT)w.x; ob[i + 1] = (OutT)w.y; ob[i + 2] = (OutT)w.z; ob[i + 3] = (OutT)w.w;
+            store4(ob + i, w);
         });
     }
 }
