@@ -150,9 +150,9 @@ cudaError_t hx_k_quant_q8(cudaStream_t st, const float *x, const float *norm_w, 
     return hx_k_launch_pdl((const void *)k_quant_q8, dim3(1), dim3(threads), 0, st, args);
 }
 
-// First matrix of the second type when Ws[0..count) are one type, or a run of
-// Q4_K then a run of Q6_K (one launch); count when all share a type; -1 when
-// the matrices cannot go in one launch.
+// Where Ws[0..count) split for one launch: count when all share one type; the
+// index of the first Q6_K matrix when they are a run of Q4_K then a run of
+// Q6_K; -1 otherwise (not one launch).
 static int mix_split(const hx_dmat *const *Ws, int count) {
     int j = 1;
     while (j < count && Ws[j]->type == Ws[0]->type) j++;
