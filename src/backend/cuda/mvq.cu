@@ -66,7 +66,6 @@ template <int T, int T2, bool GLU>
 __global__ void __launch_bounds__(Q_WARPS * WARP)
 k_mvq(hx_mv_set s, int cols, const int8_t *__restrict__ xq, const float *__restrict__ xd, int accumulate, int act,
       int wpr, int first2) {
-    typedef QD<T> Q;
     __shared__ float part_sum[Q_WARPS][2];
     int lane = threadIdx.x, sub = threadIdx.y % wpr;
     int r = blockIdx.x * (Q_WARPS / wpr) + threadIdx.y / wpr;
