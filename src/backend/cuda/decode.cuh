@@ -144,10 +144,11 @@ static __device__ __forceinline__ void head_q8(const float *vals, int hd, int h,
     }
 }
 
-// W halves of a V row (16 bytes for W = 8, 4 for W = 2).
-template <int W> struct VHalves;
-template <> struct VHalves<8> { typedef uint4 T; };
-template <> struct VHalves<2> { typedef unsigned T; };
+// N consecutive halves of a K or V row as one load (4, 8 or 16 bytes).
+template <int N> struct Halves;
+template <> struct Halves<2> { typedef unsigned T; };
+template <> struct Halves<4> { typedef uint2 T; };
+template <> struct Halves<8> { typedef uint4 T; };
 
 // The attention's V sum over positions [0, nc) of a chunk (position t in row
 // r0 + t, less the ring's rows once t >= wrap) with weights sc[t], plus the
@@ -158,7 +159,7 @@ template <> struct VHalves<2> { typedef unsigned T; };
 template <int W>
 static __device__ __forceinline__ int v_accum(const __half *vc, size_t kvrow, int kvh, int hd, const float *sc, int r0,
                                               int wrap, int nc, bool cur, int icur, const float *vcur, float *vpart) {
-    typedef typename VHalves<W>::T VT;
+    typedef typename Halves<W>::T VT;
     int nd = hd / W, ng = blockDim.x / nd > 0 ? blockDim.x / nd : 1, grp = threadIdx.x / nd;
     for (int dw = threadIdx.x % nd; dw < nd && grp < ng; dw += blockDim.x) {
         float acc[W];
@@ -360,11 +361,7 @@ static __device__ void attn_decode_item(const hx_attn_args &A, int h, int split,
 // depend on the kernels still running (p is copied in before the decode step
 // starts; the cache rows below p were written by earlier steps).
 enum { ATT_NB = 8 };
-template <int E> struct HalvesE;
-template <> struct HalvesE<2> { typedef unsigned T; };
-template <> struct HalvesE<4> { typedef uint2 T; };
-template <> struct HalvesE<8> { typedef uint4 T; };
-template <int E> static __device__ __forceinline__ void halves_f(const typename HalvesE<E>::T &v, float *f) {
+template <int E> static __device__ __forceinline__ void halves_f(const typename Halves<E>::T &v, float *f) {
     const __half2 *h2 = (const __half2 *)&v;
 #pragma unroll
     for (int j = 0; j < E / 2; j++) { float2 t = __half22float2(h2[j]); f[2 * j] = t.x; f[2 * j + 1] = t.y; }
@@ -407,7 +404,7 @@ template <int E> static __device__ __forceinline__ void load_e(const float *p, f
 // sm: (1 + nwarps) * hd + 2 * nwarps floats.
 template <int E>
 static __device__ void attn_decode_warp_item(const hx_attn_args &A, int h, int split, int nsplit, int p, float *sm) {
-    typedef typename HalvesE<E>::T HT;
+    typedef typename Halves<E>::T HT;
     const int hd = 32 * E, half = hd / 2;
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int group = A.nh / A.nkvh, kvh = h / group, rows = A.rows;
