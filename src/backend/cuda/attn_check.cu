@@ -90,10 +90,7 @@ extern "C" hx_status hx_cuda_attn_decode_check(const hx_cuda_attn_case *c, const
     if (c->rope_tab) { // rope_table() of forward.cu, but only row p: a read of another row gives NaN
         std::vector<float2> t((size_t)c->max_ctx * half, make_float2(NAN, NAN));
         float rs = c->rope_scale > 0 ? c->rope_scale : 1.0f;
-        for (int j = 0; j < half; j++) {
-            double theta = ((double)p / rs) * pow((double)c->rope_base, -2.0 * j / hd);
-            t[(size_t)p * half + j] = make_float2((float)cos(theta), (float)sin(theta));
-        }
+        for (int j = 0; j < half; j++) t[(size_t)p * half + j] = hx_rope_cs(p, j, hd, c->rope_base, rs);
         CK(R.upload(&dtab, t.data(), t.size()));
     }
     // outputs poisoned: out and xd NaN, xq -128 (never produced: |q| <= 127)

@@ -281,8 +281,8 @@ static __device__ void attn_decode_item(const hx_attn_args &A, int h, int split,
                 float2 t = rope_tab[(size_t)p * half + j];
                 cs = t.x; sn = t.y;
             } else {
-                double theta = ((double)p / rope_scale) * pow((double)base, -2.0 * j / hd);
-                cs = (float)cos(theta); sn = (float)sin(theta);
+                float2 t = hx_rope_cs(p, j, hd, base, rope_scale);
+                cs = t.x; sn = t.y;
             }
             dst[a] = x0 * cs - x1 * sn;
             dst[b] = x0 * sn + x1 * cs;
@@ -440,9 +440,7 @@ static __device__ void attn_decode_warp_item(const hx_attn_args &A, int h, int s
     } else {
 #pragma unroll
         for (int e = 0; e < E; e++) {
-            int j = A.neox ? (lane & 15) * E + e : lane * (E / 2) + e;
-            double theta = ((double)p / A.rope_scale) * pow((double)A.base, -2.0 * j / hd);
-            cs[e] = make_float2((float)cos(theta), (float)sin(theta));
+            cs[e] = hx_rope_cs(p, A.neox ? (lane & 15) * E + e : lane * (E / 2) + e, hd, A.base, A.rope_scale);
         }
     }
     pdl_wait();

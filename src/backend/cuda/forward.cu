@@ -254,7 +254,7 @@ static hx_status ensure_scratch(hx_cuda_ctx *c, int n, hx_error *e) {
 }
 
 // (cos, sin) of every position below n_ctx for each rotary pair, computed on the
-// host with the formula of the kernels (double theta, then float), so the decode
+// host with the kernels' formula (hx_rope_cs: double theta, then float), so the decode
 // kernel reads two floats instead of running pow/cos/sin in double. Skipped
 // (NULL: the kernel computes) when the table would exceed 256 MiB.
 static hx_status rope_table(hx_cuda_ctx *c, float base, const float2 **out, hx_error *e) {
@@ -265,10 +265,7 @@ static hx_status rope_table(hx_cuda_ctx *c, float base, const float2 **out, hx_e
     float rs = c->cfg.rope_scale > 0 ? c->cfg.rope_scale : 1.0f;
     std::vector<float2> t(count);
     for (int p = 0; p < c->n_ctx; p++)
-        for (int j = 0; j < half; j++) {
-            double theta = ((double)p / rs) * pow((double)base, -2.0 * j / c->cfg.head_dim);
-            t[(size_t)p * half + j] = make_float2((float)cos(theta), (float)sin(theta));
-        }
+        for (int j = 0; j < half; j++) t[(size_t)p * half + j] = hx_rope_cs(p, j, c->cfg.head_dim, base, rs);
     float2 *d = NULL;
     CK(cudaMalloc((void **)&d, count * sizeof(float2)));
     c->small.push_back(d);

@@ -491,8 +491,8 @@ __global__ void k_rope_store_kernel(float *q, float *k, const float *v, __half *
         if (act) { x0 = x0 * sc * nw[a]; x1 = x1 * sc * nw[b]; }
     }
     if (!act) return;
-    double theta = ((double)pos / rope_scale) * pow((double)base, -2.0 * j / hd);
-    float cs = (float)cos(theta), sn = (float)sin(theta);
+    float2 t = hx_rope_cs(pos, j, hd, base, rope_scale);
+    float cs = t.x, sn = t.y;
     float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
     vec[a] = r0; vec[b] = r1;
     if (is_k) {

@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,14 @@ struct hx_gemm_scratch {
     __half *xh; size_t xh_cap;
 };
 enum { HX_CUBLAS_MIN_N = 32 };
+
+// (cos, sin) of RoPE pair j (of hd / 2) at position p: theta = (p / rope_scale)
+// * base^(-2j / hd) in double, then rounded to float. The host's rope tables
+// and the kernels that go without one use this one formula.
+static __host__ __device__ inline float2 hx_rope_cs(int p, int j, int hd, float base, float rope_scale) {
+    double theta = ((double)p / rope_scale) * pow((double)base, -2.0 * j / hd);
+    return make_float2((float)cos(theta), (float)sin(theta));
+}
 
 // y (n, rows) = x (n, cols) W^T (+ bias) ; accumulate: y += ... instead of y =.
 // n == 1: fused dequant-matvec, warp per row; 1 < n < HX_CUBLAS_MIN_N: the same
