@@ -9,17 +9,11 @@
 #include <vector>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/check.cuh"
 #include "backend/cuda/kernels.cuh"
 extern "C" {
 #include "core/core.h"
 }
-
-// Fills e with "file:line: what: error string" and returns HX_ERR_DEVICE.
-static hx_status cfail(hx_error *e, cudaError_t rc, const char *file, int line, const char *what) {
-    return hx_err(e, HX_ERR_DEVICE, "cuda: %s:%d: %s: %s", file, line, what, cudaGetErrorString(rc));
-}
-#define CK(call) do { cudaError_t rc_ = (call); \
-    if (rc_ != cudaSuccess) return cfail(e, rc_, __FILE__, __LINE__, #call); } while (0)
 
 namespace {
 // The device buffers and the stream of one check, released together on every return.

@@ -19,22 +19,12 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/check.cuh"
 #include "backend/cuda/kernels.cuh"
 extern "C" {
 #include "core/core.h"
 #include "quant/quant.h"
 }
-
-// Fills e with "file:line: what: error string" and returns HX_ERR_DEVICE.
-static hx_status cfail(hx_error *e, cudaError_t rc, const char *file, int line, const char *what) {
-    if (e) {
-        e->status = HX_ERR_DEVICE;
-        snprintf(e->msg, sizeof e->msg, "cuda: %s:%d: %s: %s", file, line, what, cudaGetErrorString(rc));
-    }
-    return HX_ERR_DEVICE;
-}
-#define CK(call) do { cudaError_t rc_ = (call); \
-    if (rc_ != cudaSuccess) return cfail(e, rc_, __FILE__, __LINE__, #call); } while (0)
 
 struct dlayer {
     hx_dmat wq, wk, wv, wo, gate, up, down;
