@@ -68,7 +68,16 @@ static uint8_t *rand_matrix(int type, int rows, int cols, hx_rng *r, float **deq
     return w;
 }
 
-/* max |y - ref| / max |ref| against a float64 reference; NaN (unwritten) counts as failure. */
+/* The error measure of every check: max |got - ref| / max |ref| over the
+ * elements passed to err_add; an unwritten (NaN) output makes it infinite. */
+static void err_add(double got, double ref, double *maxd, double *maxref) {
+    if (fabs(ref) > *maxref) *maxref = fabs(ref);
+    double d = isnan(got) ? INFINITY : fabs(got - ref);
+    if (d > *maxd) *maxd = d;
+}
+static double err_rel(double maxd, double maxref) { return maxref > 0 ? maxd / maxref : maxd; }
+
+/* err_rel of y against a float64 reference. */
 static double check_linear(int type, int rows, int cols, int n, bool q8, hx_rng *r, hx_error *e, hx_status *st) {
     float *deq = NULL;
     uint8_t *w = rand_matrix(type, rows, cols, r, &deq);
@@ -83,12 +92,9 @@ static double check_linear(int type, int rows, int cols, int n, bool q8, hx_rng 
         for (int i = 0; i < rows; i++) {
             double s = 0;
             for (int j = 0; j < cols; j++) s += (double)deq[(size_t)i * cols + j] * x[(size_t)t * cols + j];
-            double g = y[(size_t)t * rows + i];
-            if (isnan(g)) { maxd = INFINITY; continue; }
-            if (fabs(s) > maxref) maxref = fabs(s);
-            if (fabs(g - s) > maxd) maxd = fabs(g - s);
+            err_add(y[(size_t)t * rows + i], s, &maxd, &maxref);
         }
-    err = maxref > 0 ? maxd / maxref : maxd;
+    err = err_rel(maxd, maxref);
 out:
     free(w); free(deq); free(x); free(y);
     return err;
@@ -251,12 +257,8 @@ static int check_attn_case(const attn_case *ac, hx_rng *r, bool json) {
         }
     }
     double maxref = 0, maxd = 0;
-    for (size_t i = 0; i < nq; i++) {
-        if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
-        double d = isnan(out[i]) ? INFINITY : fabs(out[i] - ref[i]);
-        if (d > maxd) maxd = d;
-    }
-    double rel = maxref > 0 ? maxd / maxref : maxd;
+    for (size_t i = 0; i < nq; i++) err_add(out[i], ref[i], &maxd, &maxref);
+    double rel = err_rel(maxd, maxref);
     /* the cache: row p % rows holds the rotated k and v (1 ulp), no other element changed */
     int cache_bad = 0, xq_bad = 0;
     for (int row = 0; row < rows; row++)
@@ -512,12 +514,8 @@ static int check_model(const char *path, int n_prompt, int n_gen, int ubatch, bo
         goto out;
     }
     double maxref = 0, maxd = 0;
-    for (int i = 0; i < cfg->n_vocab; i++) {
-        if (fabs(lc[i]) > maxref) maxref = fabs(lc[i]);
-        double d = isnan(lg[i]) ? INFINITY : fabs((double)lg[i] - lc[i]);
-        if (d > maxd) maxd = d;
-    }
-    double rel = maxref > 0 ? maxd / maxref : maxd;
+    for (int i = 0; i < cfg->n_vocab; i++) err_add(lg[i], lc[i], &maxd, &maxref);
+    double rel = err_rel(maxd, maxref);
     /* greedy: both from the same first token (CPU argmax of the prefill) */
     gen_c[0] = gen_g[0] = hx_argmax(lc, cfg->n_vocab);
     int same = 0;
