@@ -173,6 +173,28 @@ bool hx_k_mvq_one_launch(const hx_dmat *const *Ws, int count) {
     return j == count || (j > 0 && !no_mix);
 }
 
+// Warps per row (1, 2 or 4), from end-to-end tg128 on the H100 (each matvec
+// of a layer swept over 1/2/4 with the others fixed; qwen3-0.6b, llama-3.2-1b,
+// smollm-135m, llama-3.1-8b).
+// Q4_K / Q6_K (a unit is 32 weights in one 16-byte load): first enough warps
+// for the loads in flight (rows x wpr >= 4096, ~31 per SM; gate and up rows
+// count twice), then more per row while each lane keeps >= 2 units. qwen3-0.6b
+// q4_k_m 1,285 -> 1,395 tok/s against the old rule (1 from 8192 rows, 2 from
+// 2048, else 4), llama-3.2-1b 1,348 -> 1,358, llama-3.1-8b 336 -> 332 (noise).
+// Q4_0 / Q8_0 (a unit is 16 weights in 2-byte loads): about one unit per lane,
+// rows aside: smollm-135m's short rows want wpr 1 (the old rule's 4 lost ~7%
+// on its q/k/v), qwen3-0.6b's 1,024-wide rows 2.
+static int mvq_wpr(int type, int rows, int units) {
+    int wpr = 1;
+    if (type == HX_TYPE_Q4_0 || type == HX_TYPE_Q8_0) {
+        while (wpr < 4 && units >= 64 * wpr) wpr *= 2;
+        return wpr;
+    }
+    while (wpr < 4 && rows * wpr < 4096) wpr *= 2;
+    while (wpr < 4 && units >= 64 * wpr * 2) wpr *= 2;
+    return wpr;
+}
+
 template <int T> static const void *rows_kernel(int lpr) {
     return lpr == 8 ? (const void *)k_mvq_rows<T, 8> : (const void *)k_mvq_rows<T, 16>;
 }
@@ -191,6 +213,12 @@ cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const
     }
     if (glu_act >= 0) s.total_rows = Ws[0]->rows;
     int cols = Ws[0]->cols, acc = accumulate ? 1 : 0, act = glu_act < 0 ? 0 : glu_act;
+    int units = 0; // weight units per row (QD<T>::UNITS per block)
+    switch (Ws[0]->type) {
+#define X(T) case T: units = cols / QD<T>::QK * QD<T>::UNITS; break;
+        HX_MVQ_TYPES(X)
+#undef X
+    }
     dim3 block(WARP, Q_WARPS);
     // many rows of few units: several rows per warp (aim at 4 units per lane).
     // Not Q6_K: its 2-byte aligned blocks take 4-byte loads, and it measured
@@ -198,12 +226,6 @@ cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const
     // vs 1,727, Q4_0 2,149 vs 1,643, Q8_0 2,742 vs 2,787).
     static const bool no_rows = getenv("HX_CUDA_MVQ_ROWS") && atoi(getenv("HX_CUDA_MVQ_ROWS")) == 0;
     if (count == 1 && glu_act < 0 && s.total_rows >= 16384 && Ws[0]->type != HX_TYPE_Q6_K && !no_rows) {
-        int units = 0;
-        switch (Ws[0]->type) {
-#define X(T) case T: units = cols / QD<T>::QK * QD<T>::UNITS; break;
-            HX_MVQ_TYPES(X)
-#undef X
-        }
         int lpr = units <= 32 ? 8 : units <= 64 ? 16 : 32;
         if (lpr < 32) {
             const void *fn = NULL;
@@ -222,8 +244,7 @@ cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const
             return hx_k_launch_pdl(fn, dim3((rows + rpb - 1) / rpb), block, 0, st, args);
         }
     }
-    // warps per row: aim at >= ~16 warps per SM of an H100 (132 SMs)
-    int wpr = s.total_rows >= 8192 ? 1 : s.total_rows >= 2048 ? 2 : 4, rpb = Q_WARPS / wpr;
+    int wpr = mvq_wpr(Ws[0]->type, s.total_rows * (glu_act >= 0 ? 2 : 1), units), rpb = Q_WARPS / wpr;
     const char *fw = getenv("HX_CUDA_MVQ_WPR");
     if (fw && (atoi(fw) == 1 || atoi(fw) == 2 || atoi(fw) == 4)) { wpr = atoi(fw); rpb = Q_WARPS / wpr; }
     void *args[] = {(void *)&s, (void *)&cols, (void *)&xq, (void *)&xd, (void *)&acc, (void *)&act, (void *)&wpr,
