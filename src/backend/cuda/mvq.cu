@@ -30,13 +30,14 @@ bool hx_k_mvq_supported(const hx_dmat *W) {
 }
 
 // xq/xd = q8(x * rsqrt(mean(x^2) + eps) * g) (no norm when g is NULL); cols a
-// multiple of 32. A warp per block of 32, QQ_WARPS of them per thread block;
-// with the norm every thread block sums the squares of the whole row itself
-// (one round trip to L2, all loads in flight) instead of waiting on a second
-// launch. One thread block for the whole row took a loop of dependent loads
-// per warp: 6.1 us for 4,096 columns with the norm, 9.6 us for 14,336 (H100,
-// ncu, llama-3.1-8b decode), a fifth of its layer.
-enum { QQ_WARPS = 8 };
+// multiple of 32. A warp per block of 32, up to 32 of them per thread block
+// (so rows up to 1,024 take one thread block, as before); with the norm every
+// thread block sums the squares of the whole row itself (one round trip to
+// L2, all loads in flight) instead of waiting on a second launch. One thread
+// block for every row length took a loop of dependent loads per warp: 6.1 us
+// for 4,096 columns with the norm, 9.6 us for 14,336 (H100, ncu,
+// llama-3.1-8b decode), a fifth of its layer.
+enum { QQ_WARPS = 32 };
 __global__ void __launch_bounds__(QQ_WARPS * WARP) k_quant_q8(const float *__restrict__ x, const float *__restrict__ g,
                                                              float eps, int cols, int8_t *__restrict__ xq,
                                                              float *__restrict__ xd) {
