@@ -33,7 +33,7 @@ bool hx_k_mvq_supported(const hx_dmat *W) {
 // multiple of 32. A warp per block of 32, up to 32 of them per thread block
 // (so rows up to 1,024 take one thread block, as before); with the norm every
 // thread block sums the squares of the whole row itself (one round trip to
-// L2, all loads in flight) instead of waiting on a second launch. One thread
+// L2, all loads in flight: summing once would need a second launch). One thread
 // block for every row length took a loop of dependent loads per warp: 6.1 us
 // for 4,096 columns with the norm, 9.6 us for 14,336 (H100, ncu,
 // llama-3.1-8b decode), a fifth of its layer.
@@ -62,8 +62,8 @@ __global__ void __launch_bounds__(QQ_WARPS * WARP) k_quant_q8(const float *__res
     if (lane == 0) xd[gi] = d;
 }
 
-// A row per wpr warps (1, 2 or 4: more warps per row when there are few rows,
-// so that enough loads are in flight); matrices as in k_mv_multi (up to 3
+// A row per wpr warps (1, 2 or 4, see mvq_wpr: more warps per row when there
+// are few rows, so that enough loads are in flight); matrices as in k_mv_multi (up to 3
 // stacked, or GLU: 0 = gate, 1 = up). Matrices from first2 on are of type T2
 // (q4_k_m files keep V in Q6_K beside Q/K in Q4_K: one launch for the three).
 template <int T, int T2, bool GLU>
