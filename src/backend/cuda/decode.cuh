@@ -122,6 +122,17 @@ __device__ __forceinline__ void row_dot(const uint8_t *w0, const uint8_t *w1, in
     }
 }
 
+// One block of 32 activations (a value per lane of the warp) to the q8
+// matvec's format: scale d = amax / 127, q = round(v / d) (0 for an all-zero
+// block); lane 0 stores d. hx_k_quant_q8 and the decode attention's output
+// quantize with it, so wo gets the same bytes either way.
+static __device__ __forceinline__ void warp_q8(float v, int8_t *q, float *d) {
+    float amax = warp_max(fabsf(v));
+    float dd = amax / 127.0f;
+    *q = (int8_t)(dd > 0.0f ? __float2int_rn(v / dd) : 0);
+    if ((threadIdx.x & 31) == 0) *d = dd;
+}
+
 // Decode only (one token): the rope kernel folded into attention. Block = one
 // query head: it norms and rotates its q, and the current token's k of its KV
 // head (every head of a GQA group recomputes it, the group's first head stores
@@ -135,13 +146,8 @@ __device__ __forceinline__ void row_dot(const uint8_t *w0, const uint8_t *w1, in
 static __device__ __forceinline__ void head_q8(const float *vals, int hd, int h, int8_t *xq, float *xd) {
     __syncthreads();
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int g = w; g < hd / 32; g += nw) {
-        float v = vals[g * 32 + lane];
-        float amax = warp_max(fabsf(v));
-        float d = amax / 127.0f;
-        xq[(size_t)h * hd + g * 32 + lane] = (int8_t)(d > 0.0f ? __float2int_rn(v / d) : 0);
-        if (lane == 0) xd[((size_t)h * hd) / 32 + g] = d;
-    }
+    for (int g = w; g < hd / 32; g += nw)
+        warp_q8(vals[g * 32 + lane], xq + (size_t)h * hd + g * 32 + lane, xd + ((size_t)h * hd) / 32 + g);
 }
 
 // N consecutive halves of a K or V row as one load (4, 8 or 16 bytes).

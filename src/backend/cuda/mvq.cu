@@ -56,10 +56,7 @@ __global__ void __launch_bounds__(QQ_WARPS * WARP) k_quant_q8(const float *__res
     int i = gi * 32 + lane;
     float v = x[i] * scale;
     if (g) v *= g[i];
-    float amax = warp_max(fabsf(v));
-    float d = amax / 127.0f;
-    xq[i] = (int8_t)(d > 0.0f ? __float2int_rn(v / d) : 0);
-    if (lane == 0) xd[gi] = d;
+    warp_q8(v, xq + i, xd + gi);
 }
 
 // A row per wpr warps (1, 2 or 4, see mvq_wpr: more warps per row when there
@@ -223,7 +220,7 @@ cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const
     }
     dim3 block(WARP, Q_WARPS);
     // many rows of few units: several rows per warp (aim at 4 units per lane).
-    // Not Q6_K: its 2-byte aligned blocks take 4-byte loads, and it measured
+    // Not Q6_K: its 2-byte aligned blocks take two-byte loads, and it measured
     // no faster that way (H100, 151936 x 1024: 1,977 vs 2,065 GB/s; Q4_K 2,364
     // vs 1,727, Q4_0 2,149 vs 1,643, Q8_0 2,742 vs 2,787).
     static const bool no_rows = getenv("HX_CUDA_MVQ_ROWS") && atoi(getenv("HX_CUDA_MVQ_ROWS")) == 0;
