@@ -21,6 +21,12 @@
  *    f16 ulp and no other cache element touched, the 8-bit output within 1;
  *    HX_CUDA_ATT_BLOCK=1 runs the block-wide kernel where it would pick the
  *    warp-per-position one (head sizes 64/128/256);
+ * 2c. the prefill attention (hx_k_attention, n queries over a filled f16
+ *    cache) on 17 cases (head sizes 64 and 128 on the tensor-core kernel, 96 on
+ *    the per-query one; GQA 1/2/4, n 2-300, first position 0 or 37, sliding
+ *    windows with and without a ring, softcap) against float64: relative
+ *    error < 5e-3 (q and P are rounded to f16); HX_CUDA_ATT_TC=0 checks the
+ *    FP32 tiled kernel instead, HX_CUDA_NAIVE_ATTN the per-query one;
  * 3. for each -m MODEL: the whole forward on the GPU against the CPU path
  *    (exact f32 math, f16 KV cache): prefill logits relative error
  *    (max |gpu - cpu| / max |cpu|) must be < 1e-2, and greedy decode (GPU: one
@@ -305,6 +311,142 @@ static int check_attn_decode(hx_rng *r, bool json) {
            getenv("HX_CUDA_ATT_BLOCK") ? " (HX_CUDA_ATT_BLOCK: the block-wide kernel for every head size)" : "");
     int fails = 0;
     for (int i = 0; i < N_ATTN_CASES; i++) fails += check_attn_case(&ATTN_CASES[i], r, json);
+    return fails;
+}
+
+/* ---- the prefill attention (hx_k_attention, n > 1) against float64 ---- */
+
+/* One case: shape, the batch's positions, cache and score options. */
+typedef struct prefill_case {
+    int hd, nh, nkvh;  /* head size; query heads / KV heads (GQA ratio nh / nkvh) */
+    int n, pos0;       /* queries at positions pos0 .. pos0 + n - 1 */
+    int window, rows;  /* sliding window (0 = all); cache rows (0: pos0 + n + 16, no ring) */
+    float softcap;     /* > 0: scale 1 instead of 1/sqrt(hd), so that the cap changes the largest scores */
+} prefill_case;
+
+/* The tensor-core kernel (head sizes 64 and 128) takes tiles of 64 queries,
+ * 16 per warp, and 64 keys: n 2 and 17 fill part of one tile (at 17 the second
+ * warp has one live row, the last two none), 64 one tile, 100 and 300 two and
+ * five (the last one partial); at pos0 37 the key tiles start off the query
+ * tiles. The rings hold window + n - 1 rows (the fewest that keep every
+ * position the batch sees; 198..336 wrap at 278) or window + n as the forward
+ * sizes them (98..436, wrapping at 340); window 16 without a ring leaves the
+ * positions below the first query's window poisoned. Head size 96 runs the
+ * per-query kernel. */
+static const prefill_case PREFILL_CASES[] = {
+    /* hd nh nkvh   n  pos0 win rows softcap */
+    {64, 8, 8, 2, 0, 0, 0, 0},
+    {64, 8, 4, 17, 37, 0, 0, 0},
+    {64, 8, 2, 64, 0, 0, 0, 0},
+    {64, 8, 8, 100, 37, 0, 0, 0},
+    {64, 8, 4, 300, 0, 0, 0, 0},
+    {64, 8, 2, 300, 37, 0, 0, 50},
+    {64, 8, 2, 100, 237, 40, 139, 0},
+    {64, 8, 4, 100, 37, 16, 0, 0},
+    {128, 8, 8, 2, 37, 0, 0, 0},
+    {128, 8, 4, 17, 0, 0, 0, 0},
+    {128, 8, 2, 64, 37, 0, 0, 0},
+    {128, 8, 4, 100, 0, 0, 0, 0},
+    {128, 8, 8, 300, 37, 0, 0, 0},
+    {128, 8, 4, 100, 37, 0, 0, 50},
+    {128, 8, 2, 300, 137, 40, 340, 0},
+    {128, 4, 2, 64, 37, 16, 0, 0},
+    {96, 6, 3, 17, 37, 0, 0, 0},
+};
+#define N_PREFILL_CASES ((int)(sizeof PREFILL_CASES / sizeof PREFILL_CASES[0]))
+
+/* The kernel hx_k_attention picks for n > 1 (it reads the variables once per process). */
+static const char *prefill_kernel(int hd) {
+    const char *tc = getenv("HX_CUDA_ATT_TC");
+    if (getenv("HX_CUDA_NAIVE_ATTN") || (hd != 64 && hd != 128)) return "query";
+    return tc && !strcmp(tc, "0") ? "fp32" : "tc";
+}
+
+/* One case: q random in [-1, 1] (f32), the cache rows of every position the
+ * batch sees random f16 in [-1, 1], every other row f16 NaN (read, it would
+ * poison the output); the reference uses the same f32 q and f16 K/V in
+ * float64. Prints one line (and with json a record on stderr); returns 1 on
+ * failure (max |gpu - ref| / max |ref| >= 5e-3: q and P go through f16 on the
+ * tensor cores). */
+static int check_prefill_case(const prefill_case *pc, hx_rng *r, bool json) {
+    const int hd = pc->hd, nh = pc->nh, nkvh = pc->nkvh, n = pc->n, p0 = pc->pos0, group = nh / nkvh;
+    const int rows = pc->rows > 0 ? pc->rows : p0 + n + 16;
+    const int first = pc->window > 0 && p0 - pc->window + 1 > 0 ? p0 - pc->window + 1 : 0;
+    const size_t nq = (size_t)n * nh * hd, nkv = (size_t)nkvh * hd, ncache = (size_t)rows * nkv;
+    const float scale = pc->softcap > 0 ? 1.0f : 1.0f / sqrtf((float)hd);
+    const char *kernel = prefill_kernel(hd);
+    float *q = malloc(sizeof(float) * nq), *out = malloc(sizeof(float) * nq);
+    uint16_t *kc = malloc(2 * ncache), *vc = malloc(2 * ncache);
+    double *w = malloc(sizeof(double) * (size_t)(p0 + n)), *ref = malloc(sizeof(double) * nq);
+    int fail = 1;
+    if (!q || !out || !kc || !vc || !w || !ref) {
+        fprintf(stderr, "gpu-test: out of memory\n");
+        goto out;
+    }
+    for (size_t i = 0; i < nq; i++) q[i] = 2.0f * hx_rng_uniform(r) - 1.0f;
+    for (size_t i = 0; i < ncache; i++) kc[i] = vc[i] = 0x7e00; /* f16 NaN */
+    for (int t = first; t < p0 + n; t++) /* in order: a ring row keeps the last position written to it */
+        for (size_t i = 0; i < nkv; i++) {
+            kc[(size_t)(t % rows) * nkv + i] = hx_fp32_to_fp16(2.0f * hx_rng_uniform(r) - 1.0f);
+            vc[(size_t)(t % rows) * nkv + i] = hx_fp32_to_fp16(2.0f * hx_rng_uniform(r) - 1.0f);
+        }
+    hx_cuda_attn_case c = {.n_head = nh, .n_head_kv = nkvh, .head_dim = hd, .pos = p0, .rows = rows,
+                           .max_ctx = p0 + n, .window = pc->window, .scale = scale, .softcap = pc->softcap};
+    hx_error e = {0};
+    char cap[24] = "-";
+    if (pc->softcap > 0) snprintf(cap, sizeof cap, "cap %g", pc->softcap);
+    printf("attn prefill %-5s hd %3d heads %d/%d n %3d pos %3d window %2d rows %3d  %-6s ", kernel, hd, nh, nkvh, n, p0,
+           pc->window, rows, cap);
+    if (hx_cuda_attn_prefill_check(&c, n, q, kc, vc, out, &e)) {
+        printf("error FAIL\n");
+        fprintf(stderr, "gpu-test: %s\n", e.msg);
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        const int p = p0 + i, f = pc->window > 0 && p - pc->window + 1 > 0 ? p - pc->window + 1 : 0;
+        for (int h = 0; h < nh; h++) {
+            const float *qv = q + ((size_t)i * nh + h) * hd;
+            const size_t kvo = (size_t)(h / group) * hd;
+            double mx = -INFINITY, sum = 0;
+            for (int t = f; t <= p; t++) {
+                const uint16_t *kt = kc + (size_t)(t % rows) * nkv + kvo;
+                double s = 0;
+                for (int d = 0; d < hd; d++) s += (double)qv[d] * hx_fp16_to_fp32(kt[d]);
+                s *= scale;
+                if (pc->softcap > 0) s = pc->softcap * tanh(s / pc->softcap);
+                w[t - f] = s;
+                if (s > mx) mx = s;
+            }
+            for (int t = f; t <= p; t++) { w[t - f] = exp(w[t - f] - mx); sum += w[t - f]; }
+            for (int d = 0; d < hd; d++) {
+                double o = 0;
+                for (int t = f; t <= p; t++) o += w[t - f] * hx_fp16_to_fp32(vc[(size_t)(t % rows) * nkv + kvo + d]);
+                ref[((size_t)i * nh + h) * hd + d] = o / sum;
+            }
+        }
+    }
+    double maxref = 0, maxd = 0;
+    for (size_t i = 0; i < nq; i++) err_add(out[i], ref[i], &maxd, &maxref);
+    double rel = err_rel(maxd, maxref);
+    bool ok = rel < 5e-3;
+    printf("err %8.2e  %s\n", rel, ok ? "ok" : "FAIL");
+    if (json)
+        fprintf(stderr, "{\"test\":\"attn_prefill\",\"kernel\":\"%s\",\"head_dim\":%d,\"n_head\":%d,\"n_head_kv\":%d,"
+                "\"n\":%d,\"pos\":%d,\"window\":%d,\"rows\":%d,\"softcap\":%g,\"rel_err\":%.3g,\"ok\":%s}\n",
+                kernel, hd, nh, nkvh, n, p0, pc->window, rows, pc->softcap, rel, ok ? "true" : "false");
+    fail = !ok;
+out:
+    free(q); free(out); free(kc); free(vc); free(w); free(ref);
+    return fail;
+}
+
+/* Every case of PREFILL_CASES; returns the number that failed. */
+static int check_attn_prefill(hx_rng *r, bool json) {
+    printf("\nprefill attention (hx_k_attention: n queries over a filled f16 cache) vs float64: err < 5e-3%s\n",
+           getenv("HX_CUDA_NAIVE_ATTN") ? " (HX_CUDA_NAIVE_ATTN: the per-query kernel for every head size)"
+           : prefill_kernel(64)[0] == 'f' ? " (HX_CUDA_ATT_TC=0: the FP32 tiled kernel at head sizes 64 and 128)" : "");
+    int fails = 0;
+    for (int i = 0; i < N_PREFILL_CASES; i++) fails += check_prefill_case(&PREFILL_CASES[i], r, json);
     return fails;
 }
 
@@ -636,6 +778,7 @@ int cmd_gpu_test(int argc, char **argv) {
         printf(" %s\n", okq ? "ok" : "FAIL");
     }
     fails += check_attn_decode(&r, json);
+    fails += check_attn_prefill(&r, json);
     fails += check_sampler(&r);
     for (int i = 0; i < n_models; i++) fails += check_model(models[i], n_prompt, n_gen, ubatch, json);
     for (int i = 0; i < n_emodels; i++) fails += check_embed(emodels[i], json);

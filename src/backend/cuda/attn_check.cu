@@ -2,7 +2,8 @@
 // hx_cuda_attn_decode_check uploads one token's q, k, v and a KV cache, runs
 // hx_k_attn_decode once as the decoder does (same launcher, so the same kernel
 // choice: HX_CUDA_ATT_BLOCK, HX_CUDA_ATT_CHUNK) and copies back everything the
-// step wrote.
+// step wrote. hx_cuda_attn_prefill_check does the same for the prefill
+// attention (hx_k_attention, n queries over a filled cache).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,5 +112,48 @@ extern "C" hx_status hx_cuda_attn_decode_check(const hx_cuda_attn_case *c, const
         if (count[h])
             return hx_err(e, HX_ERR_DEVICE, "cuda: attn check: head %d's split counter is %u after the step, not 0", h,
                           count[h]);
+    return HX_OK;
+}
+
+// The prefill attention alone: q, the caches and pos0 uploaded, out poisoned,
+// one hx_k_attention on a stream (the shared-memory attribute of the
+// per-query kernel set first, as hx_cuda_ctx_new does), out copied back.
+extern "C" hx_status hx_cuda_attn_prefill_check(const hx_cuda_attn_case *c, int n, const float *q,
+                                                const uint16_t *kc, const uint16_t *vc, float *out, hx_error *e) {
+    if (!c || !q || !kc || !vc || !out)
+        return hx_err(e, HX_ERR_ARG, "cuda: attn prefill check: missing input or output");
+    const int nh = c->n_head, nkvh = c->n_head_kv, hd = c->head_dim, p0 = c->pos;
+    if (n < 1 || nh < 1 || nkvh < 1 || nh % nkvh || hd < 2 || hd % 2 || c->rows < 1 || p0 < 0 ||
+        (long long)p0 + n > c->max_ctx || c->window < 0)
+        return hx_err(e, HX_ERR_ARG, "cuda: attn prefill check: bad case (n %d, heads %d/%d, head_dim %d, rows %d, "
+                      "pos %d, max_ctx %d, window %d)", n, nh, nkvh, hd, c->rows, p0, c->max_ctx, c->window);
+    // the positions the batch reads, first..p0 + n - 1, must be rows of their own
+    int first = c->window > 0 && p0 - c->window + 1 > 0 ? p0 - c->window + 1 : 0;
+    if (p0 + n - first > c->rows)
+        return hx_err(e, HX_ERR_ARG, "cuda: attn prefill check: %d cache rows cannot hold the %d positions the batch "
+                      "sees", c->rows, p0 + n - first);
+    int dev = 0;
+    cudaDeviceProp prop;
+    CK(cudaGetDevice(&dev));
+    CK(cudaGetDeviceProperties(&prop, dev));
+    hx_k_set_pdl(prop.major >= 9 && !getenv("HX_CUDA_NO_PDL")); // as the forward launches it
+    size_t smem = 0;
+    CK(hx_k_attention_prepare(hd, c->max_ctx, &smem));
+
+    const size_t nq = (size_t)n * nh * hd, ncache = (size_t)c->rows * nkvh * hd;
+    check_res R;
+    CK(cudaStreamCreate(&R.st));
+    float *dq, *dout;
+    uint16_t *dkc, *dvc;
+    int *dpos;
+    CK(R.upload(&dq, q, nq));
+    CK(R.upload(&dkc, kc, ncache));
+    CK(R.upload(&dvc, vc, ncache));
+    CK(R.upload(&dpos, &p0, 1));
+    CK(R.alloc(&dout, nq, 0xff)); // NaN
+    CK(hx_k_attention(R.st, dq, (const __half *)dkc, (const __half *)dvc, c->rows, dout, dpos, n, nh, nkvh, hd,
+                      c->scale, c->softcap, c->window, c->max_ctx));
+    CK(cudaStreamSynchronize(R.st));
+    CK(cudaMemcpy(out, dout, sizeof(float) * nq, cudaMemcpyDeviceToHost));
     return HX_OK;
 }

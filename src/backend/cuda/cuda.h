@@ -138,6 +138,16 @@ typedef struct hx_cuda_attn_case {
 hx_status hx_cuda_attn_decode_check(const hx_cuda_attn_case *c, const float *q, const float *k, const float *v,
                                     uint16_t *kc, uint16_t *vc, float *out, int8_t *xq, float *xd, int *splits,
                                     hx_error *e);
+/* The prefill attention (hx_k_attention, as the forward calls it after
+ * hx_k_rope_store) alone on host data (gpu-test): n queries q (n, n_head *
+ * head_dim) at positions c->pos .. c->pos + n - 1 over the caches kc, vc (f16
+ * bits, (rows, n_head_kv, head_dim), already holding every position the
+ * queries see); out (n, n_head * head_dim) gets the attention output, poisoned
+ * (NaN) first. Of *c only the shape, pos, rows, max_ctx (>= pos + n: the
+ * per-query kernel's shared memory), window, scale and softcap are used.
+ * Same kernel choice as the forward (HX_CUDA_ATT_TC, HX_CUDA_NAIVE_ATTN). */
+hx_status hx_cuda_attn_prefill_check(const hx_cuda_attn_case *c, int n, const float *q, const uint16_t *kc,
+                                     const uint16_t *vc, float *out, hx_error *e);
 
 #ifdef __cplusplus
 }

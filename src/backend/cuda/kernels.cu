@@ -1,6 +1,8 @@
 // kernels.cu — the decoder's GPU kernels (see kernels.cuh for layouts).
 #include <math.h>
+#include <mma.h>
 #include <stdlib.h>
+#include <string.h>
 #include <utility>
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/qblocks.cuh"
@@ -738,11 +740,235 @@ static cudaError_t launch_attn_prefill(cudaStream_t st, const float *q, const __
     return cudaGetLastError();
 }
 
+// Prefill attention on tensor cores (nvcuda::wmma, f16 inputs, f32
+// accumulate): a block of TC_WARPS = 4 warps per (head, tile of TC_QT = 64
+// queries), each warp owning 16 query rows. Same loop over key tiles (and the
+// same bounds, ring rows and masks) as k_attn_prefill, with both products on
+// tensor cores:
+//   S (16 x TC_KT) = Q_w K^T: Q rows in f16 fragments (loaded once), the K
+//     tile as stored ([key][dim], which read col_major is K^T);
+//   softmax in plain code on S in the warp's f32 scratch: scale, softcap,
+//     causal/window mask, running max m and sum l per row (two lanes per row);
+//     P = exp(s - m) rounded to f16 (l sums the rounded values, so the output
+//     is a convex combination of V rows whatever the rounding);
+//   O (16 x HD) += P V: O stays in f32 accumulator fragments across tiles.
+//     When a row's max moves, O goes through the scratch to be rescaled by
+//     exp(m_old - m_new): the fragments' element-to-row mapping is
+//     unspecified, so they are only ever read and written with
+//     load/store_matrix_sync.
+// Numerics against k_attn_prefill: q and P are rounded to f16 (relative error
+// up to 2^-11 ~ 5e-4 per element; K and V are f16 in the cache anyway), every
+// sum (scores, l, O) is f32. Shared memory (padded rows: +8 halves, +4 floats,
+// keep the wmma rules: ldm a multiple of 8 halves / 4 floats, fragment
+// pointers 32-byte aligned, and spread the rows over the banks):
+//   K and V tiles: 2 * TC_KT * (HD + 8) halves;
+//   per warp a scratch of 16 * max(TC_KT + 4, HD + 4) floats (staging of
+//     its Q rows as f16, then each tile S in f32, O while it is rescaled, P
+//     in f16) and 16 floats (the rows' corrections, then 1 / l);
+//   HD 64: 36,096 bytes per block; HD 128: 68,864 (3 blocks per H100 SM).
+// Registers (ptxas, CUDA 13.0, sm_80/89/90): __launch_bounds__ asks for 4
+// blocks per SM at HD 64 (128 registers) and 3 at HD 128 (168; unbounded it
+// took 191, 2 blocks); both spill 8-28 bytes: values reloaded once per tile.
+// Not timed yet: HX_CUDA_ATT_TC=0 gives the FP32 kernel for A/B.
+enum { TC_QT = 64, TC_KT = 64, TC_WARPS = TC_QT / 16 };
+template <int HD> struct tc_shape {
+    static constexpr int LDK = HD + 8;          // halves per row of the K / V tile
+    static constexpr int LDQ = HD + 8;          // halves per row of the Q staging
+    static constexpr int LDS = TC_KT + 4;       // floats per row of S
+    static constexpr int LDO = HD + 4;          // floats per row of O
+    static constexpr int LDP = TC_KT + 8;       // halves per row of P
+    static constexpr int SCR = 16 * (LDS > LDO ? LDS : LDO); // floats of one warp's scratch
+    static constexpr size_t BYTES = sizeof(__half) * 2 * TC_KT * LDK + sizeof(float) * TC_WARPS * (SCR + 16);
+    static_assert(HD % 16 == 0 && TC_KT % 32 == 0, "wmma tiles");
+    static_assert(LDK % 8 == 0 && LDQ % 8 == 0 && LDP % 8 == 0 && LDS % 4 == 0 && LDO % 4 == 0, "wmma ldm");
+    static_assert((2 * TC_KT * LDK * sizeof(__half)) % 32 == 0 && (SCR * sizeof(float)) % 32 == 0, "32-byte alignment");
+    static_assert(16 * LDQ <= 2 * SCR && 16 * LDP <= 2 * SCR, "Q and P fit the scratch");
+};
+
+template <int HD>
+__global__ void __launch_bounds__(TC_WARPS * WARP, HD == 128 ? 3 : 4)
+k_attn_prefill_tc(const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc, int rows,
+                  float *__restrict__ out, const int *d_pos, int n, int nh, int nkvh, float scale, float softcap,
+                  int window) {
+    pdl_trigger();
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700 // f16 wmma (sm_70 on; the build's architectures are newer)
+    using namespace nvcuda;
+    typedef tc_shape<HD> TS;
+    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
+    pdl_wait();
+    extern __shared__ __align__(128) unsigned char tc_sm[];
+    __half *Ks = (__half *)tc_sm, *Vs = Ks + TC_KT * TS::LDK;
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    float *scr = (float *)(Vs + TC_KT * TS::LDK) + warp * TS::SCR;              // this warp's scratch (f32 view)
+    __half *hscr = (__half *)scr;                                                // (f16 view: Q staging, P)
+    float *rs = (float *)(Vs + TC_KT * TS::LDK) + TC_WARPS * TS::SCR + warp * 16; // per row: corr, then 1 / l
+    int h = blockIdx.x, kvh = h / (nh / nkvh);
+    // the last query tiles (the most keys) first, so that the short ones fill the tail of the grid
+    int pos0 = *d_pos, i0 = (gridDim.y - 1 - blockIdx.y) * TC_QT, nq = n - i0 < TC_QT ? n - i0 : TC_QT;
+    int w0 = warp * 16;  // the warp's first row in the tile
+    bool wlive = w0 < nq; // whether it has any query (warp-uniform)
+    size_t kvrow = (size_t)nkvh * HD, qrow = (size_t)nh * HD;
+    // softmax: lanes 2r and 2r + 1 hold row r (the same m and l), even / odd key columns
+    int r = lane >> 1, par = lane & 1;
+    int qpos = pos0 + i0 + w0 + r;
+    bool live = w0 + r < nq;
+    int qfirst = window > 0 && qpos - window + 1 > 0 ? qpos - window + 1 : 0;
+    int P0 = pos0 + i0, P1 = pos0 + i0 + nq; // positions of the tile's queries: [P0, P1)
+    int kstart = window > 0 && P0 - window + 1 > 0 ? P0 - window + 1 : 0;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> qa[HD / 16];
+    acc_frag of[HD / 16];
+    if (wlive) {
+        // the warp's Q rows (zero past n) -> f16 in its scratch -> fragments (q: float4 rows, 16-byte aligned)
+        for (int e = lane; e < 16 * HD / 4; e += WARP) {
+            int rr = e / (HD / 4), d = 4 * (e % (HD / 4));
+            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (w0 + rr < nq) x = *(const float4 *)(q + (size_t)(i0 + w0 + rr) * qrow + (size_t)h * HD + d);
+            __half2 *dst = (__half2 *)(hscr + rr * TS::LDQ + d);
+            dst[0] = __floats2half2_rn(x.x, x.y);
+            dst[1] = __floats2half2_rn(x.z, x.w);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) wmma::load_matrix_sync(qa[kk], hscr + 16 * kk, TS::LDQ);
+#pragma unroll
+        for (int j = 0; j < HD / 16; j++) wmma::fill_fragment(of[j], 0.0f);
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int k0 = kstart; k0 < P1; k0 += TC_KT) {
+        __syncthreads(); // the previous tile is consumed (and the Q staging read, the first time)
+        // K and V tiles, 8 halves (16 bytes) per load (cache rows of nkvh * HD halves, cudaMalloc-aligned);
+        // positions past P1 are zero
+        int kr0 = k0 % rows; // row of position k0 + c: kr0 + c, less rows past the ring's end
+        for (int e = threadIdx.x; e < TC_KT * HD / 8; e += TC_WARPS * WARP) {
+            int c = e / (HD / 8), d = 8 * (e % (HD / 8)), kp = k0 + c;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+            if (kp < P1) {
+                int kr = kr0 + c < rows ? kr0 + c : kr0 + c - rows;
+                size_t off = (size_t)kr * kvrow + (size_t)kvh * HD + d;
+                kv = *(const uint4 *)(kc + off);
+                vv = *(const uint4 *)(vc + off);
+            }
+            *(uint4 *)(Ks + c * TS::LDK + d) = kv;
+            *(uint4 *)(Vs + c * TS::LDK + d) = vv;
+        }
+        __syncthreads();
+        if (!wlive) continue;
+        // S = Q_w K^T (16 x TC_KT) into the scratch
+#pragma unroll
+        for (int j = 0; j < TC_KT / 16; j++) {
+            acc_frag sf;
+            wmma::fill_fragment(sf, 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> kb;
+                wmma::load_matrix_sync(kb, Ks + 16 * j * TS::LDK + 16 * kk, TS::LDK);
+                wmma::mma_sync(sf, qa[kk], kb, sf);
+            }
+            wmma::store_matrix_sync(scr + 16 * j, sf, TS::LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+        // online softmax of row r: this lane's columns c = 2 * jj + par, jj = j rotated by r / 8 (so that the
+        // 32 lanes read 32 different banks)
+        float sv[TC_KT / 2], tmax = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < TC_KT / 2; j++) {
+            int c = 2 * ((j + (r >> 3)) % (TC_KT / 2)) + par, kp = k0 + c;
+            float v = scr[r * TS::LDS + c] * scale;
+            if (softcap > 0.0f) v = softcap * tanhf(v / softcap);
+            sv[j] = live && kp <= qpos && kp >= qfirst ? v : -INFINITY;
+            tmax = fmaxf(tmax, sv[j]);
+        }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        float mnew = fmaxf(m, tmax);
+        float corr = mnew == -INFINITY ? 1.0f : __expf(m - mnew);
+        if (par == 0) rs[r] = corr;
+        // a row whose max was -inf has O = 0: nothing to rescale
+        bool rescale = __any_sync(0xffffffffu, m != -INFINITY && corr != 1.0f);
+        __syncwarp(); // S is read (the scratch is free) and rs written
+        if (rescale) {
+#pragma unroll
+            for (int j = 0; j < HD / 16; j++) wmma::store_matrix_sync(scr + 16 * j, of[j], TS::LDO, wmma::mem_row_major);
+            __syncwarp();
+            for (int e = lane; e < 16 * HD; e += WARP) scr[(e / HD) * TS::LDO + e % HD] *= rs[e / HD];
+            __syncwarp();
+#pragma unroll
+            for (int j = 0; j < HD / 16; j++) wmma::load_matrix_sync(of[j], scr + 16 * j, TS::LDO, wmma::mem_row_major);
+            __syncwarp(); // O is back in the fragments before P overwrites the scratch
+        }
+        float psum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < TC_KT / 2; j++) {
+            int c = 2 * ((j + (r >> 3)) % (TC_KT / 2)) + par;
+            __half ph = __float2half_rn(sv[j] == -INFINITY ? 0.0f : __expf(sv[j] - mnew));
+            psum += __half2float(ph);
+            hscr[r * TS::LDP + c] = ph;
+        }
+        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+        l = l * corr + psum;
+        m = mnew;
+        __syncwarp(); // P written
+        // O += P V: P (16 x TC_KT) row_major, the V tile ([key][dim]) row_major
+#pragma unroll
+        for (int kk = 0; kk < TC_KT / 16; kk++) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> pa;
+            wmma::load_matrix_sync(pa, hscr + 16 * kk, TS::LDP);
+#pragma unroll
+            for (int j = 0; j < HD / 16; j++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> vb;
+                wmma::load_matrix_sync(vb, Vs + 16 * kk * TS::LDK + 16 * j, TS::LDK);
+                wmma::mma_sync(of[j], pa, vb, of[j]);
+            }
+        }
+    }
+    if (!wlive) return;
+    __syncwarp(); // P is read before O overwrites the scratch
+    if (par == 0) rs[r] = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int j = 0; j < HD / 16; j++) wmma::store_matrix_sync(scr + 16 * j, of[j], TS::LDO, wmma::mem_row_major);
+    __syncwarp();
+    for (int e = lane; e < 16 * HD / 4; e += WARP) {
+        int rr = e / (HD / 4), d = 4 * (e % (HD / 4));
+        if (w0 + rr >= nq) break; // rows past n (rr grows with e)
+        float4 o = *(const float4 *)(scr + rr * TS::LDO + d);
+        float inv = rs[rr];
+        o.x *= inv; o.y *= inv; o.z *= inv; o.w *= inv;
+        *(float4 *)(out + (size_t)(i0 + w0 + rr) * qrow + (size_t)h * HD + d) = o;
+    }
+#else
+    __trap(); // not reached: no architecture of the build is older than sm_70
+#endif
+}
+
+template <int HD>
+static cudaError_t launch_attn_prefill_tc(cudaStream_t st, const float *q, const __half *kc, const __half *vc, int rows,
+                                          float *out, const int *d_pos, int n, int nh, int nkvh, float scale,
+                                          float softcap, int window) {
+    const size_t smem = tc_shape<HD>::BYTES;
+    static bool opted_in = false; // above 48 KiB: the kernel's attribute, set once (helix drives one device)
+    if (smem > 48 * 1024 && !opted_in) {
+        cudaError_t rc = cudaFuncSetAttribute(k_attn_prefill_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)smem);
+        if (rc != cudaSuccess) return rc;
+        opted_in = true;
+    }
+    dim3 grid(nh, (n + TC_QT - 1) / TC_QT);
+    LAUNCH(k_attn_prefill_tc<HD>, grid, TC_WARPS * WARP, smem, st, q, kc, vc, rows, out, d_pos, n, nh, nkvh, scale,
+           softcap, window);
+    return cudaGetLastError();
+}
+
 cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, const __half *vc, int rows, float *out,
                            const int *d_pos, int n, int nh, int nkvh, int hd, float scale, float softcap, int window,
                            int max_ctx) {
     static int naive = -1; // HX_CUDA_NAIVE_ATTN: the one-block-per-query kernel (reference, timing)
     if (naive < 0) naive = getenv("HX_CUDA_NAIVE_ATTN") != NULL;
+    static int tc = -1; // HX_CUDA_ATT_TC=0: the FP32 tiled kernels instead of the tensor-core ones
+    if (tc < 0) { const char *v = getenv("HX_CUDA_ATT_TC"); tc = !(v && !strcmp(v, "0")); }
+    if (!naive && n > 1 && tc) {
+        // tensor cores (k_attn_prefill_tc): q and P rounded to f16 (relative ~5e-4), sums in f32
+        if (hd == 64) return launch_attn_prefill_tc<64>(st, q, kc, vc, rows, out, d_pos, n, nh, nkvh, scale, softcap, window);
+        if (hd == 128) return launch_attn_prefill_tc<128>(st, q, kc, vc, rows, out, d_pos, n, nh, nkvh, scale, softcap, window);
+    }
     if (!naive && n > 1) {
         // tile shapes timed on an H100 (pp512): hd 64: 32x32 (llama-3.2-1b 28.6k -> 41.8k tok/s);
         // hd 128: 8x32 (qwen3-0.6b 33.7k -> 41.8k; 32x16 was slower than the per-query kernel);

@@ -90,6 +90,9 @@ cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v,
                             const int *d_pos, int n, int nh, int nkvh, int hd, float base, float rope_scale,
                             bool neox, const float *q_norm, const float *k_norm, float eps);
 // out (n, nh, hd) = softmax(scale q k^T, causal [+window]) v over the cache.
+// n > 1 at head sizes 64 and 128: tiled flash attention on tensor cores (q and
+// P in f16, f32 sums; HX_CUDA_ATT_TC=0: the FP32 tiled kernel); other head
+// sizes, n = 1 and HX_CUDA_NAIVE_ATTN: one block per query.
 cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, const __half *vc, int rows, float *out,
                            const int *d_pos, int n, int nh, int nkvh, int hd, float scale, float softcap, int window,
                            int max_ctx);
