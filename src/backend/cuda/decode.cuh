@@ -19,9 +19,17 @@
 #define MVQ_UNROLL MVQ_UNROLL_N(HX_MVQ_UNROLL)
 
 __device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
-// 16 bytes from a 2-byte aligned address
+// 16 bytes from a 2-byte aligned address (Q8_0's 34-byte and Q6_K's 210-byte
+// blocks): the 4-byte words that hold them, shifted by 16 bits when p is not
+// 4-byte aligned. 4 or 5 loads instead of 8 two-byte ones; the fifth word is
+// read only when part of the 16 bytes lies in it (never past them otherwise).
 __device__ __forceinline__ int4 ld16_a2(const uint8_t *p) {
-    return make_int4((int)hx_ld32_a2(p), (int)hx_ld32_a2(p + 4), (int)hx_ld32_a2(p + 8), (int)hx_ld32_a2(p + 12));
+    const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    uint32_t w0 = a[0], w1 = a[1], w2 = a[2], w3 = a[3];
+    if (!((uintptr_t)p & 2)) return make_int4((int)w0, (int)w1, (int)w2, (int)w3);
+    uint32_t w4 = a[4];
+    return make_int4((int)__funnelshift_r(w0, w1, 16), (int)__funnelshift_r(w1, w2, 16), (int)__funnelshift_r(w2, w3, 16),
+                     (int)__funnelshift_r(w3, w4, 16));
 }
 __device__ __forceinline__ int dot16(int4 w, int4 x, int acc) {
     return dp4a(w.w, x.w, dp4a(w.z, x.z, dp4a(w.y, x.y, dp4a(w.x, x.x, acc))));
