@@ -769,7 +769,8 @@ static cudaError_t launch_attn_prefill(cudaStream_t st, const float *q, const __
 // Registers (ptxas, CUDA 13.0, sm_80/89/90): __launch_bounds__ asks for 4
 // blocks per SM at HD 64 (128 registers) and 3 at HD 128 (168; unbounded it
 // took 191, 2 blocks); both spill 8-28 bytes: values reloaded once per tile.
-// Not timed yet: HX_CUDA_ATT_TC=0 gives the FP32 kernel for A/B.
+// H100, pp512 against the FP32 kernel (HX_CUDA_ATT_TC=0 gives it, for A/B):
+// qwen3-0.6b 47.3k -> 71.3k tok/s, llama-3.2-1b 56.9k -> 70.5k, llama-3.1-8b 11.2k -> 13.7k.
 enum { TC_QT = 64, TC_KT = 64, TC_WARPS = TC_QT / 16 };
 template <int HD> struct tc_shape {
     static constexpr int LDK = HD + 8;          // halves per row of the K / V tile

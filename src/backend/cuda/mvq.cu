@@ -12,7 +12,9 @@
 // takes units k, k+32, ... of its row, so neighbouring lanes read neighbouring
 // bytes. Numerics: the result differs from the float kernels by the 8-bit
 // rounding of the activations (relative ~1e-3), as on the CPU.
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/qblocks.cuh"
 #include "backend/cuda/warp.cuh"
@@ -194,6 +196,20 @@ static int mvq_wpr(int type, int rows, int units) {
     return wpr;
 }
 
+// HX_CUDA_MVQ_WPR, a timing knob: "N" (1, 2 or 4) for every q8 matvec, or
+// "ROWSxCOLS=N,..." for the launches of that shape (rows: all stacked matrices,
+// the gate's alone for gate/up), to sweep one call site at a time. 0: mvq_wpr.
+static int wpr_override(int rows, int cols) {
+    const char *v = getenv("HX_CUDA_MVQ_WPR");
+    if (!v || !*v) return 0;
+    if (!strchr(v, '=')) { int n = atoi(v); return n == 1 || n == 2 || n == 4 ? n : 0; }
+    for (const char *p = v; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        int r = 0, c = 0, n = 0;
+        if (sscanf(p, "%dx%d=%d", &r, &c, &n) == 3 && r == rows && c == cols && (n == 1 || n == 2 || n == 4)) return n;
+    }
+    return 0;
+}
+
 template <int T> static const void *rows_kernel(int lpr) {
     return lpr == 8 ? (const void *)k_mvq_rows<T, 8> : (const void *)k_mvq_rows<T, 16>;
 }
@@ -243,9 +259,10 @@ cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const
             return hx_k_launch_pdl(fn, dim3((rows + rpb - 1) / rpb), block, 0, st, args);
         }
     }
-    int wpr = mvq_wpr(Ws[0]->type, s.total_rows * (glu_act >= 0 ? 2 : 1), units), rpb = Q_WARPS / wpr;
-    const char *fw = getenv("HX_CUDA_MVQ_WPR");
-    if (fw && (atoi(fw) == 1 || atoi(fw) == 2 || atoi(fw) == 4)) { wpr = atoi(fw); rpb = Q_WARPS / wpr; }
+    int wpr = mvq_wpr(Ws[0]->type, s.total_rows * (glu_act >= 0 ? 2 : 1), units);
+    int fw = wpr_override(s.total_rows, cols);
+    if (fw) wpr = fw;
+    int rpb = Q_WARPS / wpr;
     void *args[] = {(void *)&s, (void *)&cols, (void *)&xq, (void *)&xd, (void *)&acc, (void *)&act, (void *)&wpr,
                     (void *)&first2};
     dim3 grid((s.total_rows + rpb - 1) / rpb);
