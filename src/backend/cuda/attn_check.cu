@@ -58,11 +58,7 @@ extern "C" hx_status hx_cuda_attn_decode_check(const hx_cuda_attn_case *c, const
                       visible);
     if (xq && hd % 32)
         return hx_err(e, HX_ERR_ARG, "cuda: attn check: xq needs head_dim a multiple of 32 (%d)", hd);
-    int dev = 0;
-    cudaDeviceProp prop;
-    CK(cudaGetDevice(&dev));
-    CK(cudaGetDeviceProperties(&prop, dev));
-    hx_k_set_pdl(prop.major >= 9 && !getenv("HX_CUDA_NO_PDL")); // as the decoder launches it
+    CK(hx_k_pdl_init()); // as the decoder launches it
 
     const size_t nq = (size_t)nh * hd, nkv = (size_t)nkvh * hd, ncache = (size_t)c->rows * nkv;
     const int nsplit = hx_k_attn_decode_splits(c->max_ctx), half = hd / 2;
@@ -128,15 +124,11 @@ extern "C" hx_status hx_cuda_attn_prefill_check(const hx_cuda_attn_case *c, int 
         return hx_err(e, HX_ERR_ARG, "cuda: attn prefill check: bad case (n %d, heads %d/%d, head_dim %d, rows %d, "
                       "pos %d, max_ctx %d, window %d)", n, nh, nkvh, hd, c->rows, p0, c->max_ctx, c->window);
     // the positions the batch reads, first..p0 + n - 1, must be rows of their own
-    int first = c->window > 0 && p0 - c->window + 1 > 0 ? p0 - c->window + 1 : 0;
+    int first = hx_att_first(p0, c->window);
     if (p0 + n - first > c->rows)
         return hx_err(e, HX_ERR_ARG, "cuda: attn prefill check: %d cache rows cannot hold the %d positions the batch "
                       "sees", c->rows, p0 + n - first);
-    int dev = 0;
-    cudaDeviceProp prop;
-    CK(cudaGetDevice(&dev));
-    CK(cudaGetDeviceProperties(&prop, dev));
-    hx_k_set_pdl(prop.major >= 9 && !getenv("HX_CUDA_NO_PDL")); // as the forward launches it
+    CK(hx_k_pdl_init()); // as the forward launches it
     size_t smem = 0;
     CK(hx_k_attention_prepare(hd, c->max_ctx, &smem));
 

@@ -208,6 +208,16 @@ static __device__ __forceinline__ int v_accum(const __half *vc, size_t kvrow, in
     return ng;
 }
 
+// The positions [t0, t1) of chunk `split` of those a query at p sees (chunks of
+// A.chunk from the window's first position); nact: the chunks that hold any.
+// A work item with split >= nact has nothing to do.
+struct att_span { int t0, t1, nact; };
+static __device__ __forceinline__ att_span att_span_of(const hx_attn_args &A, int p, int split) {
+    int first = hx_att_first(p, A.window), nact = (p - first + 1 + A.chunk - 1) / A.chunk;
+    int t0 = first + split * A.chunk, t1 = t0 + A.chunk < p + 1 ? t0 + A.chunk : p + 1;
+    return {t0, t1, nact};
+}
+
 // The end of a (head h, split) work item of the decode attention: qs[d] (shared
 // memory, written by thread d % blockDim.x) holds the item's unnormalized
 // output, mx its largest score and sum its exp-sum. With one item per head the
@@ -261,16 +271,15 @@ static __device__ void attn_item_end(const hx_attn_args &A, int h, int split, in
 static __device__ void attn_decode_item(const hx_attn_args &A, int h, int split, int nsplit, int p, float *sm) {
     const float *q = A.q, *k = A.k, *v = A.v;
     __half *kc = A.kc, *vc = A.vc;
-    int rows = A.rows, nh = A.nh, nkvh = A.nkvh, hd = A.hd, window = A.window, neox = A.neox, chunk = A.chunk;
+    int rows = A.rows, nh = A.nh, nkvh = A.nkvh, hd = A.hd, neox = A.neox, chunk = A.chunk;
     float scale = A.scale, softcap = A.softcap, rope_scale = A.rope_scale, base = A.base, eps = A.eps;
     const float *q_norm = A.q_norm, *k_norm = A.k_norm;
     const float2 *rope_tab = A.rope_tab;
     float *qs = sm, *kcur = sm + hd, *red = kcur + hd, *sc = red + 32;
     int group = nh / nkvh, kvh = h / group;
-    int first = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-    int len = p - first + 1, nact = (len + chunk - 1) / chunk;
+    att_span sp = att_span_of(A, p, split);
+    int nact = sp.nact, t0 = sp.t0, t1 = sp.t1;
     if (split >= nact) return;
-    int t0 = first + split * chunk, t1 = t0 + chunk < p + 1 ? t0 + chunk : p + 1;
     bool last = t1 == p + 1; // this block holds the current position: it ropes (and stores) k
     int half = hd / 2;
     size_t kvrow = (size_t)nkvh * hd;
@@ -422,10 +431,9 @@ static __device__ void attn_decode_warp_item(const hx_attn_args &A, int h, int s
     const int hd = 32 * E, half = hd / 2;
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int group = A.nh / A.nkvh, kvh = h / group, rows = A.rows;
-    int first = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
-    int len = p - first + 1, nact = (len + A.chunk - 1) / A.chunk;
+    att_span sp = att_span_of(A, p, split);
+    int nact = sp.nact, t0 = sp.t0, t1 = sp.t1;
     if (split >= nact) return;
-    int t0 = first + split * A.chunk, t1 = t0 + A.chunk < p + 1 ? t0 + A.chunk : p + 1;
     bool last = t1 == p + 1;
     int nc = last ? t1 - t0 - 1 : t1 - t0; // cached positions of the chunk (the current one comes from k, v)
     size_t kvrow = (size_t)A.nkvh * hd;

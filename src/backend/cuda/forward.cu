@@ -345,11 +345,11 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     c->prof = getenv("HX_CUDA_PROFILE") != NULL;
     c->skip = getenv("HX_CUDA_SKIP");
     c->mvq = getenv("HX_CUDA_MVQ") ? atoi(getenv("HX_CUDA_MVQ")) : 2;
-    hx_k_set_pdl(dev.cc_major >= 9 && !getenv("HX_CUDA_NO_PDL"));
     double t0 = hx_now_s();
 #define FAIL(x) do { hx_status s_ = (x); if (s_) { hx_cuda_ctx_free(c); return s_; } } while (0)
 #define FAILC(call) do { cudaError_t rc_ = (call); \
     if (rc_ != cudaSuccess) { hx_cuda_ctx_free(c); return cfail(e, rc_, __FILE__, __LINE__, #call); } } while (0)
+    FAILC(hx_k_pdl_init());
     FAILC(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
     if (cublasCreate(&c->gs.blas) != CUBLAS_STATUS_SUCCESS) {
         hx_cuda_ctx_free(c);
@@ -903,11 +903,7 @@ extern "C" hx_status hx_cuda_linear_check(int type, int rows, int cols, const vo
     hx_dmat W = {NULL, type, cols, rows, rb};
     if (q8 && (n != 1 || !hx_k_mvq_supported(&W)))
         return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: no 8-bit-activation matvec for %s x %d (n %d)", hx_type_name(type), cols, n);
-    int dev = 0;
-    cudaDeviceProp prop;
-    CK(cudaGetDevice(&dev));
-    CK(cudaGetDeviceProperties(&prop, dev));
-    hx_k_set_pdl(prop.major >= 9 && !getenv("HX_CUDA_NO_PDL"));
+    CK(hx_k_pdl_init());
     uint8_t *dw = NULL;
     int8_t *xq = NULL;
     float *xd = NULL;

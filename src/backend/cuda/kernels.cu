@@ -10,7 +10,14 @@
 #include "backend/cuda/decode.cuh"
 
 static bool g_pdl = false;
-void hx_k_set_pdl(bool on) { g_pdl = on; }
+cudaError_t hx_k_pdl_init(void) {
+    int dev = 0, major = 0;
+    cudaError_t rc = cudaGetDevice(&dev);
+    if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (rc != cudaSuccess) return rc;
+    g_pdl = major >= 9 && !getenv("HX_CUDA_NO_PDL");
+    return cudaSuccess;
+}
 
 // The launch configuration: PDL attribute (in *at) when enabled.
 static cudaLaunchConfig_t pdl_config(dim3 grid, dim3 block, size_t smem, cudaStream_t st, cudaLaunchAttribute *at) {
@@ -530,7 +537,7 @@ k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, c
     float *qs = sm, *red = sm + hd, *sc = red + 32;
     int h = blockIdx.x, i = blockIdx.y, kvh = h / (nh / nkvh);
     int p = *d_pos + i;
-    int first = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    int first = hx_att_first(p, window);
     int len = p - first + 1;
     size_t kvrow = (size_t)nkvh * hd;
     const float *qv = q + ((size_t)i * nh + h) * hd;
@@ -654,9 +661,9 @@ k_attn_prefill(const float *__restrict__ q, const __half *__restrict__ kc, const
     }
     int qpos = pos0 + i0 + r; // this row's position
     bool live = r < nq;
-    int qfirst = window > 0 && qpos - window + 1 > 0 ? qpos - window + 1 : 0;
+    int qfirst = hx_att_first(qpos, window);
     int P0 = pos0 + i0, P1 = pos0 + i0 + nq; // positions of the tile's queries: [P0, P1)
-    int kstart = window > 0 && P0 - window + 1 > 0 ? P0 - window + 1 : 0;
+    int kstart = hx_att_first(P0, window);
     float m = -INFINITY, l = 0.0f, o[DPT];
 #pragma unroll
     for (int j = 0; j < DPT; j++) o[j] = 0.0f;
@@ -813,9 +820,9 @@ k_attn_prefill_tc(const float *__restrict__ q, const __half *__restrict__ kc, co
     int r = lane >> 1, par = lane & 1;
     int qpos = pos0 + i0 + w0 + r;
     bool live = w0 + r < nq;
-    int qfirst = window > 0 && qpos - window + 1 > 0 ? qpos - window + 1 : 0;
+    int qfirst = hx_att_first(qpos, window);
     int P0 = pos0 + i0, P1 = pos0 + i0 + nq; // positions of the tile's queries: [P0, P1)
-    int kstart = window > 0 && P0 - window + 1 > 0 ? P0 - window + 1 : 0;
+    int kstart = hx_att_first(P0, window);
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> qa[HD / 16];
     acc_frag of[HD / 16];
     if (wlive) {

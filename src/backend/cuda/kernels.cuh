@@ -38,6 +38,12 @@ static __host__ __device__ inline float2 hx_rope_cs(int p, int j, int hd, float 
     return make_float2((float)cos(theta), (float)sin(theta));
 }
 
+// The first position a query at p sees: p - window + 1 with a sliding window
+// (window > 0), else 0.
+static __host__ __device__ inline int hx_att_first(int p, int window) {
+    return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+}
+
 // y (n, rows) = x (n, cols) W^T (+ bias) ; accumulate: y += ... instead of y =.
 // n == 1: fused dequant-matvec, warp per row; 1 < n < HX_CUBLAS_MIN_N: the same
 // kernel over tiles of 8 tokens (each weight decoded once per tile); larger n:
@@ -45,8 +51,10 @@ static __host__ __device__ inline float2 hx_rope_cs(int p, int j, int hd, float 
 cudaError_t hx_k_linear(cudaStream_t st, hx_gemm_scratch *gs, const hx_dmat *W, const float *x, int n, float *y,
                         const float *bias, bool accumulate);
 bool hx_k_type_supported(int type);
-// Launch kernels with programmatic dependent launch (Hopper and later).
-void hx_k_set_pdl(bool on);
+// Launch kernels with programmatic dependent launch from now on when the
+// current device has it (Hopper and later) and HX_CUDA_NO_PDL is unset: the
+// decoder's setting, which the kernel checks of gpu-test use too.
+cudaError_t hx_k_pdl_init(void);
 
 // Decode (n = 1) with fewer launches: `count` (<= 3) matrices of one type and
 // row length read the same x, optionally RMS-normed on the fly with norm_w

@@ -200,7 +200,7 @@ static int mvq_wpr(int type, int rows, int units) {
 // "ROWSxCOLS=N,..." for the launches of that shape (rows: all stacked matrices,
 // the gate's alone for gate/up), to sweep one call site at a time. 0: mvq_wpr.
 static int wpr_override(int rows, int cols) {
-    const char *v = getenv("HX_CUDA_MVQ_WPR");
+    static const char *v = getenv("HX_CUDA_MVQ_WPR"); // read once per process, as the other knobs
     if (!v || !*v) return 0;
     if (!strchr(v, '=')) { int n = atoi(v); return n == 1 || n == 2 || n == 4 ? n : 0; }
     for (const char *p = v; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
