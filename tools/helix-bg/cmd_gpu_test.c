@@ -173,9 +173,37 @@ static void ref_norm_rope(const float *x, const float *w, double eps, int hd, in
     }
 }
 
-static float f16_round(double x) { return hx_fp16_to_fp32(hx_fp32_to_fp16((float)x)); }
 /* f16 bits on one line of integers (-0 = +0): neighbours differ by 1 */
 static int f16_order(uint16_t h) { return h & 0x8000 ? -(int)(h & 0x7fff) : (int)h; }
+
+/* The first position a query at p sees (window > 0: a sliding window). */
+static int ref_first(int p, int window) { return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0; }
+
+/* The float64 attention of one query head q (hd) at position p over the f16
+ * caches kc, vc (position t in row t % rows; rows of nkv halves, this head's KV
+ * head at offset kvo): scores q.k * scale (then softcap * tanh(s / softcap)
+ * when softcap > 0) over positions ref_first(p, window)..p, softmax, the
+ * weighted sum of the V rows into out (hd). w: scratch, a double per position seen. */
+static void ref_attend(const double *q, const uint16_t *kc, const uint16_t *vc, size_t nkv, size_t kvo, int rows,
+                       int p, int window, int hd, double scale, double softcap, double *w, double *out) {
+    const int first = ref_first(p, window);
+    double mx = -INFINITY, sum = 0;
+    for (int t = first; t <= p; t++) {
+        const uint16_t *kt = kc + (size_t)(t % rows) * nkv + kvo;
+        double s = 0;
+        for (int d = 0; d < hd; d++) s += q[d] * hx_fp16_to_fp32(kt[d]);
+        s *= scale;
+        if (softcap > 0) s = softcap * tanh(s / softcap);
+        w[t - first] = s;
+        if (s > mx) mx = s;
+    }
+    for (int t = first; t <= p; t++) { w[t - first] = exp(w[t - first] - mx); sum += w[t - first]; }
+    for (int d = 0; d < hd; d++) {
+        double o = 0;
+        for (int t = first; t <= p; t++) o += w[t - first] * hx_fp16_to_fp32(vc[(size_t)(t % rows) * nkv + kvo + d]);
+        out[d] = o / sum;
+    }
+}
 
 /* One case: random q, k, v in [-1, 1], cache rows of the visible positions
  * random f16 (every other row f16 NaN: read, it would poison the output), norm
@@ -187,7 +215,7 @@ static int f16_order(uint16_t h) { return h & 0x8000 ? -(int)(h & 0x7fff) : (int
 static int check_attn_case(const attn_case *ac, hx_rng *r, bool json) {
     const int hd = ac->hd, nh = ac->nh, nkvh = ac->nkvh, p = ac->pos, rows = ac->rows, group = nh / nkvh;
     const size_t nq = (size_t)nh * hd, nkv = (size_t)nkvh * hd, ncache = (size_t)rows * nkv;
-    const int first = ac->window > 0 && p - ac->window + 1 > 0 ? p - ac->window + 1 : 0, len = p - first + 1;
+    const int first = ref_first(p, ac->window), len = p - first + 1;
     const bool q8 = hd % 32 == 0;
     const bool warp = (hd == 64 || hd == 128 || hd == 256) && !getenv("HX_CUDA_ATT_BLOCK"); /* as hx_k_attn_decode picks */
     float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nkv), *v = malloc(sizeof(float) * nkv);
@@ -197,10 +225,8 @@ static int check_attn_case(const attn_case *ac, hx_rng *r, bool json) {
     uint16_t *kc = malloc(2 * ncache), *vc = malloc(2 * ncache), *kc0 = malloc(2 * ncache), *vc0 = malloc(2 * ncache);
     double *qr = malloc(sizeof(double) * hd), *kr = malloc(sizeof(double) * nkv), *ref = malloc(sizeof(double) * nq);
     double *w = malloc(sizeof(double) * len);
-    float *kcur = malloc(sizeof(float) * hd), *vcur = malloc(sizeof(float) * hd);
     int fail = 1;
-    if (!q || !k || !v || !qn || !kn || !out || !xd || !xq || !kc || !vc || !kc0 || !vc0 || !qr || !kr || !ref || !w ||
-        !kcur || !vcur) {
+    if (!q || !k || !v || !qn || !kn || !out || !xd || !xq || !kc || !vc || !kc0 || !vc0 || !qr || !kr || !ref || !w) {
         fprintf(stderr, "gpu-test: out of memory\n");
         goto out;
     }
@@ -234,44 +260,28 @@ static int check_attn_case(const attn_case *ac, hx_rng *r, bool json) {
         fprintf(stderr, "gpu-test: %s\n", e.msg);
         goto out;
     }
-    /* reference: the rotated k of every KV head, then each query head over positions first..p */
+    /* reference: the rotated k of every KV head; kc0 / vc0 become the caches the step should leave (row
+     * p % rows: f16 of the rotated k and of v); then each query head over them */
     for (int g = 0; g < nkvh; g++)
         ref_norm_rope(k + (size_t)g * hd, c.k_norm, eps, hd, p, base, ac->rope_scale, ac->neox, kr + (size_t)g * hd);
+    for (size_t i = 0; i < nkv; i++) {
+        kc0[(size_t)(p % rows) * nkv + i] = hx_fp32_to_fp16((float)kr[i]);
+        vc0[(size_t)(p % rows) * nkv + i] = hx_fp32_to_fp16(v[i]);
+    }
     for (int h = 0; h < nh; h++) {
-        int g = h / group;
         ref_norm_rope(q + (size_t)h * hd, c.q_norm, eps, hd, p, base, ac->rope_scale, ac->neox, qr);
-        for (int d = 0; d < hd; d++) { /* the current k and v as the cache holds them */
-            kcur[d] = f16_round(kr[(size_t)g * hd + d]);
-            vcur[d] = f16_round(v[(size_t)g * hd + d]);
-        }
-        double mx = -INFINITY, sum = 0;
-        for (int t = first; t <= p; t++) {
-            const uint16_t *kt = kc0 + (size_t)(t % rows) * nkv + (size_t)g * hd;
-            double s = 0;
-            for (int d = 0; d < hd; d++) s += qr[d] * (t == p ? kcur[d] : hx_fp16_to_fp32(kt[d]));
-            s *= scale;
-            if (ac->softcap > 0) s = ac->softcap * tanh(s / ac->softcap);
-            w[t - first] = s;
-            if (s > mx) mx = s;
-        }
-        for (int i = 0; i < len; i++) { w[i] = exp(w[i] - mx); sum += w[i]; }
-        for (int d = 0; d < hd; d++) {
-            double o = 0;
-            for (int t = first; t <= p; t++)
-                o += w[t - first] * (t == p ? vcur[d] : hx_fp16_to_fp32(vc0[(size_t)(t % rows) * nkv + (size_t)g * hd + d]));
-            ref[(size_t)h * hd + d] = o / sum;
-        }
+        ref_attend(qr, kc0, vc0, nkv, (size_t)(h / group) * hd, rows, p, ac->window, hd, scale, ac->softcap, w,
+                   ref + (size_t)h * hd);
     }
     double maxref = 0, maxd = 0;
     for (size_t i = 0; i < nq; i++) err_add(out[i], ref[i], &maxd, &maxref);
     double rel = err_rel(maxd, maxref);
-    /* the cache: row p % rows holds the rotated k and v (1 ulp), no other element changed */
+    /* the cache: kc0 / vc0 as set above, row p % rows within 1 ulp (the rotated k), every other row exactly */
     int cache_bad = 0, xq_bad = 0;
     for (int row = 0; row < rows; row++)
         for (size_t i = 0; i < nkv; i++) {
             size_t at = (size_t)row * nkv + i;
-            uint16_t kw = row == p % rows ? hx_fp32_to_fp16((float)kr[i]) : kc0[at];
-            uint16_t vw = row == p % rows ? hx_fp32_to_fp16(v[i]) : vc0[at];
+            uint16_t kw = kc0[at], vw = vc0[at];
             bool kbad = kc[at] != kw, vbad = vc[at] != vw; /* other rows: untouched, NaN included */
             if (row == p % rows) { /* the current row: within 1 ulp, never NaN */
                 kbad = abs(f16_order(kc[at]) - f16_order(kw)) > 1 || (kc[at] & 0x7fff) > 0x7c00;
@@ -305,7 +315,7 @@ static int check_attn_case(const attn_case *ac, hx_rng *r, bool json) {
     fail = !ok;
 out:
     free(q); free(k); free(v); free(qn); free(kn); free(out); free(xd); free(xq);
-    free(kc); free(vc); free(kc0); free(vc0); free(qr); free(kr); free(ref); free(w); free(kcur); free(vcur);
+    free(kc); free(vc); free(kc0); free(vc0); free(qr); free(kr); free(ref); free(w);
     return fail;
 }
 
@@ -376,15 +386,16 @@ static const char *prefill_kernel(int hd) {
 static int check_prefill_case(const prefill_case *pc, hx_rng *r, bool json) {
     const int hd = pc->hd, nh = pc->nh, nkvh = pc->nkvh, n = pc->n, p0 = pc->pos0, group = nh / nkvh;
     const int rows = pc->rows > 0 ? pc->rows : p0 + n + 16;
-    const int first = pc->window > 0 && p0 - pc->window + 1 > 0 ? p0 - pc->window + 1 : 0;
+    const int first = ref_first(p0, pc->window);
     const size_t nq = (size_t)n * nh * hd, nkv = (size_t)nkvh * hd, ncache = (size_t)rows * nkv;
     const float scale = pc->softcap > 0 ? 1.0f : 1.0f / sqrtf((float)hd);
     const char *kernel = prefill_kernel(hd);
     float *q = malloc(sizeof(float) * nq), *out = malloc(sizeof(float) * nq);
     uint16_t *kc = malloc(2 * ncache), *vc = malloc(2 * ncache);
     double *w = malloc(sizeof(double) * (size_t)(p0 + n)), *ref = malloc(sizeof(double) * nq);
+    double *qd = malloc(sizeof(double) * hd);
     int fail = 1;
-    if (!q || !out || !kc || !vc || !w || !ref) {
+    if (!q || !out || !kc || !vc || !w || !ref || !qd) {
         fprintf(stderr, "gpu-test: out of memory\n");
         goto out;
     }
@@ -407,29 +418,13 @@ static int check_prefill_case(const prefill_case *pc, hx_rng *r, bool json) {
         fprintf(stderr, "gpu-test: %s\n", e.msg);
         goto out;
     }
-    for (int i = 0; i < n; i++) {
-        const int p = p0 + i, f = pc->window > 0 && p - pc->window + 1 > 0 ? p - pc->window + 1 : 0;
+    for (int i = 0; i < n; i++)
         for (int h = 0; h < nh; h++) {
             const float *qv = q + ((size_t)i * nh + h) * hd;
-            const size_t kvo = (size_t)(h / group) * hd;
-            double mx = -INFINITY, sum = 0;
-            for (int t = f; t <= p; t++) {
-                const uint16_t *kt = kc + (size_t)(t % rows) * nkv + kvo;
-                double s = 0;
-                for (int d = 0; d < hd; d++) s += (double)qv[d] * hx_fp16_to_fp32(kt[d]);
-                s *= scale;
-                if (pc->softcap > 0) s = pc->softcap * tanh(s / pc->softcap);
-                w[t - f] = s;
-                if (s > mx) mx = s;
-            }
-            for (int t = f; t <= p; t++) { w[t - f] = exp(w[t - f] - mx); sum += w[t - f]; }
-            for (int d = 0; d < hd; d++) {
-                double o = 0;
-                for (int t = f; t <= p; t++) o += w[t - f] * hx_fp16_to_fp32(vc[(size_t)(t % rows) * nkv + kvo + d]);
-                ref[((size_t)i * nh + h) * hd + d] = o / sum;
-            }
+            for (int d = 0; d < hd; d++) qd[d] = qv[d];
+            ref_attend(qd, kc, vc, nkv, (size_t)(h / group) * hd, rows, p0 + i, pc->window, hd, scale, pc->softcap, w,
+                       ref + ((size_t)i * nh + h) * hd);
         }
-    }
     double maxref = 0, maxd = 0;
     for (size_t i = 0; i < nq; i++) err_add(out[i], ref[i], &maxd, &maxref);
     double rel = err_rel(maxd, maxref);
@@ -441,7 +436,7 @@ static int check_prefill_case(const prefill_case *pc, hx_rng *r, bool json) {
                 kernel, hd, nh, nkvh, n, p0, pc->window, rows, pc->softcap, rel, ok ? "true" : "false");
     fail = !ok;
 out:
-    free(q); free(out); free(kc); free(vc); free(w); free(ref);
+    free(q); free(out); free(kc); free(vc); free(w); free(ref); free(qd);
     return fail;
 }
 
