@@ -56,8 +56,16 @@ hx_status hx_cuda_forward(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos,
                           hx_error *e);
 /* One decode step with greedy sampling on the GPU: runs `token` at `pos` and
  * returns the argmax of its logits in *next. Uses a CUDA graph (captured on
- * first use) unless no_graph. */
+ * first use) unless no_graph. With the graph it also launches the step after
+ * (*next at pos + 1, taken on the device) before it returns: a call with
+ * exactly those arguments then only waits for it, so back-to-back greedy steps
+ * keep the GPU busy. Any other call drops that step's result (its cache row is
+ * past the kept positions); hx_cuda_finish waits for it. HX_CUDA_NO_AHEAD=1
+ * turns the lookahead off. */
 hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int pos, int32_t *next, hx_error *e);
+/* Waits for everything enqueued on the context's stream (a greedy lookahead
+ * step included), e.g. before timing something else. */
+hx_status hx_cuda_finish(hx_cuda_ctx *c, hx_error *e);
 /* The sampling chain on the GPU (the parameters of run/sampler.h, passed as
  * plain values so this header needs no sampler): penalties over hist[0..n_hist)
  * -> top-k -> top-p -> min-p -> temperature -> draw with the uniform u (the

@@ -57,7 +57,18 @@ struct hx_cuda_ctx {
     float *logits; int logits_rows;
     int *d_tok, *d_pos;
     unsigned long long *d_next;    // argmax key
-    int *h_io;                     // pinned: [0] token, [1] pos, [2..3] argmax key
+    unsigned *d_acnt;              // the argmax's block counter (0 between launches)
+    int *h_io;                     // pinned: [0] token, [1] pos, [2..3] and [4..5] argmax keys (two slots)
+    // Greedy lookahead (hx_cuda_decode_greedy): the step after the one a call
+    // returns is already on the stream, its token and position taken on the
+    // device from the argmax. ahead_pos: its position (-1: none), ahead_tok:
+    // its token, ahead_slot: the h_io key slot its result lands in, kev: an
+    // event after each slot's copy. Off with profiling, dumps, no graph, a
+    // sliding-window ring (the step would overwrite a ring row a rewind may
+    // still need) or HX_CUDA_NO_AHEAD.
+    bool ahead_on;
+    int ahead_pos, ahead_tok, ahead_slot;
+    cudaEvent_t kev[2];
     cudaGraphExec_t graph;
     bool graph_ready;
     int n_past;
@@ -212,6 +223,8 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     if (c->xd) cudaFree(c->xd);
     if (c->d_pos) cudaFree(c->d_pos);
     if (c->d_next) cudaFree(c->d_next);
+    if (c->d_acnt) cudaFree(c->d_acnt);
+    for (cudaEvent_t ev : c->kev) if (ev) cudaEventDestroy(ev);
     if (c->h_io) cudaFreeHost(c->h_io);
     if (c->gs.wh) cudaFree(c->gs.wh);
     if (c->gs.xh) cudaFree(c->gs.xh);
@@ -452,7 +465,11 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     }
     FAILC(cudaMalloc((void **)&c->d_pos, sizeof(int)));
     FAILC(cudaMalloc((void **)&c->d_next, sizeof(unsigned long long)));
-    FAILC(cudaMallocHost((void **)&c->h_io, 4 * sizeof(int)));
+    FAILC(cudaMalloc((void **)&c->d_acnt, sizeof(unsigned)));
+    FAILC(cudaMemset(c->d_acnt, 0, sizeof(unsigned)));
+    FAILC(cudaMallocHost((void **)&c->h_io, 6 * sizeof(int)));
+    for (cudaEvent_t &ev : c->kev) FAILC(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    c->ahead_pos = -1;
     FAILC(cudaMalloc((void **)&c->logits, sizeof(float) * cfg->n_vocab));
     c->logits_rows = 1;
     FAIL(ensure_scratch(c, 1, e));
@@ -466,6 +483,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
         c->dump_dir = strdup(dd);
         for (int i = 0; i < o.n_dump_positions; i++) c->dump_pos.push_back(o.dump_positions[i]);
     }
+    c->ahead_on = c->use_graph && !c->prof && !c->dump_dir && c->piece == 0 && !getenv("HX_CUDA_NO_AHEAD");
     c->load_s = hx_now_s() - t0;
     *out = c;
     return HX_OK;
@@ -475,6 +493,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
 
 extern "C" int hx_cuda_n_ctx(const hx_cuda_ctx *c) { return c->n_ctx; }
 extern "C" int hx_cuda_truncate(hx_cuda_ctx *c, int pos) {
+    c->ahead_pos = -1;
     if (pos < 0) pos = 0;
     if (pos >= c->n_past) return c->n_past;
     c->n_past = hx_kv_rewind(&c->cfg, c->kv_rows.data(), c->n_ctx, c->n_past, pos);
@@ -672,6 +691,7 @@ static hx_status forward_batch(void *ctx, const int32_t *tokens, int n, int pos,
                                bool all_logits, hx_error *e) {
     hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
     hx_status s;
+    c->ahead_pos = -1; // a lookahead step still on the stream runs first; its result is dropped
     if ((s = ensure_scratch(c, n, e))) return s;
     int out_rows = all_logits ? n : 1;
     if (out_rows > c->logits_rows) {
@@ -701,6 +721,7 @@ static hx_status forward_batch(void *ctx, const int32_t *tokens, int n, int pos,
 static hx_status enqueue_decode(hx_cuda_ctx *c, int32_t token, int pos, hx_error *e) {
     hx_status s = check_args(c, &token, 1, pos, e);
     if (s) return s;
+    c->ahead_pos = -1;
     c->n_past = pos;
     c->h_io[0] = token;
     c->h_io[1] = pos;
@@ -713,7 +734,8 @@ static hx_status enqueue_decode(hx_cuda_ctx *c, int32_t token, int pos, hx_error
             cudaGraph_t g;
             CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
             hx_status es = enqueue_forward(c, 1, pos, 1, e);
-            cudaError_t ke = es ? cudaSuccess : hx_k_argmax(c->st, c->logits, c->cfg.n_vocab, c->d_next);
+            cudaError_t ke = es ? cudaSuccess : hx_k_argmax(c->st, c->logits, c->cfg.n_vocab, c->d_next, c->d_tok, c->d_pos,
+                                                                     c->d_acnt);
             cudaError_t rc = cudaStreamEndCapture(c->st, &g);
             if (es) { if (rc == cudaSuccess) cudaGraphDestroy(g); return es; }
             if (ke != cudaSuccess) { if (rc == cudaSuccess) cudaGraphDestroy(g); return cfail(e, ke, __FILE__, __LINE__, "argmax"); }
@@ -726,7 +748,7 @@ static hx_status enqueue_decode(hx_cuda_ctx *c, int32_t token, int pos, hx_error
         CK(cudaGraphLaunch(c->graph, c->st));
     } else {
         if ((s = enqueue_forward(c, 1, pos, 1, e))) return s;
-        CK(hx_k_argmax(c->st, c->logits, c->cfg.n_vocab, c->d_next));
+        CK(hx_k_argmax(c->st, c->logits, c->cfg.n_vocab, c->d_next, c->d_tok, c->d_pos, c->d_acnt));
         if (c->prof) CK(prof_mark(c, "argmax"));
     }
     return HX_OK;
@@ -745,16 +767,44 @@ static hx_status prof_collect(hx_cuda_ctx *c, hx_error *e) {
     return HX_OK;
 }
 
+// The argmax key of a step into h_io slot `slot`, and the slot's event after it.
+static hx_status copy_key(hx_cuda_ctx *c, int slot, hx_error *e) {
+    CK(cudaMemcpyAsync(&c->h_io[2 + 2 * slot], c->d_next, sizeof(unsigned long long), cudaMemcpyDeviceToHost, c->st));
+    CK(cudaEventRecord(c->kev[slot], c->st));
+    return HX_OK;
+}
+
 extern "C" hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int pos, int32_t *next, hx_error *e) {
-    hx_status s = enqueue_decode(c, token, pos, e);
-    if (s) return s;
-    CK(cudaMemcpyAsync(&c->h_io[2], c->d_next, sizeof(unsigned long long), cudaMemcpyDeviceToHost, c->st));
-    CK(cudaStreamSynchronize(c->st));
+    hx_status s;
+    int slot;
+    if (c->ahead_pos >= 0 && c->ahead_pos == pos && c->ahead_tok == token) {
+        slot = c->ahead_slot; // already on the stream (launched by the previous call)
+    } else {
+        if ((s = enqueue_decode(c, token, pos, e))) return s; // (drops any lookahead)
+        slot = 0;
+        if ((s = copy_key(c, slot, e))) return s;
+    }
+    c->ahead_pos = -1;
+    c->n_past = pos + 1;
+    // the step after this one: the graph again, its token and position written on the device by this step's
+    // argmax, so the GPU does not wait for this call's return and the next call's copies
+    if (c->ahead_on && c->graph_ready && pos + 2 <= c->n_ctx) {
+        CK(cudaGraphLaunch(c->graph, c->st));
+        if ((s = copy_key(c, slot ^ 1, e))) return s;
+        c->ahead_pos = pos + 1;
+        c->ahead_slot = slot ^ 1;
+    }
+    CK(cudaEventSynchronize(c->kev[slot]));
     if ((s = prof_collect(c, e))) return s;
     unsigned long long key;
-    memcpy(&key, &c->h_io[2], sizeof key);
+    memcpy(&key, &c->h_io[2 + 2 * slot], sizeof key);
     *next = hx_argmax_key_index(key);
-    c->n_past = pos + 1;
+    c->ahead_tok = *next;
+    return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_finish(hx_cuda_ctx *c, hx_error *e) {
+    CK(cudaStreamSynchronize(c->st));
     return HX_OK;
 }
 

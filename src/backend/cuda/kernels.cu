@@ -1029,12 +1029,16 @@ cudaError_t hx_k_softcap(cudaStream_t st, float *x, size_t count, float cap) {
 // order-preserving unsigned value in the high half, ~index in the low half
 // (so on ties the lowest index wins, like hx_argmax). Blocks reduce their
 // share and combine with one atomicMax; *key must be 0 before the launch.
+// With tok: the last block to finish (count, zero before and after) writes
+// the winning index to *tok and advances *pos by one, so that a decode step
+// launched next runs on it with no copy from the host (hx_cuda_decode_greedy's
+// lookahead).
 __device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
     uint32_t u = __float_as_uint(v);
     u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
     return ((unsigned long long)u << 32) | (uint32_t)~(uint32_t)i;
 }
-__global__ void k_argmax_kernel(const float *x, int n, unsigned long long *key) {
+__global__ void k_argmax_kernel(const float *x, int n, unsigned long long *key, int *tok, int *pos, unsigned *count) {
     pdl_trigger();
     pdl_wait();
     __shared__ unsigned long long sk[32];
@@ -1053,14 +1057,24 @@ __global__ void k_argmax_kernel(const float *x, int n, unsigned long long *key) 
     if (threadIdx.x == 0) {
         for (int k = 0; k < (int)(blockDim.x >> 5); k++) if (sk[k] > best) best = sk[k];
         atomicMax(key, best);
+        if (tok) {
+            __threadfence(); // this block's atomicMax before its count
+            if (atomicAdd(count, 1u) == gridDim.x - 1) { // every block's max is in
+                unsigned long long k = atomicMax(key, 0ull);
+                *tok = k ? (int)~(uint32_t)k : 0;
+                *pos += 1;
+                *count = 0;
+            }
+        }
     }
 }
-cudaError_t hx_k_argmax(cudaStream_t st, const float *x, int n, unsigned long long *key) {
+cudaError_t hx_k_argmax(cudaStream_t st, const float *x, int n, unsigned long long *key, int *tok, int *pos,
+                        unsigned *count) {
     cudaError_t rc = cudaMemsetAsync(key, 0, sizeof *key, st);
     if (rc != cudaSuccess) return rc;
     int blocks = (n + 1023) / 1024;
     if (blocks > 264) blocks = 264;
-    LAUNCH(k_argmax_kernel, blocks, 256, 0, st, x, n, key);
+    LAUNCH(k_argmax_kernel, blocks, 256, 0, st, x, n, key, tok, pos, count);
     return cudaGetLastError();
 }
 int hx_argmax_key_index(unsigned long long key) { return key ? (int)~(uint32_t)key : 0; }
