@@ -34,6 +34,13 @@ if [ -f "$M" ]; then
     cmp -s "$tmp/chat.cpu" "$tmp/chat.cuda" || { echo "FAIL: chat ($opts) differs between GPU and CPU"; diff "$tmp/chat.cpu" "$tmp/chat.cuda"; exit 1; }
     echo "chat ($opts): GPU = CPU"
   done
+  # greedy lookahead (each step launched before the previous token is back) against waiting for every token
+  for ah in 0 1; do
+    HX_CUDA_NO_AHEAD=$ah "$BIN" generate -m "$M" -p "Once upon a time" -n 64 --temp 0 --device cuda --json \
+      2> /dev/null | grep -o '"generated_ids":\[[0-9,]*\]' > "$tmp/gen.$ah"
+  done
+  [ -s "$tmp/gen.0" ] && cmp -s "$tmp/gen.0" "$tmp/gen.1" || { echo "FAIL: generate differs with HX_CUDA_NO_AHEAD=1"; exit 1; }
+  echo "generate: lookahead = no lookahead"
 else
   echo "chat check skipped: $M not found"
 fi

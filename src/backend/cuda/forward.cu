@@ -483,7 +483,8 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
         c->dump_dir = strdup(dd);
         for (int i = 0; i < o.n_dump_positions; i++) c->dump_pos.push_back(o.dump_positions[i]);
     }
-    c->ahead_on = c->use_graph && !c->prof && !c->dump_dir && c->piece == 0 && !getenv("HX_CUDA_NO_AHEAD");
+    const char *no_ahead = getenv("HX_CUDA_NO_AHEAD");
+    c->ahead_on = c->use_graph && !c->prof && !c->dump_dir && c->piece == 0 && !(no_ahead && atoi(no_ahead));
     c->load_s = hx_now_s() - t0;
     *out = c;
     return HX_OK;
