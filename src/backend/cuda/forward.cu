@@ -205,6 +205,7 @@ static hx_status upload_all(hx_cuda_ctx *c, std::vector<pending> &plan, hx_error
 
 extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     if (!c) return;
+    if (c->st) cudaStreamSynchronize(c->st); // a greedy lookahead step may still run on the buffers freed below
     prof_report(c);
     for (auto ev : c->pev) cudaEventDestroy(ev);
     if (c->graph_ready) cudaGraphExecDestroy(c->graph);
