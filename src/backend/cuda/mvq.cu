@@ -185,14 +185,18 @@ bool hx_k_mvq_one_launch(const hx_dmat *const *Ws, int count) {
 // Q4_0 / Q8_0 (a unit is 16 weights in 2-byte loads): about one unit per lane,
 // rows aside: smollm-135m's short rows want wpr 1 (the old rule's 4 lost ~7%
 // on its q/k/v), qwen3-0.6b's 1,024-wide rows 2.
-static int mvq_wpr(int type, int rows, int units) {
+// GLU (gate and up: two loads per unit) splits a row only while each lane
+// keeps >= 4 units: llama-3.1-8b's 14,336 x 4,096 gate/up (128 units) went
+// 2 -> 1 warps, tg128 ~377 -> 383 (H100, HX_CUDA_MVQ_WPR sweep); no other
+// preset's gate/up has 128 units.
+static int mvq_wpr(int type, int rows, int units, bool glu) {
     int wpr = 1;
     if (type == HX_TYPE_Q4_0 || type == HX_TYPE_Q8_0) {
         while (wpr < 4 && units >= 64 * wpr) wpr *= 2;
         return wpr;
     }
     while (wpr < 4 && rows * wpr < 4096) wpr *= 2;
-    while (wpr < 4 && units >= 64 * wpr * 2) wpr *= 2;
+    while (wpr < 4 && units >= 64 * wpr * (glu ? 4 : 2)) wpr *= 2;
     return wpr;
 }
 
@@ -259,7 +263,7 @@ cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const
             return hx_k_launch_pdl(fn, dim3((rows + rpb - 1) / rpb), block, 0, st, args);
         }
     }
-    int wpr = mvq_wpr(Ws[0]->type, s.total_rows * (glu_act >= 0 ? 2 : 1), units);
+    int wpr = mvq_wpr(Ws[0]->type, s.total_rows * (glu_act >= 0 ? 2 : 1), units, glu_act >= 0);
     int fw = wpr_override(s.total_rows, cols);
     if (fw) wpr = fw;
     int rpb = Q_WARPS / wpr;
