@@ -69,6 +69,27 @@ template <> struct QD<HX_TYPE_Q4_0> {
         return hx_dh2f(b) * xd[0] * (float)s;
     }
 };
+// Q5_0: d, qh (32 high bits), qs[16] (22 bytes, 2-byte aligned); element j
+// < 16: low nibble of qs[j] + 16 * bit j of qh, j >= 16: high nibble of
+// qs[j-16] + 16 * bit j; minus 16. Units as Q4_0's.
+__device__ __forceinline__ int q5_hi4(uint32_t h) { // bits 0..3 of h -> bit 4 of bytes 0..3
+    return (int)(((h << 4) & 0x10u) | ((h << 11) & 0x1000u) | ((h << 18) & 0x100000u) | ((h << 25) & 0x10000000u));
+}
+template <> struct QD<HX_TYPE_Q5_0> {
+    enum { QK = 32, BYTES = 22, UNITS = 2 };
+    __device__ static float dot(const uint8_t *b, int u, const int8_t *xq, const float *xd) {
+        uint32_t qh = hx_ld32_a2(b + 2), v0 = hx_ld32_a2(b + 6 + 8 * u), v1 = hx_ld32_a2(b + 10 + 8 * u);
+        int2 xl = *(const int2 *)(xq + 8 * u), xh = *(const int2 *)(xq + 16 + 8 * u);
+        int l0 = (int)(v0 & 0x0F0F0F0Fu) | q5_hi4(qh >> (8 * u)), l1 = (int)(v1 & 0x0F0F0F0Fu) | q5_hi4(qh >> (8 * u + 4));
+        int h0 = (int)((v0 >> 4) & 0x0F0F0F0Fu) | q5_hi4(qh >> (16 + 8 * u));
+        int h1 = (int)((v1 >> 4) & 0x0F0F0F0Fu) | q5_hi4(qh >> (20 + 8 * u));
+        int s = dp4a((int)__vsub4(l0, 0x10101010u), xl.x, 0);
+        s = dp4a((int)__vsub4(l1, 0x10101010u), xl.y, s);
+        s = dp4a((int)__vsub4(h0, 0x10101010u), xh.x, s);
+        s = dp4a((int)__vsub4(h1, 0x10101010u), xh.y, s);
+        return hx_dh2f(b) * xd[0] * (float)s;
+    }
+};
 // Q4_K: d dmin scales[12] qs[128] (blocks of 144 bytes: 16-byte aligned rows).
 // unit u: chunk c = u/2 of 64 elements, half h = u%2: qs[32c+16h, +16) low
 // nibbles -> elements 64c+16h.. (sub-block 2c), high -> 64c+32+16h.. (2c+1)
@@ -111,7 +132,7 @@ template <> struct QD<HX_TYPE_Q6_K> {
     }
 };
 
-#define HX_MVQ_TYPES(X) X(HX_TYPE_Q8_0) X(HX_TYPE_Q4_0) X(HX_TYPE_Q4_K) X(HX_TYPE_Q6_K)
+#define HX_MVQ_TYPES(X) X(HX_TYPE_Q8_0) X(HX_TYPE_Q4_0) X(HX_TYPE_Q5_0) X(HX_TYPE_Q4_K) X(HX_TYPE_Q6_K)
 
 // One row's units (or the gate and up rows' with GLU) from unit u0 on in
 // steps of step (the lanes of the row's warps).
