@@ -40,7 +40,8 @@ int main(void) {
         if (ps->n_embd >= 2048) { printf("synth %-16s (shape only: written by bench, not here)\n", ps->name); continue; }
         bool big = ps->n_embd * (int64_t)ps->n_ff > 4000000; /* gemma-3-1b: f32 only */
         for (int mix = 0; mix < HX_MIX_COUNT; mix++) {
-            if (mix != HX_MIX_F32 && mix != HX_MIX_Q4_K_M && !(mix == HX_MIX_Q8_0 && i == 1) && !(mix == HX_MIX_Q4_0 && i == 0)) continue;
+            if (mix != HX_MIX_F32 && mix != HX_MIX_Q4_K_M && !(mix == HX_MIX_Q8_0 && i == 1) && !(mix == HX_MIX_Q4_0 && i == 0) &&
+                !(mix == HX_MIX_Q4_1 && i == 0)) continue;
             if ((asan || big) && mix != HX_MIX_F32 && i != 0) continue;
             hx_synth_opts o = {.preset = ps, .mix = (hx_mix)mix, .seed = 7, .n_layer = 2, .n_vocab = 1024, .n_threads = 2};
             hx_error e = {0};
@@ -78,6 +79,8 @@ int main(void) {
                 CHECK(L->wq.type == HX_TYPE_Q8_0 && m->output.type == HX_TYPE_Q8_0);
             } else if (mix == HX_MIX_Q4_0) {
                 CHECK(L->wq.type == HX_TYPE_Q4_0);
+            } else if (mix == HX_MIX_Q4_1) {
+                CHECK(L->wq.type == HX_TYPE_Q4_1 && L->ffn_down.type == HX_TYPE_Q4_1);
             }
             if (ps->arch != HX_ARCH_BERT) CHECK(m->layers[1].attn_norm.type == HX_TYPE_F32);
             /* scale: input projections ~ 1/sqrt(n_embd) */
@@ -102,6 +105,10 @@ int main(void) {
     CHECK(hx_mix_tensor_type(HX_MIX_Q4_K_M, "blk.10.ffn_up.weight", 1024, 10, 28, true) == HX_TYPE_Q4_K);
     CHECK(hx_mix_tensor_type(HX_MIX_Q4_K_M, "token_embd.weight", 1024, -1, 28, true) == HX_TYPE_Q6_K);
     CHECK(hx_mix_tensor_type(HX_MIX_Q4_K_M, "token_embd.weight", 4096, -1, 32, false) == HX_TYPE_Q4_K);
+    CHECK(hx_mix_tensor_type(HX_MIX_Q4_1, "blk.3.ffn_gate.weight", 576, 3, 30, true) == HX_TYPE_Q4_1);
+    CHECK(hx_mix_tensor_type(HX_MIX_Q4_1, "token_embd.weight", 576, -1, 30, true) == HX_TYPE_Q8_0);
+    CHECK(hx_mix_tensor_type(HX_MIX_Q4_1, "output.weight", 1024, -1, 28, false) == HX_TYPE_Q6_K);
+    CHECK(hx_mix_tensor_type(HX_MIX_Q4_1, "blk.0.attn_norm.weight", 1024, 0, 28, false) == HX_TYPE_F32);
     CHECK(hx_mix_tensor_type(HX_MIX_Q4_0, "output.weight", 4096, -1, 32, false) == HX_TYPE_Q6_K);
     CHECK(hx_mix_tensor_type(HX_MIX_Q4_0, "blk.0.attn_norm.weight", 4096, 0, 32, false) == HX_TYPE_F32);
     /* a tokenizer from a real GGUF is carried over (and padded to the preset's vocabulary) */

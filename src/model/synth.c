@@ -32,8 +32,8 @@ const hx_preset *hx_preset_find(const char *name) {
     return NULL;
 }
 
-static const char *k_mix_names[HX_MIX_COUNT] = {"f32", "f16", "q8_0", "q4_0", "q4_k_m"};
-static const int k_file_type[HX_MIX_COUNT] = {0, 1, 7, 2, 15}; /* llama_ftype numbers */
+static const char *k_mix_names[HX_MIX_COUNT] = {"f32", "f16", "q8_0", "q4_0", "q4_1", "q4_k_m"};
+static const int k_file_type[HX_MIX_COUNT] = {0, 1, 7, 2, 3, 15}; /* llama_ftype numbers */
 
 const char *hx_mix_name(hx_mix m) { return m < HX_MIX_COUNT ? k_mix_names[m] : "?"; }
 
@@ -75,8 +75,9 @@ int hx_mix_tensor_type(hx_mix mix, const char *name, int64_t ne0, int il, int n_
     case HX_MIX_F16: return HX_TYPE_F16;
     case HX_MIX_Q8_0: return ne0 % 32 ? HX_TYPE_F16 : HX_TYPE_Q8_0;
     case HX_MIX_Q4_0:
+    case HX_MIX_Q4_1: /* the output matrix in Q6_K, as llama.cpp's quantize does for both */
         if (is_output) return fallback(HX_TYPE_Q6_K, ne0);
-        return ne0 % 32 ? HX_TYPE_F16 : HX_TYPE_Q4_0;
+        return ne0 % 32 ? HX_TYPE_F16 : mix == HX_MIX_Q4_0 ? HX_TYPE_Q4_0 : HX_TYPE_Q4_1;
     case HX_MIX_Q4_K_M: {
         int t = HX_TYPE_Q4_K;
         if (is_output) t = HX_TYPE_Q6_K;

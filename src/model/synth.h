@@ -22,7 +22,7 @@ typedef struct hx_preset {
     const char *pre;         /* tokenizer.ggml.pre for a synthetic gpt2 tokenizer */
 } hx_preset;
 
-typedef enum hx_mix { HX_MIX_F32, HX_MIX_F16, HX_MIX_Q8_0, HX_MIX_Q4_0, HX_MIX_Q4_K_M, HX_MIX_COUNT } hx_mix;
+typedef enum hx_mix { HX_MIX_F32, HX_MIX_F16, HX_MIX_Q8_0, HX_MIX_Q4_0, HX_MIX_Q4_1, HX_MIX_Q4_K_M, HX_MIX_COUNT } hx_mix;
 
 const hx_preset *hx_preset_find(const char *name);
 const hx_preset *hx_preset_at(int i);  /* NULL past the end */
