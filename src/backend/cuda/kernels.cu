@@ -1060,8 +1060,7 @@ __global__ void k_argmax_kernel(const float *x, int n, unsigned long long *key, 
         if (tok) {
             __threadfence(); // this block's atomicMax before its count
             if (atomicAdd(count, 1u) == gridDim.x - 1) { // every block's max is in
-                unsigned long long k = atomicMax(key, 0ull);
-                *tok = k ? (int)~(uint32_t)k : 0;
+                *tok = hx_argmax_key_index(atomicMax(key, 0ull)); // (an atomic read of the final key)
                 *pos += 1;
                 *count = 0;
             }
@@ -1077,4 +1076,3 @@ cudaError_t hx_k_argmax(cudaStream_t st, const float *x, int n, unsigned long lo
     LAUNCH(k_argmax_kernel, blocks, 256, 0, st, x, n, key, tok, pos, count);
     return cudaGetLastError();
 }
-int hx_argmax_key_index(unsigned long long key) { return key ? (int)~(uint32_t)key : 0; }

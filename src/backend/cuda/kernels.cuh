@@ -147,11 +147,13 @@ cudaError_t hx_k_glu(cudaStream_t st, float *g, const float *u, size_t count, in
 cudaError_t hx_k_add(cudaStream_t st, float *x, const float *o, size_t count);
 cudaError_t hx_k_softcap(cudaStream_t st, float *x, size_t count, float cap);
 // Argmax of x[0..n) (the first index on ties, like hx_argmax) as a 64-bit
-// key in *key (zeroed by this call); hx_argmax_key_index decodes it on the host.
+// key in *key (zeroed by this call); hx_argmax_key_index decodes it.
 // tok, pos, count: NULL, or *tok = the index and *pos += 1 on the device
 // (count: a counter that must be 0, left 0).
 cudaError_t hx_k_argmax(cudaStream_t st, const float *x, int n, unsigned long long *key, int *tok, int *pos,
                         unsigned *count);
-int hx_argmax_key_index(unsigned long long key);
+static __host__ __device__ inline int hx_argmax_key_index(unsigned long long key) {
+    return key ? (int)~(uint32_t)key : 0;
+}
 // Dynamic shared memory the attention kernel needs for max_ctx positions; sets the kernel attribute.
 cudaError_t hx_k_attention_prepare(int hd, int max_ctx, size_t *smem);
