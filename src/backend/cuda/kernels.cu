@@ -127,14 +127,19 @@ k_mv_multi(hx_mv_set s, int cols, const float *__restrict__ x, const float *__re
     int lane = threadIdx.x, sub = threadIdx.y % wpr;
     int r = blockIdx.x * (MV_WARPS / wpr) + threadIdx.y / wpr;
     bool live = r < s.total_rows;
+    // which matrix: selects, not s.w[m] — a parameter array indexed at run time
+    // made ptxas copy the whole struct to a 120-byte stack frame per thread
     int m = 0, row = live ? r : 0;
-    if (!GLU)
-        while (m < s.count - 1 && row >= s.rows[m]) { row -= s.rows[m]; m++; }
-    const uint8_t *w0 = s.w[m] + (size_t)row * s.rb[m];
+    if (!GLU) {
+        if (s.count > 1 && row >= s.rows[0]) { row -= s.rows[0]; m = 1; }
+        if (s.count > 2 && m == 1 && row >= s.rows[1]) { row -= s.rows[1]; m = 2; }
+    }
+    size_t rb = m == 0 ? s.rb[0] : m == 1 ? s.rb[1] : s.rb[2];
+    const uint8_t *w0 = (m == 0 ? s.w[0] : m == 1 ? s.w[1] : s.w[2]) + (size_t)row * rb;
     const uint8_t *w1 = GLU ? s.w[1] + (size_t)row * s.rb[1] : NULL;
     pdl_trigger();
     if (live) {
-        prefetch_range(w0, s.rb[m] * sub / wpr, s.rb[m] * (sub + 1) / wpr, lane);
+        prefetch_range(w0, rb * sub / wpr, rb * (sub + 1) / wpr, lane);
         if (GLU) prefetch_range(w1, s.rb[1] * sub / wpr, s.rb[1] * (sub + 1) / wpr, lane);
     }
     pdl_wait();
@@ -194,8 +199,9 @@ HX_UNROLL(HX_MV_UNROLL)
         s.y[0][row] = g * v1;
         return;
     }
-    if (s.bias[m]) v0 += s.bias[m][row];
-    float *yp = s.y[m] + row;
+    const float *bias = m == 0 ? s.bias[0] : m == 1 ? s.bias[1] : s.bias[2];
+    if (bias) v0 += bias[row];
+    float *yp = (m == 0 ? s.y[0] : m == 1 ? s.y[1] : s.y[2]) + row;
     *yp = accumulate ? *yp + v0 : v0;
 }
 
