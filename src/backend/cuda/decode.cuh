@@ -90,6 +90,37 @@ template <> struct QD<HX_TYPE_Q5_0> {
         return hx_dh2f(b) * xd[0] * (float)s;
     }
 };
+// Q4_1: d, m, qs[16] (20 bytes, 4-byte aligned); weight = d q + m, q the
+// nibble (as Q4_0 without the -8), so the dot is d xd sum(q x) + m xd sum(x).
+// Units as Q4_0's. Q5_1: d, m, qh, qs[16] (24 bytes), q of 5 bits as Q5_0's.
+__device__ __forceinline__ int sum4x4(int2 a, int2 b) { // sum of the 16 int8 in a and b
+    return dp4a(0x01010101, a.x, dp4a(0x01010101, a.y, dp4a(0x01010101, b.x, dp4a(0x01010101, b.y, 0))));
+}
+template <> struct QD<HX_TYPE_Q4_1> {
+    enum { QK = 32, BYTES = 20, UNITS = 2 };
+    __device__ static float dot(const uint8_t *b, int u, const int8_t *xq, const float *xd) {
+        uint32_t v0 = *(const uint32_t *)(b + 4 + 8 * u), v1 = *(const uint32_t *)(b + 8 + 8 * u);
+        int2 xl = *(const int2 *)(xq + 8 * u), xh = *(const int2 *)(xq + 16 + 8 * u);
+        int s = dp4a((int)(v0 & 0x0F0F0F0Fu), xl.x, 0);
+        s = dp4a((int)(v1 & 0x0F0F0F0Fu), xl.y, s);
+        s = dp4a((int)((v0 >> 4) & 0x0F0F0F0Fu), xh.x, s);
+        s = dp4a((int)((v1 >> 4) & 0x0F0F0F0Fu), xh.y, s);
+        return xd[0] * (hx_dh2f(b) * (float)s + hx_dh2f(b + 2) * (float)sum4x4(xl, xh));
+    }
+};
+template <> struct QD<HX_TYPE_Q5_1> {
+    enum { QK = 32, BYTES = 24, UNITS = 2 };
+    __device__ static float dot(const uint8_t *b, int u, const int8_t *xq, const float *xd) {
+        uint32_t qh = *(const uint32_t *)(b + 4), v0 = *(const uint32_t *)(b + 8 + 8 * u);
+        uint32_t v1 = *(const uint32_t *)(b + 12 + 8 * u);
+        int2 xl = *(const int2 *)(xq + 8 * u), xh = *(const int2 *)(xq + 16 + 8 * u);
+        int s = dp4a((int)(v0 & 0x0F0F0F0Fu) | q5_hi4(qh >> (8 * u)), xl.x, 0);
+        s = dp4a((int)(v1 & 0x0F0F0F0Fu) | q5_hi4(qh >> (8 * u + 4)), xl.y, s);
+        s = dp4a((int)((v0 >> 4) & 0x0F0F0F0Fu) | q5_hi4(qh >> (16 + 8 * u)), xh.x, s);
+        s = dp4a((int)((v1 >> 4) & 0x0F0F0F0Fu) | q5_hi4(qh >> (20 + 8 * u)), xh.y, s);
+        return xd[0] * (hx_dh2f(b) * (float)s + hx_dh2f(b + 2) * (float)sum4x4(xl, xh));
+    }
+};
 // Q4_K: d dmin scales[12] qs[128] (blocks of 144 bytes: 16-byte aligned rows).
 // unit u: chunk c = u/2 of 64 elements, half h = u%2: qs[32c+16h, +16) low
 // nibbles -> elements 64c+16h.. (sub-block 2c), high -> 64c+32+16h.. (2c+1)
@@ -132,7 +163,8 @@ template <> struct QD<HX_TYPE_Q6_K> {
     }
 };
 
-#define HX_MVQ_TYPES(X) X(HX_TYPE_Q8_0) X(HX_TYPE_Q4_0) X(HX_TYPE_Q5_0) X(HX_TYPE_Q4_K) X(HX_TYPE_Q6_K)
+#define HX_MVQ_TYPES(X) \
+    X(HX_TYPE_Q8_0) X(HX_TYPE_Q4_0) X(HX_TYPE_Q4_1) X(HX_TYPE_Q5_0) X(HX_TYPE_Q5_1) X(HX_TYPE_Q4_K) X(HX_TYPE_Q6_K)
 
 // One row's units (or the gate and up rows' with GLU) from unit u0 on in
 // steps of step (the lanes of the row's warps).

@@ -70,7 +70,7 @@ cudaError_t hx_k_mv_fused(cudaStream_t st, int count, const hx_dmat *const *Ws, 
 // Decode with 8-bit activations (mvq.cu): xq/xd = blocks of 32 int8 with a
 // float scale of x (RMSNorm with norm_w first, when not NULL); then the
 // matrices (as hx_k_mv_fused, all of one type) dotted with dp4a. Types: Q8_0,
-// Q4_0, Q5_0, Q4_K, Q6_K (hx_k_mvq_supported).
+// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K (hx_k_mvq_supported).
 bool hx_k_mvq_supported(const hx_dmat *W);
 cudaError_t hx_k_quant_q8(cudaStream_t st, const float *x, const float *norm_w, float eps, int cols, int8_t *xq,
                           float *xd);

@@ -182,7 +182,7 @@ bool hx_k_mvq_one_launch(const hx_dmat *const *Ws, int count) {
 // q4_k_m 1,285 -> 1,395 tok/s against the old rule (1 from 8192 rows, 2 from
 // 2048, else 4), llama-3.2-1b 1,348 -> 1,358, llama-3.1-8b 336 -> 332 (noise),
 // all measured with the one-block k_quant_q8 of before.
-// Q4_0 / Q5_0 / Q8_0 (a unit is 16 weights in 2-byte loads): about one unit per lane,
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (a unit is 16 weights): about one unit per lane,
 // rows aside: smollm-135m's short rows want wpr 1 (the old rule's 4 lost ~7%
 // on its q/k/v), qwen3-0.6b's 1,024-wide rows 2.
 // GLU (gate and up: two loads per unit) splits a row only while each lane
@@ -191,7 +191,7 @@ bool hx_k_mvq_one_launch(const hx_dmat *const *Ws, int count) {
 // preset's gate/up has 128 units.
 static int mvq_wpr(int type, int rows, int units, bool glu) {
     int wpr = 1;
-    if (type == HX_TYPE_Q4_0 || type == HX_TYPE_Q5_0 || type == HX_TYPE_Q8_0) {
+    if (type != HX_TYPE_Q4_K && type != HX_TYPE_Q6_K) { // the 32-weight blocks
         while (wpr < 4 && units >= 64 * wpr) wpr *= 2;
         return wpr;
     }
