@@ -602,9 +602,9 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int n, int pos0, int out_rows, 
             float *ys[1] = {c->o};
             if (wo_q) PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, false, -1, att_q8));
             else PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->o, L->bo, false));
-            if (cfg->post_norms) PK("post norm", hx_k_rmsnorm(st, c->o, L->post_attn, c->o, n, D, eps));
+            if (cfg->post_norms) PK("post norm + add", hx_k_rmsnorm_add(st, c->o, L->post_attn, c->o, c->x, n, D, eps));
+            else PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
             if (c->dump_dir) { hx_status s = dump_rows(c, pos0, n, l, "attn", c->o, e); if (s) return s; }
-            PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
         } else if (wo_q) {
             float *ys[1] = {c->x};
             PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, true, -1, att_q8));
@@ -634,9 +634,9 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int n, int pos0, int out_rows, 
             float *ys[1] = {c->o};
             if (dn_q) PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, false, -1));
             else PK("down", hx_k_linear(st, gs, &L->down, c->gate, n, c->o, L->down_b, false));
-            if (cfg->post_norms) PK("post norm", hx_k_rmsnorm(st, c->o, L->post_ffn, c->o, n, D, eps));
+            if (cfg->post_norms) PK("post norm + add", hx_k_rmsnorm_add(st, c->o, L->post_ffn, c->o, c->x, n, D, eps));
+            else PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
             if (c->dump_dir) { hx_status s = dump_rows(c, pos0, n, l, "ffn", c->o, e); if (s) return s; }
-            PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
         } else if (dn_q) {
             float *ys[1] = {c->x};
             PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, true, -1));

@@ -462,8 +462,10 @@ cudaError_t hx_k_linear(cudaStream_t st, hx_gemm_scratch *gs, const hx_dmat *W, 
 
 // ---- norms, rope, attention, elementwise ----
 
+// acc (not NULL): acc += out as well (gemma's post norms and the residual add
+// in one launch; the same floats as the two kernels).
 __global__ void k_rmsnorm_rows(const float *__restrict__ x, const float *__restrict__ w, float *out, int dim,
-                               float eps) {
+                               float eps, float *acc) {
     pdl_trigger();
     pdl_wait();
     __shared__ float red[32];
@@ -473,12 +475,24 @@ __global__ void k_rmsnorm_rows(const float *__restrict__ x, const float *__restr
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
     ss = block_sum(ss, red);
     float scale = rsqrtf(ss / dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = xr[i] * scale * w[i];
+    float *arow = acc ? acc + (size_t)blockIdx.x * dim : NULL;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = xr[i] * scale * w[i];
+        orow[i] = v;
+        if (arow) arow[i] += v;
+    }
 }
 
 cudaError_t hx_k_rmsnorm(cudaStream_t st, const float *x, const float *w, float *out, int rows, int dim, float eps) {
     int threads = dim >= 1024 ? 256 : dim >= 256 ? 128 : 32;
-    LAUNCH(k_rmsnorm_rows, rows, threads, 0, st, x, w, out, dim, eps);
+    float *acc = NULL;
+    LAUNCH(k_rmsnorm_rows, rows, threads, 0, st, x, w, out, dim, eps, acc);
+    return cudaGetLastError();
+}
+cudaError_t hx_k_rmsnorm_add(cudaStream_t st, const float *x, const float *w, float *out, float *acc, int rows, int dim,
+                             float eps) {
+    int threads = dim >= 1024 ? 256 : dim >= 256 ? 128 : 32;
+    LAUNCH(k_rmsnorm_rows, rows, threads, 0, st, x, w, out, dim, eps, acc);
     return cudaGetLastError();
 }
 

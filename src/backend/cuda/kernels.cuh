@@ -89,6 +89,9 @@ cudaError_t hx_k_sample(cudaStream_t st, const float *logits, float *work, int V
 cudaError_t hx_k_embed(cudaStream_t st, const hx_dmat *W, const int *token_ids, int n, float *out, float scale);
 // out (rows, dim) = x / rms(x) * w ; out may equal x.
 cudaError_t hx_k_rmsnorm(cudaStream_t st, const float *x, const float *w, float *out, int rows, int dim, float eps);
+// out = rmsnorm(x) * w, then acc += out (the post norm and residual add of gemma)
+cudaError_t hx_k_rmsnorm_add(cudaStream_t st, const float *x, const float *w, float *out, float *acc, int rows, int dim,
+                             float eps);
 // [per-head RMSNorm with q_norm / k_norm when not NULL], then RoPE on q
 // (n, nh, hd) and k (n, nkvh, hd) at positions *d_pos + i, then k and v
 // (n, nkvh*hd) stored as f16 into the caches at those positions. Every cache
