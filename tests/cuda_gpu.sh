@@ -19,6 +19,9 @@ for spec in smollm-135m:q4_0 smollm-135m:q8_0 smollm-135m:q4_k_m smollm-135m:f16
   models+=(-m "$f")
 done
 "$BIN" gpu-test --quick "${models[@]}" -p 24 -n 64
+# --ref64: both prefills against the float64 reference forward (must print the comparison)
+"$BIN" gpu-test --quick --ref64 -m "$tmp/smollm-135m-q4_0.gguf" -p 24 -n 8 | tee "$tmp/ref64.txt"
+grep -q "against the float64 reference forward: CPU" "$tmp/ref64.txt"
 # the block-wide decode attention on the head sizes the warp kernel takes (64/128/256)
 HX_CUDA_ATT_BLOCK=1 "$BIN" gpu-test --quick
 # chat on the GPU (the decode step and the sampling chain on the device, only
