@@ -29,9 +29,9 @@
  *    FP32 tiled kernel instead, HX_CUDA_NAIVE_ATTN the per-query one;
  * 3. for each -m MODEL: the whole forward on the GPU against the CPU path
  *    (quantized weights dotted with 8-bit activations as in llama.cpp's CPU
- *    build, f32 elsewhere, f16 KV cache): prefill logits relative error (max |gpu - cpu| / max |cpu|) must be < 1e-2, and
- *    greedy decode (GPU: one graph launch per token) must give the same tokens
- *    for -n steps (64). --ref64 also runs tests/ref_forward.h (float64) on the
+ *    build, f32 elsewhere, f16 KV cache): prefill logits relative error
+ *    (max |gpu - cpu| / max |cpu|) must be < 1e-2, and greedy decode (GPU: one
+ *    graph launch per token) must give the same tokens for -n steps (64). --ref64 also runs tests/ref_forward.h (float64) on the
  *    prompt and prints both prefills' error against it; the logits then also
  *    pass when the GPU is at least as close to float64 as the CPU (models with
  *    outlier activations, where the CPU's 8-bit rounding is the larger error).
@@ -658,7 +658,7 @@ static bool ref64_logits(const hx_model *m, const int32_t *toks, int n_prompt, f
 /* GPU against CPU on one model: prefill logits, then greedy tokens. With ref64, both prefills also against the
  * float64 reference: where 8-bit activations make the CPU (llama.cpp's CPU recipe) differ from the GPU's f16
  * prefill by more than 1e-2 (models with outlier activations), the logits pass when the GPU is at least as
- * close to float64 as the CPU is. */
+ * close to float64 as the CPU is. (--json: cpu_vs_f64 / gpu_vs_f64 are -1 where the reference did not run.) */
 static int check_model(const char *path, int n_prompt, int n_gen, int ubatch, bool ref64, bool json) {
     hx_error e = {0};
     hx_model *m = NULL;

@@ -484,10 +484,7 @@ __global__ void k_rmsnorm_rows(const float *__restrict__ x, const float *__restr
 }
 
 cudaError_t hx_k_rmsnorm(cudaStream_t st, const float *x, const float *w, float *out, int rows, int dim, float eps) {
-    int threads = dim >= 1024 ? 256 : dim >= 256 ? 128 : 32;
-    float *acc = NULL;
-    LAUNCH(k_rmsnorm_rows, rows, threads, 0, st, x, w, out, dim, eps, acc);
-    return cudaGetLastError();
+    return hx_k_rmsnorm_add(st, x, w, out, NULL, rows, dim, eps);
 }
 cudaError_t hx_k_rmsnorm_add(cudaStream_t st, const float *x, const float *w, float *out, float *acc, int rows, int dim,
                              float eps) {
