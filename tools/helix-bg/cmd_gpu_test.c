@@ -31,10 +31,11 @@
  *    (quantized weights dotted with 8-bit activations as in llama.cpp's CPU
  *    build, f32 elsewhere, f16 KV cache): prefill logits relative error
  *    (max |gpu - cpu| / max |cpu|) must be < 1e-2, and greedy decode (GPU: one
- *    graph launch per token) must give the same tokens for -n steps (64). --ref64 also runs tests/ref_forward.h (float64) on the
- *    prompt and prints both prefills' error against it; the logits then also
- *    pass when the GPU is at least as close to float64 as the CPU (models with
- *    outlier activations, where the CPU's 8-bit rounding is the larger error).
+ *    graph launch per token) must give the same tokens for -n steps (64).
+ *    --ref64 also runs tests/ref_forward.h (float64) on the prompt and prints
+ *    both prefills' error against it; the logits then also pass when the GPU
+ *    is at least as close to float64 as the CPU (models with outlier
+ *    activations, where the CPU's 8-bit rounding is the larger error).
  * 4. for each -e BERT_MODEL (GGUF or HF folder): embeddings GPU vs CPU (min
  *    cosine over 200 sentences, must be > 0.9999), GPU sentences/s at batch
  *    1, 32 and 256 over 1000 sentences of 10-60 words (tokenization included);
