@@ -14,6 +14,7 @@ static int g_log_level = 1;
 
 void hx_set_log_level(int level) { g_log_level = level; }
 int hx_log_level(void) { return g_log_level; }
+void hx_free(void *p) { free(p); }
 
 const char *hx_status_str(hx_status s) {
     switch (s) {
@@ -25,6 +26,7 @@ const char *hx_status_str(hx_status s) {
     case HX_ERR_UNSUPPORTED: return "unsupported";
     case HX_ERR_RANGE: return "out of range";
     case HX_ERR_DEVICE: return "device error";
+    case HX_ERR_CANCELLED: return "cancelled";
     }
     return "unknown status";
 }

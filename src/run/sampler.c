@@ -16,6 +16,8 @@ struct hx_sampler {
     int32_t *counts;    /* n_vocab: occurrences in the window (scratch) */
     cand *cands;        /* n_vocab scratch */
     float *work;        /* n_vocab scratch logits */
+    hx_logit_bias *bias; /* p.logit_bias copied (ids outside the vocabulary dropped) */
+    int n_bias;
 };
 
 hx_sampler_params hx_sampler_defaults(void) {
@@ -23,6 +25,14 @@ hx_sampler_params hx_sampler_defaults(void) {
                                .repeat_penalty = 1.0f, .freq_penalty = 0.0f,
                                .presence_penalty = 0.0f, .penalty_last_n = 64, .seed = 0};
 }
+
+hx_sampler_params hx_sampler_greedy(void) {
+    hx_sampler_params p = hx_sampler_defaults();
+    p.temp = 0.0f;
+    return p;
+}
+
+bool hx_sampler_has_bias(const hx_sampler *s) { return s->n_bias > 0; }
 
 bool hx_sampler_penalizes(const hx_sampler_params *p) {
     return p->penalty_last_n != 0 &&
@@ -41,13 +51,21 @@ hx_sampler *hx_sampler_new(const hx_sampler_params *p, int n_vocab) {
     s->cands = malloc((size_t)n_vocab * sizeof *s->cands);
     s->work = malloc((size_t)n_vocab * sizeof *s->work);
     if (!s->hist || !s->counts || !s->cands || !s->work) { hx_sampler_free(s); return NULL; }
+    s->p.logit_bias = NULL;
+    s->p.n_logit_bias = 0;
+    if (p->logit_bias && p->n_logit_bias > 0) {
+        s->bias = malloc((size_t)p->n_logit_bias * sizeof *s->bias);
+        if (!s->bias) { hx_sampler_free(s); return NULL; }
+        for (int i = 0; i < p->n_logit_bias; i++)
+            if (p->logit_bias[i].token >= 0 && p->logit_bias[i].token < n_vocab) s->bias[s->n_bias++] = p->logit_bias[i];
+    }
     hx_rng_seed(&s->rng, p->seed);
     return s;
 }
 
 void hx_sampler_free(hx_sampler *s) {
     if (!s) return;
-    free(s->hist); free(s->counts); free(s->cands); free(s->work);
+    free(s->hist); free(s->counts); free(s->cands); free(s->work); free(s->bias);
     free(s);
 }
 
@@ -138,17 +156,30 @@ static int top_k_select(cand *c, int n, int k) {
     return k;
 }
 
-static int32_t sample_impl(hx_sampler *s, const float *logits, bool have_u, float u) {
+/* allowed (may be NULL): only tokens with allowed[t] != 0 are candidates; -1 when none is. */
+static int32_t sample_impl(hx_sampler *s, const float *logits, bool have_u, float u, const uint8_t *allowed) {
     const hx_sampler_params *p = &s->p;
     float *l = s->work;
     memcpy(l, logits, (size_t)s->n_vocab * sizeof *l);
+    for (int i = 0; i < s->n_bias; i++) l[s->bias[i].token] += s->bias[i].bias;
     apply_penalties(s, l);
-    if (p->temp <= 0.0f) return hx_argmax(l, s->n_vocab);
+    if (allowed) {
+        int any = 0;
+        for (int i = 0; i < s->n_vocab; i++) {
+            if (!allowed[i]) l[i] = -INFINITY;
+            else any = 1;
+        }
+        if (!any) return -1;
+    }
+    if (p->temp <= 0.0f) {
+        int32_t best = hx_argmax(l, s->n_vocab);
+        return allowed && !allowed[best] ? -1 : best;
+    }
 
     cand *c = s->cands;
     int n = 0;
     for (int i = 0; i < s->n_vocab; i++)
-        if (!isnan(l[i])) c[n++] = (cand){i, l[i]};
+        if (!isnan(l[i]) && l[i] != -INFINITY) c[n++] = (cand){i, l[i]};
     if (n == 0) return 0;
     n = top_k_select(c, n, p->top_k);
 
@@ -183,5 +214,10 @@ static int32_t sample_impl(hx_sampler *s, const float *logits, bool have_u, floa
     return c[n - 1].id;
 }
 
-int32_t hx_sampler_sample(hx_sampler *s, const float *logits) { return sample_impl(s, logits, false, 0.0f); }
-int32_t hx_sampler_sample_u(hx_sampler *s, const float *logits, float u) { return sample_impl(s, logits, true, u); }
+int32_t hx_sampler_sample(hx_sampler *s, const float *logits) { return sample_impl(s, logits, false, 0.0f, NULL); }
+int32_t hx_sampler_sample_u(hx_sampler *s, const float *logits, float u) {
+    return sample_impl(s, logits, true, u, NULL);
+}
+int32_t hx_sampler_sample_allowed(hx_sampler *s, const float *logits, const uint8_t *allowed) {
+    return sample_impl(s, logits, false, 0.0f, allowed);
+}

@@ -1,0 +1,81 @@
+/* backend.h — what a public hx_context needs of a backend (CPU, CUDA): one
+ * function table per backend. The API layer (src/api/context.c) checks every
+ * argument, keeps each sequence's length and tokens, and pieces batches into
+ * ubatches of at most n_ubatch tokens; a backend only runs what it is given.
+ *
+ * KV layout: the cache is split into n_seq slots of n_ctx_seq positions each
+ * (llama-server's --parallel split). Sequence s lives in slot s; a
+ * sliding-window layer keeps a ring of hx_kv_layer_rows(cfg, l, n_ctx_seq,
+ * n_ubatch) rows per slot, as a single-sequence context always did. */
+#ifndef HX_API_BACKEND_H
+#define HX_API_BACKEND_H
+
+#include "helix.h"
+#include "model/model.h"
+
+/* One internal forward: n tokens (n <= n_ubatch), possibly of several
+ * sequences. For each sequence present, its tokens are at consecutive
+ * positions in batch order, and the first of them is at the sequence's current
+ * length or below (a lower position overwrites from there: the backend's own
+ * length for that sequence becomes pos). out[i] >= 0: write token i's logits
+ * to logits + out[i] * n_vocab (and, when hidden != NULL, its final-normed
+ * hidden state to hidden + out[i] * n_embd); -1: no output for token i. */
+typedef struct hx_ubatch {
+    int n;
+    const int32_t *token;
+    const int32_t *pos;
+    const int32_t *seq;
+    const int32_t *out;
+    int n_out;           /* number of i with out[i] >= 0 (rows of logits) */
+} hx_ubatch;
+
+/* Developer options (tools and tests only: helix_dev.h), never read from the
+ * environment by the library. */
+typedef struct hx_backend_dev {
+    const char *dump_dir;          /* per-layer dumps of sequence 0 (format: backend/cpu/forward.c) */
+    const int *dump_positions;     /* NULL: all */
+    int n_dump_positions;
+} hx_backend_dev;
+
+typedef struct hx_backend_params {
+    int n_seq;            /* sequence slots */
+    int n_ctx_seq;        /* positions per slot */
+    int n_ubatch;         /* most tokens per forward */
+    int n_threads;        /* CPU threads, 0 = all */
+    bool kv_f32;          /* CPU only */
+    bool exact;           /* CPU: plain f32; false = llama.cpp's rounding (ggml_compat) */
+    int gpu_index;        /* CUDA ordinal */
+    hx_backend_dev dev;
+} hx_backend_params;
+
+typedef struct hx_backend {
+    const char *name;     /* "cpu", "cuda" */
+    hx_status (*ctx_new)(const hx_model *m, const hx_backend_params *p, void **out, hx_error *e);
+    void (*ctx_free)(void *ctx);
+    hx_status (*forward)(void *ctx, const hx_ubatch *ub, float *logits, float *hidden, hx_error *e);
+    /* Keep the first n positions of seq (n <= its length). Returns the positions
+     * kept: n, or 0 when a sliding-window ring no longer holds what position n
+     * needs (hx_kv_rewind). */
+    int (*seq_keep)(void *ctx, int seq, int n);
+    /* Slot dst gets the first n positions of slot src (dst's length becomes n). */
+    hx_status (*seq_copy)(void *ctx, int src, int dst, int n, hx_error *e);
+    /* A slot's first n positions as bytes (hx_seq_save): size_t needed when buf
+     * is NULL; seq_write puts them back (dst's length becomes n). */
+    size_t (*seq_state_size)(void *ctx, int n);
+    hx_status (*seq_read)(void *ctx, int seq, int n, void *buf, hx_error *e);
+    hx_status (*seq_write)(void *ctx, int seq, int n, const void *buf, hx_error *e);
+    size_t (*kv_bytes)(void *ctx);
+    /* Optional fast paths (NULL when absent): one decode step of `token` at
+     * `pos` of seq with the next token chosen on the device. decode_greedy may
+     * run ahead (the CUDA lookahead); finish waits for anything in flight. */
+    hx_status (*decode_greedy)(void *ctx, int seq, int32_t token, int pos, int32_t *next, hx_error *e);
+    hx_status (*finish)(void *ctx, hx_error *e);
+    size_t (*device_bytes_in_use)(void *ctx);
+} hx_backend;
+
+extern const hx_backend hx_backend_cpu;
+#ifdef HX_HAVE_CUDA
+extern const hx_backend hx_backend_cuda;
+#endif
+
+#endif
