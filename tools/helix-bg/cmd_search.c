@@ -1,0 +1,206 @@
+/* cmd_search.c — helix-bg search KB-DIR "query": ranked entries of a
+ * knowledge base, semantic (the KB's embedder) fused with BM25 (kb/search.h).
+ *
+ *   helix-bg search KB-DIR QUERY [-k 10] [--topic T] [--json]
+ *                   [--embed-model M] [--semantic | --lexical] [--max-embed N] [-t N]
+ *
+ * Prints rank, score, topic, title, id and a snippet with the query's words
+ * highlighted (bold, on a terminal). --json prints one object:
+ * {"query", "hits": [{"id", "topic", "title", "score", "cosine", "bm25",
+ *  "snippet"}], "entries", "not_indexed", "embedded_now", "seconds"}. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "core/core.h"
+#include "kb/search.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: helix-bg search KB-DIR QUERY [options]\n"
+            "\n"
+            "Ranks the live entries of the knowledge base in KB-DIR against QUERY: cosine\n"
+            "similarity of embeddings (the KB's own embedder) fused with BM25 by reciprocal\n"
+            "rank, so both paraphrases and exact identifiers (error codes, hosts) are found.\n"
+            "Entries appended since the last pass are embedded on the fly.\n"
+            "\n"
+            "options:\n"
+            "  -k N               hits to show (default 10)\n"
+            "  --topic T          only entries of topic T\n"
+            "  --json             one JSON object on stdout\n"
+            "  --embed-model M    the BERT model the KB was embedded with (default: built-in lexical-384)\n"
+            "  --semantic         cosine ranking alone\n"
+            "  --lexical          BM25 ranking alone\n"
+            "  --max-embed N      embed at most N entries missing from the cache (default 10000; -1 all)\n"
+            "  -t N               threads for a BERT embedder (default: all)\n"
+            "  -h, --help         this text\n");
+}
+
+static bool parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "helix-bg search: %s needs an integer in %ld..%ld, got '%s'\n", flag, lo, hi, v ? v : "");
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+/* A snippet of about `width` bytes of text around the first query word, cut at
+ * word boundaries (never inside a UTF-8 character), newlines as spaces; query
+ * words wrapped in bold when hl. Caller frees. */
+static char *snippet(const char *text, char (*words)[64], int nw, size_t width, bool hl) {
+    size_t n = strlen(text), at = n;
+    for (int w = 0; w < nw; w++) {
+        size_t wl = strlen(words[w]);
+        for (size_t i = 0; i + wl <= n && i < at; i++)
+            if (!strncasecmp(text + i, words[w], wl) && (i == 0 || !isalnum((unsigned char)text[i - 1]))) { at = i; break; }
+    }
+    size_t s = at == n || at < width / 3 ? 0 : at - width / 3;
+    while (s > 0 && s < n && (text[s] != ' ' || ((unsigned char)text[s] & 0xC0) == 0x80)) s++;
+    size_t end = s + width < n ? s + width : n;
+    while (end < n && end > s && ((unsigned char)text[end] & 0xC0) == 0x80) end--;
+    while (end < n && end > s + width / 2 && text[end] != ' ') end--;
+    size_t cap = (end - s) * 2 + 64 + (size_t)nw * 16;
+    char *out = malloc(cap), *o = out;
+    if (!out) return NULL;
+    if (s > 0) o += sprintf(o, "...");
+    for (size_t i = s; i < end;) {
+        int match = -1;
+        if (hl && (i == s || !isalnum((unsigned char)text[i - 1])))
+            for (int w = 0; w < nw && match < 0; w++) {
+                size_t wl = strlen(words[w]);
+                if (i + wl <= end && !strncasecmp(text + i, words[w], wl) &&
+                    (i + wl == n || !isalnum((unsigned char)text[i + wl])))
+                    match = w;
+            }
+        if (match >= 0) {
+            size_t wl = strlen(words[match]);
+            o += sprintf(o, "\033[1m");
+            memcpy(o, text + i, wl);
+            o += wl;
+            o += sprintf(o, "\033[0m");
+            i += wl;
+            continue;
+        }
+        *o++ = text[i] == '\n' || text[i] == '\r' || text[i] == '\t' ? ' ' : text[i];
+        i++;
+    }
+    if (end < n) o += sprintf(o, "...");
+    *o = 0;
+    return out;
+}
+
+int cmd_search(int argc, char **argv) {
+    const char *dir = NULL, *query = NULL, *topic = NULL, *model = NULL;
+    long k = 10, max_embed = 10000, threads = 0;
+    bool json = false, sem = false, lex = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "-k")) { if (!parse_long(a, v, 1, 100000, &k)) return 2; i++; }
+        else if (!strcmp(a, "--max-embed")) { if (!parse_long(a, v, -1, 1L << 40, &max_embed)) return 2; i++; }
+        else if (!strcmp(a, "-t")) { if (!parse_long(a, v, 0, 4096, &threads)) return 2; i++; }
+        else if (!strcmp(a, "--topic") || !strcmp(a, "--embed-model")) {
+            if (!v) { fprintf(stderr, "helix-bg search: %s needs a value\n", a); return 2; }
+            if (!strcmp(a, "--topic")) topic = v; else model = v;
+            i++;
+        }
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--semantic")) sem = true;
+        else if (!strcmp(a, "--lexical")) lex = true;
+        else if (a[0] == '-' && a[1]) { fprintf(stderr, "helix-bg search: unknown option '%s' (see --help)\n", a); return 2; }
+        else if (!dir) dir = a;
+        else if (!query) query = a;
+        else { fprintf(stderr, "helix-bg search: unexpected argument '%s' (quote the query)\n", a); return 2; }
+    }
+    if (!dir || !query) { usage(stderr); return 2; }
+    if (sem && lex) { fprintf(stderr, "helix-bg search: --semantic and --lexical exclude each other\n"); return 2; }
+    if (!*query) { fprintf(stderr, "helix-bg search: the query is empty\n"); return 2; }
+
+    hx_error e = {0};
+    kb_embedder *em = NULL;
+    if (model) {
+        if (kb_neural_new(model, (int)threads, &em, &e)) { fprintf(stderr, "helix-bg search: %s\n", e.msg); return 1; }
+    } else if (!(em = kb_lexical_new())) {
+        fprintf(stderr, "helix-bg search: out of memory\n");
+        return 1;
+    }
+    double t0 = hx_now_s();
+    kb_index ix;
+    if (kb_index_open(dir, em, max_embed, &ix, &e)) {
+        fprintf(stderr, "helix-bg search: %s\n", e.msg);
+        em->free(em);
+        return 1;
+    }
+    double t1 = hx_now_s();
+    kb_search_opts so = {.k = (int)k, .topic = topic, .semantic_only = sem, .lexical_only = lex};
+    kb_hit *hits = malloc(sizeof *hits * (size_t)k);
+    int nh = 0;
+    int rc = 0;
+    if (!hits) { fprintf(stderr, "helix-bg search: out of memory\n"); rc = 1; goto out; }
+    if (kb_search(&ix, em, query, &so, hits, &nh, &e)) { fprintf(stderr, "helix-bg search: %s\n", e.msg); rc = 1; goto out; }
+    double t2 = hx_now_s();
+    char words[32][64];
+    int nw = kb_query_words(query, words, 32);
+    bool hl = !json && isatty(STDOUT_FILENO);
+    if (json) {
+        cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "hits");
+        cJSON_AddStringToObject(root, "query", query);
+        for (int r = 0; r < nh; r++) {
+            const kb_entry *en = &ix.log.e[hits[r].entry];
+            cJSON *h = cJSON_CreateObject();
+            cJSON_AddNumberToObject(h, "id", (double)en->offset);
+            cJSON_AddStringToObject(h, "topic", en->topic ? en->topic : "");
+            cJSON_AddStringToObject(h, "title", en->title ? en->title : "");
+            cJSON_AddNumberToObject(h, "score", hits[r].score);
+            if (hits[r].cosine > -1.5f) cJSON_AddNumberToObject(h, "cosine", hits[r].cosine);
+            else cJSON_AddNullToObject(h, "cosine");
+            cJSON_AddNumberToObject(h, "bm25", hits[r].bm25);
+            char *sn = snippet(en->text ? en->text : "", words, nw, 200, false);
+            cJSON_AddStringToObject(h, "snippet", sn ? sn : "");
+            free(sn);
+            cJSON_AddItemToArray(arr, h);
+        }
+        cJSON_AddNumberToObject(root, "entries", (double)ix.n);
+        cJSON_AddNumberToObject(root, "not_indexed", (double)ix.n_unindexed);
+        cJSON_AddNumberToObject(root, "embedded_now", (double)ix.n_embedded);
+        cJSON_AddNumberToObject(root, "open_seconds", t1 - t0);
+        cJSON_AddNumberToObject(root, "query_seconds", t2 - t1);
+        char *s = cJSON_PrintUnformatted(root);
+        if (s) printf("%s\n", s);
+        free(s);
+        cJSON_Delete(root);
+    } else {
+        if (nh == 0) printf("no entry matches \"%s\"%s%s\n", query, topic ? " in topic " : "", topic ? topic : "");
+        for (int r = 0; r < nh; r++) {
+            const kb_entry *en = &ix.log.e[hits[r].entry];
+            printf("%2d. %s%s%s  [%s]  @%llu\n", r + 1, hl ? "\033[1m" : "", en->title && *en->title ? en->title : "(untitled)",
+                   hl ? "\033[0m" : "", en->topic ? en->topic : "", (unsigned long long)en->offset);
+            char *sn = snippet(en->text ? en->text : "", words, nw, 200, hl);
+            if (hits[r].cosine > -1.5f) printf("    score %.4f  cosine %.3f  bm25 %.2f\n", hits[r].score, hits[r].cosine, hits[r].bm25);
+            else printf("    score %.4f  (not embedded yet)  bm25 %.2f\n", hits[r].score, hits[r].bm25);
+            printf("    %s\n", sn ? sn : "");
+            free(sn);
+        }
+        fprintf(stderr, "%zu entries searched with %s in %.1f ms (index opened in %.2f s%s)", ix.n, em->name,
+                (t2 - t1) * 1e3, t1 - t0, ix.n_embedded ? ", new entries embedded" : "");
+        if (ix.n_unindexed) fprintf(stderr, "; %zu entries not indexed yet (run a pass, or raise --max-embed)", ix.n_unindexed);
+        fprintf(stderr, "\n");
+    }
+out:
+    free(hits);
+    kb_index_free(&ix);
+    em->free(em);
+    return rc;
+}
