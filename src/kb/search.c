@@ -196,10 +196,40 @@ static size_t post_lower(const kb_index *ix, uint64_t term) {
     return lo;
 }
 
-/* Sort the candidates with s > -inf descending and keep the top `keep`. */
+/* Keep the best `keep` candidates (cmp_scored order) in c[0..), sorted: a
+ * min-heap of the best so far, O(n log keep) instead of sorting all n. */
+static bool worse(const scored *a, const scored *b) { return cmp_scored(a, b) > 0; }
+static void sift(scored *h, size_t n, size_t j) {
+    for (;;) {
+        size_t m = j, l = 2 * j + 1, r = l + 1;
+        if (l < n && worse(&h[l], &h[m])) m = l;
+        if (r < n && worse(&h[r], &h[m])) m = r;
+        if (m == j) return;
+        scored t = h[j]; h[j] = h[m]; h[m] = t;
+        j = m;
+    }
+}
 static size_t top_of(scored *c, size_t n, size_t keep) {
-    qsort(c, n, sizeof *c, cmp_scored);
-    return n < keep ? n : keep;
+    if (n <= keep) {
+        qsort(c, n, sizeof *c, cmp_scored);
+        return n;
+    }
+    for (size_t j = keep / 2; j-- > 0;) sift(c, keep, j);
+    for (size_t i = keep; i < n; i++)
+        if (worse(&c[0], &c[i])) { c[0] = c[i]; sift(c, keep, 0); }
+    qsort(c, keep, sizeof *c, cmp_scored);
+    return keep;
+}
+
+/* Dot product in 8 independent partial sums (vectorizes without -ffast-math). */
+static float dot(const float *a, const float *b, int n) {
+    float acc[8] = {0};
+    int d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[d + k] * b[d + k];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; d < n; d++) s += a[d] * b[d];
+    return s;
 }
 
 hx_status kb_search(const kb_index *ix, kb_embedder *em, const char *query, const kb_search_opts *o, kb_hit *hits,
@@ -223,9 +253,7 @@ hx_status kb_search(const kb_index *ix, kb_embedder *em, const char *query, cons
         for (size_t i = 0; i < ix->n; i++) {
             cos[i] = -2.0f;
             if (!ix->has_vec[i] || !topic_ok(ix, i, o->topic)) continue;
-            const float *v = ix->vec + i * (size_t)ix->dim;
-            float s = 0;
-            for (int d = 0; d < ix->dim; d++) s += q[d] * v[d];
+            float s = dot(q, ix->vec + i * (size_t)ix->dim, ix->dim);
             cos[i] = s;
             cv[nv++] = (scored){i, s};
         }
