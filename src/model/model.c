@@ -14,7 +14,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 const char *hx_arch_name(hx_arch a) {
     switch (a) {
@@ -217,8 +216,7 @@ void hx_model_free(hx_model *m) {
     if (!m) return;
     free(m->layers);
     hx_gguf_close(m->gguf);
-    if (m->st_map) munmap(m->st_map, m->st_size);
-    free(m->st_names);
+    hx_hf_store_free(m->hf);
     free(m);
 }
 
