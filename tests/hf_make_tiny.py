@@ -41,7 +41,8 @@ def cases():
         dict(name="qwen3", family="qwen3", cls=transformers.Qwen3Config, dtype=torch.float16,
              cfg=dict(common, num_hidden_layers=2, head_dim=32, rope_theta=1000000.0, tie_word_embeddings=True)),
         # gemma3: sliding layers (window 4, rope 10000) and a global one (rope 1e6), (1 + w) norms,
-        # query_pre_attn_scalar != head_dim, both softcaps, embeddings scaled by sqrt(hidden), f32
+        # query_pre_attn_scalar != head_dim, final softcap (attn_logit_softcapping is set but transformers'
+        # Gemma3 does not apply it), embeddings scaled by sqrt(hidden), f32
         dict(name="gemma3", family="gemma3", cls=transformers.Gemma3TextConfig, dtype=torch.float32,
              cfg=dict(common, num_hidden_layers=3, head_dim=16, num_key_value_heads=1, sliding_window=4,
                       layer_types=["sliding_attention", "sliding_attention", "full_attention"],
@@ -75,7 +76,9 @@ def main():
                     p.copy_(0.1 * torch.randn(p.shape, generator=g))
                 else:
                     p.copy_(0.08 * torch.randn(p.shape, generator=g))
-        # round the weights to the stored dtype, then compute the reference in float64 from those values
+        # round the weights to the stored dtype, then compute the reference in float64 from the saved
+        # folder as transformers loads it (a model cast to f16 and back would keep f16 rope frequencies,
+        # which a fresh load recomputes in f32)
         model = model.to(c["dtype"])
         d = os.path.join(out, c["name"])
         shutil.rmtree(d, ignore_errors=True)
@@ -83,6 +86,7 @@ def main():
         model.save_pretrained(d, **kw)
         shutil.copy(tok_json, os.path.join(d, "tokenizer.json"))
         shutil.copy(tok_cfg, os.path.join(d, "tokenizer_config.json"))
+        model = transformers.AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager")
         model = model.to(torch.float64).eval()
 
         gi = torch.Generator().manual_seed(7)

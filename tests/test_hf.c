@@ -8,10 +8,13 @@
  * (b) With HX_HF_TINY=DIR (tests/hf_decoders.sh makes DIR with transformers,
  *     tests/hf_make_tiny.py): for each of llama, qwen2, qwen3, gemma3 the
  *     folder loads, the exact-mode CPU forward (f32 KV) matches transformers'
- *     float64 last-position logits within 1e-3 (max abs), the argmax at every
+ *     float64 last-position logits within 1e-4 (max abs; f32 math on the
+ *     stored weights lands near 1e-6), the argmax at every
  *     prompt position and 16 greedy ids exactly; the folder's tokenizer gives
  *     transformers' ids for a text (specials added) and carries a chat template;
- *     quantize-on-load q8_0 keeps the first greedy id unless it is a near-tie.
+ *     quantize-on-load q8_0 keeps the first greedy id unless it is a near-tie,
+ *     and q4_k_m picks llama.cpp's fallback types for rows of 64 (Q5_0, Q8_0
+ *     for the Q6_K tensors).
  */
 #include "test_util.h"
 
@@ -328,7 +331,7 @@ static void check_case(const char *root, const char *name) {
         printf("%s: %s, last logits max abs err %.3g (max |logit| %.3g), argmax %d/%d positions, greedy %d/%d\n", name,
                hx_type_name(m->layers[0].wq.type), err, mx, np - bad_pos, np, same, ng);
         free(step);
-        CHECKF(err <= 1e-3, "%s: max abs err %g", name, err);
+        CHECKF(err <= 1e-4, "%s: max abs err %g", name, err);
         CHECKF(bad_pos == 0, "%s: %d prompt positions with another argmax", name, bad_pos);
         CHECKF(same == ng, "%s: greedy %d/%d", name, same, ng);
         hx_cpu_ctx_free(c);
@@ -351,6 +354,30 @@ static void check_case(const char *root, const char *name) {
             CHECKF(err < 0.25, "%s q8_0: max abs err %g", name, err);
         } else {
             CHECKF(0, "%s q8_0: %s", name, e.msg);
+        }
+        hx_cpu_ctx_free(c);
+        hx_model_free(m);
+    }
+
+    /* q4_k_m on rows of 64 (no 256-element super-blocks): Q4_K -> Q5_0, Q6_K -> Q8_0 as llama-quantize does */
+    hx_hf_opts q4 = {.quant = HX_TYPE_Q4_K};
+    CHECKF(hx_model_load_hf_ex(dir, &q4, &m, &e) == HX_OK, "%s q4_k_m: %s", name, e.msg);
+    if (m) {
+        int nl = m->cfg.n_layer;
+        CHECK(m->layers[0].wq.type == HX_TYPE_Q5_0 && m->layers[0].ffn_gate.type == HX_TYPE_Q5_0);
+        /* use_more_bits holds for the last layer of a model of at most 8 layers, not for layer 0 of 2 or 3 */
+        CHECK(m->layers[nl - 1].wv.type == HX_TYPE_Q8_0 && m->layers[nl - 1].ffn_down.type == HX_TYPE_Q8_0);
+        CHECK(m->layers[0].wv.type == HX_TYPE_Q5_0 && m->layers[0].ffn_down.type == HX_TYPE_Q5_0);
+        CHECK(m->output.type == HX_TYPE_Q8_0);  /* output (or the tied embedding) */
+        CHECK(m->output_norm.type != HX_TYPE_Q5_0 && m->output_norm.type != HX_TYPE_Q8_0);
+        c = NULL;
+        if (hx_cpu_ctx_new(m, &o, &c, &e) == HX_OK && hx_cpu_forward(c, toks, np, 0, lo, false, &e) == HX_OK) {
+            double err = 0;
+            for (int i = 0; i < Vn; i++) err = fmax(err, fabs((double)lo[i] - want[i]));
+            printf("%s q4_k_m: last logits max abs err %.3g\n", name, err);
+            CHECKF(err < 1.0, "%s q4_k_m: max abs err %g", name, err);  /* 5-bit random weights: about 0.4 */
+        } else {
+            CHECKF(0, "%s q4_k_m: %s", name, e.msg);
         }
         hx_cpu_ctx_free(c);
         hx_model_free(m);

@@ -446,7 +446,9 @@ static hx_status decoder_config(const cJSON *root, const char *path, hx_model_co
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     if (gemma && num(tc, "query_pre_attn_scalar", &v) && v > 0) c->attn_scale = (float)(1.0 / sqrt(v));
     if (num(tc, "final_logit_softcapping", &v) && v > 0) c->final_logit_softcap = (float)v;
-    if (num(tc, "attn_logit_softcapping", &v) && v > 0) c->attn_logit_softcap = (float)v;
+    /* gemma3's config carries attn_logit_softcapping, but transformers' Gemma3 attention never applies it
+     * (Gemma 2's did), nor does llama.cpp's gemma3: follow them */
+    if (!gemma && num(tc, "attn_logit_softcapping", &v) && v > 0) c->attn_logit_softcap = (float)v;
     const cJSON *tw = cJSON_GetObjectItemCaseSensitive(tc, "tie_word_embeddings");
     if (!tw) tw = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
     *tie = cJSON_IsBool(tw) ? cJSON_IsTrue(tw) : k_hf_archs[k].tie_default;
