@@ -371,6 +371,21 @@ static void test_many(hx_model *m, double tol) {
     for (int v = 0; v < V; v++) if (fabs(lr[v] - l15[v]) > d) d = fabs(lr[v] - l15[v]);
     if (tol >= 0) CHECKF(d <= tol, "copy + decode differs from recomputing by %g", d);
 
+    /* context parameters */
+    hx_context_params cp = hx_context_default_params();
+    hx_context *bad = NULL;
+    cp.n_seq_max = 0;
+    CHECK(hx_context_new(m, &cp, &bad, &e) == HX_ERR_ARG && !bad && strstr(e.msg, "n_seq_max"));
+    cp.n_seq_max = 8;
+    cp.n_ctx = 4;
+    CHECK(hx_context_new(m, &cp, &bad, &e) == HX_ERR_ARG && !bad && strstr(e.msg, "n_ctx"));
+    cp.n_ctx = 0;
+    cp.n_threads = 2;
+    CHECKF(hx_context_new(m, &cp, &bad, &e) == HX_OK, "%s", e.msg);  /* 8 x min(n_ctx_train, 4096) */
+    CHECK(bad && hx_context_n_seq_max(bad) == 8 && hx_context_n_ctx_seq(bad) == 4096 && hx_context_n_ctx(bad) == 8 * 4096);
+    CHECK(bad && hx_context_kv_bytes(bad) > 0);
+    hx_context_free(bad);
+
     /* errors leave every sequence as it was */
     int before[NS];
     for (int s = 0; s < NS; s++) before[s] = hx_seq_pos(c, s);
@@ -629,6 +644,39 @@ static void test_shared(const char *shared) {
         CHECK(hx_chat_apply(m, msg, 1, true, &s, &e) == HX_OK && s &&
               !strcmp(s, "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"));
         hx_free(s);
+        /* sliding-window layers (window 8): with ubatches of 4 the ring holds 12 rows, so going back
+         * from 40 positions to 10 is refused by hx_decode and hx_seq_keep returns 0 */
+        hx_context_params cp = hx_context_default_params();
+        cp.n_ctx = 64;
+        cp.n_ubatch = 4;
+        cp.n_threads = 2;
+        hx_context *gc = NULL;
+        CHECKF(hx_context_new(m, &cp, &gc, &e) == HX_OK, "%s", e.msg);
+        hx_batch b = hx_batch_init(64);
+        for (int i = 0; gc && i < 40; i++) hx_batch_add(&b, 100 + i, i, 0, i == 39);
+        if (gc) {
+            CHECKF(hx_decode(gc, &b, &e) == HX_OK, "%s", e.msg);
+            hx_batch_clear(&b);
+            hx_batch_add(&b, 5, 10, 0, true);
+            CHECK(hx_decode(gc, &b, &e) == HX_ERR_RANGE && strstr(e.msg, "sliding-window") && hx_seq_pos(gc, 0) == 40);
+            CHECK(hx_seq_keep(gc, 0, 38) == 38);  /* close to the end: the ring still holds it */
+            CHECK(hx_seq_keep(gc, 0, 10) == 0 && hx_seq_pos(gc, 0) == 0);
+            /* generate falls back to a full prefill when the cached prefix cannot be kept */
+            int32_t ids[40];
+            for (int i = 0; i < 40; i++) ids[i] = 100 + i;
+            hx_generate_params g = hx_generate_default_params();
+            g.prompt_ids = ids;
+            g.n_prompt_ids = 40;
+            g.max_tokens = 2;
+            hx_generate_result r1, r2;
+            CHECK(hx_generate(gc, &g, &r1, &e) == HX_OK);
+            g.n_prompt_ids = 12;  /* shares 12 positions, but position 12 is long gone from the ring */
+            CHECK(hx_generate(gc, &g, &r2, &e) == HX_OK && r2.metrics.cached_tokens == 0 && r2.metrics.prompt_tokens == 12);
+            hx_generate_result_free(&r1);
+            hx_generate_result_free(&r2);
+        }
+        hx_batch_free(&b);
+        hx_context_free(gc);
         hx_model_free(m);
     }
     snprintf(p, sizeof p, "%s/models/ref-tiny/tiny-qwen3-shared.gguf", shared);
