@@ -510,10 +510,12 @@ static hx_status load_bert(hf_load *L, const cJSON *cfg, const char *dir, const 
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->layers) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", dir);
     const hf_shard *sh;
-    const char *P = store_find(L->s, "embeddings.word_embeddings.weight", &sh) ? "" : "bert.";
     const int64_t E = c->n_embd, F = c->n_ff;
     char nm[192];
-#define BIND(t, name, a, b, kind) do { snprintf(nm, sizeof nm, "%s%s", P, name); \
+    /* each tensor with or without the "bert." prefix (exports mix them) */
+#define BIND(t, name, a, b, kind) do { snprintf(nm, sizeof nm, "%s", name); \
+        if (!store_find(L->s, nm, &sh)) snprintf(nm, sizeof nm, "bert.%s", name); \
+        if (!store_find(L->s, nm, &sh)) snprintf(nm, sizeof nm, "%s", name); \
         if ((st = bind(L, (t), nm, true, (a), (b), (kind), NULL, 0, e))) return st; } while (0)
     BIND(&m->tok_embd, "embeddings.word_embeddings.weight", E, c->n_vocab, T_EMBD);
     BIND(&m->pos_embd, "embeddings.position_embeddings.weight", E, c->n_ctx_train, T_VEC);
