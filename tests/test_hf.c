@@ -93,6 +93,13 @@ static float g_big[V * D], g_sq[FF * D], g_q[NH * HD * D], g_kv[KVH * HD * D], g
 static float g_norm[D], g_hn[HD];
 static uint16_t g_bf[V * D];
 
+typedef struct { uint64_t done, total; int calls; bool monotonic; } prog_t;
+static void on_progress(void *user, uint64_t done, uint64_t total) {
+    prog_t *p = user;
+    p->monotonic &= done >= p->done && done <= total;
+    p->done = done; p->total = total; p->calls++;
+}
+
 static hx_status load_dir(const char *dir, const hx_hf_opts *o, hx_model **m, hx_error *e) {
     memset(e, 0, sizeof *e);
     return hx_model_load_hf_ex(dir, o, m, e);
@@ -199,7 +206,12 @@ static void test_contract(void) {
 
     /* gemma3, sharded: config, +1 norms, BF16 embedding, tied output, window and rope per layer kind */
     write_folder(dir, true, true, NULL);
-    CHECKF(load_dir(dir, NULL, &m, &e) == HX_OK, "%s", e.msg);
+    prog_t pr = {.monotonic = true};
+    hx_hf_opts po = {.prefault = true, .progress = on_progress, .progress_user = &pr};
+    CHECKF(load_dir(dir, &po, &m, &e) == HX_OK, "%s", e.msg);
+    /* every stored byte belongs to a bound tensor here, so progress ends at the total */
+    CHECKF(pr.monotonic && pr.calls > 10 && pr.done == pr.total && pr.total > 0, "progress %d calls, %llu / %llu",
+           pr.calls, (unsigned long long)pr.done, (unsigned long long)pr.total);
     if (m) {
         const hx_model_config *c = &m->cfg;
         CHECK(c->arch == HX_ARCH_GEMMA3 && c->n_layer == 2 && c->n_embd == D && c->head_dim == HD && c->n_head_kv == 1);
