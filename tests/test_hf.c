@@ -5,6 +5,11 @@
  *     sliding-window config parsing, quantize-on-load types, and clear errors
  *     for bad folders (missing tensor, wrong shape, unsupported dtype, a shard
  *     name that leaves the folder, data past the end of the file).
+ * (c) With ../shared: the tiny qwen3 / llama3 / gemma3 GGUFs turned back into
+ *     the HF folders llama.cpp's converter made them from (Q/K rows
+ *     un-permuted, gemma norms minus 1, transformers-4 style config) load and
+ *     reproduce the transformers float64 refs (last logits within 1e-3, 32
+ *     greedy ids) and the GGUF's own logits within 1e-4.
  * (b) With HX_HF_TINY=DIR (tests/hf_decoders.sh makes DIR with transformers,
  *     tests/hf_make_tiny.py): for each of llama, qwen2, qwen3, gemma3 the
  *     folder loads, the exact-mode CPU forward (f32 KV) matches transformers'
@@ -87,6 +92,13 @@ enum { D = 8, HD = 4, NH = 2, KVH = 1, FF = 16, V = 10, NL = 2 };
 static float g_big[V * D], g_sq[FF * D], g_q[NH * HD * D], g_kv[KVH * HD * D], g_o[D * NH * HD], g_down[D * FF];
 static float g_norm[D], g_hn[HD];
 static uint16_t g_bf[V * D];
+
+typedef struct { uint64_t done, total; int calls; bool monotonic; } prog_t;
+static void on_progress(void *user, uint64_t done, uint64_t total) {
+    prog_t *p = user;
+    p->monotonic &= done >= p->done && done <= total;
+    p->done = done; p->total = total; p->calls++;
+}
 
 static hx_status load_dir(const char *dir, const hx_hf_opts *o, hx_model **m, hx_error *e) {
     memset(e, 0, sizeof *e);
@@ -194,7 +206,12 @@ static void test_contract(void) {
 
     /* gemma3, sharded: config, +1 norms, BF16 embedding, tied output, window and rope per layer kind */
     write_folder(dir, true, true, NULL);
-    CHECKF(load_dir(dir, NULL, &m, &e) == HX_OK, "%s", e.msg);
+    prog_t pr = {.monotonic = true};
+    hx_hf_opts po = {.prefault = true, .progress = on_progress, .progress_user = &pr};
+    CHECKF(load_dir(dir, &po, &m, &e) == HX_OK, "%s", e.msg);
+    /* every stored byte belongs to a bound tensor here, so progress ends at the total */
+    CHECKF(pr.monotonic && pr.calls > 10 && pr.done == pr.total && pr.total > 0, "progress %d calls, %llu / %llu",
+           pr.calls, (unsigned long long)pr.done, (unsigned long long)pr.total);
     if (m) {
         const hx_model_config *c = &m->cfg;
         CHECK(c->arch == HX_ARCH_GEMMA3 && c->n_layer == 2 && c->n_embd == D && c->head_dim == HD && c->n_head_kv == 1);
@@ -273,6 +290,166 @@ static void test_contract(void) {
     unlink(p);
     CHECK(load_dir(dir, NULL, &m, &e) == HX_ERR_IO && strstr(e.msg, "config.json"));
     rmdir(dir);
+}
+
+/* ---------------------------------------------------------------- (c) */
+
+/* The shared tiny GGUFs were converted by llama.cpp from transformers models; undoing the converter
+ * (llama's Q/K row permutation, gemma's +1 on norms) gives the HF folder they came from. Loading that
+ * folder must reproduce the transformers float64 refs and the GGUF's own logits. */
+typedef struct { char name[96]; const char *dtype; int64_t rows, cols; void *data; bool owned; } conv_t;
+
+static void conv_add(conv_t *v, int *n, const char *name, const hx_tensor *t, int llama_heads, bool minus_one) {
+    if (!t->data) return;
+    conv_t *c = &v[(*n)++];
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->dtype = t->type == HX_TYPE_F16 ? "F16" : t->type == HX_TYPE_BF16 ? "BF16" : "F32";
+    c->cols = t->ne[0];
+    c->rows = t->ne[1] > 1 ? t->ne[1] : 0;
+    c->data = (void *)t->data;
+    size_t es = dtype_size(c->dtype), rb = es * (size_t)c->cols;
+    if (llama_heads) {  /* GGUF row h*hd + 2j + s  <-  HF row h*hd + s*hd/2 + j */
+        int64_t hd = t->ne[1] / llama_heads, half = hd / 2;
+        uint8_t *o = malloc(rb * (size_t)t->ne[1]);
+        for (int64_t h = 0; h < llama_heads; h++)
+            for (int64_t j = 0; j < half; j++)
+                for (int s = 0; s < 2; s++)
+                    memcpy(o + (size_t)(h * hd + s * half + j) * rb, (const uint8_t *)t->data + (size_t)(h * hd + 2 * j + s) * rb, rb);
+        c->data = o; c->owned = true;
+    }
+    if (minus_one) {
+        float *o = malloc(sizeof(float) * (size_t)c->cols);
+        hx_dequantize_row(t->type, t->data, o, c->cols);
+        for (int64_t i = 0; i < c->cols; i++) o[i] -= 1.0f;
+        c->data = o; c->owned = true; c->dtype = "F32";
+    }
+}
+
+static bool gguf_to_hf(const hx_model *m, const char *dir) {
+    const hx_model_config *c = &m->cfg;
+    bool llama = c->arch == HX_ARCH_LLAMA, gemma = c->arch == HX_ARCH_GEMMA3;
+    if (c->arch == HX_ARCH_QWEN2 || c->arch == HX_ARCH_BERT) return false;
+    mkdir(dir, 0755);
+    int cap = 8 + 20 * c->n_layer, n = 0;
+    conv_t *v = calloc((size_t)cap, sizeof *v);
+    conv_add(v, &n, "model.embed_tokens.weight", &m->tok_embd, 0, false);
+    conv_add(v, &n, "model.norm.weight", &m->output_norm, 0, gemma);
+    if (!c->tied_output) conv_add(v, &n, "lm_head.weight", &m->output, 0, false);
+    for (int l = 0; l < c->n_layer; l++) {
+        const hx_layer_weights *L = &m->layers[l];
+        char nm[96];
+#define A(t, suffix, heads, m1) do { snprintf(nm, sizeof nm, "model.layers.%d.%s", l, suffix); conv_add(v, &n, nm, t, heads, m1); } while (0)
+        A(&L->attn_norm, "input_layernorm.weight", 0, gemma);
+        A(&L->wq, "self_attn.q_proj.weight", llama ? c->n_head : 0, false);
+        A(&L->wk, "self_attn.k_proj.weight", llama ? c->n_head_kv : 0, false);
+        A(&L->wv, "self_attn.v_proj.weight", 0, false);
+        A(&L->wo, "self_attn.o_proj.weight", 0, false);
+        A(&L->q_norm, "self_attn.q_norm.weight", 0, gemma);
+        A(&L->k_norm, "self_attn.k_norm.weight", 0, gemma);
+        A(&L->attn_post_norm, "post_attention_layernorm.weight", 0, gemma);
+        A(&L->ffn_norm, gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight", 0, gemma);
+        A(&L->ffn_post_norm, "post_feedforward_layernorm.weight", 0, gemma);
+        A(&L->ffn_gate, "mlp.gate_proj.weight", 0, false);
+        A(&L->ffn_up, "mlp.up_proj.weight", 0, false);
+        A(&L->ffn_down, "mlp.down_proj.weight", 0, false);
+#undef A
+    }
+    st_t *st = calloc((size_t)n, sizeof *st);
+    for (int i = 0; i < n; i++) st[i] = (st_t){v[i].name, v[i].dtype, v[i].rows, v[i].cols, v[i].data};
+    char p[512];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    write_st(p, st, n, 0);
+    for (int i = 0; i < n; i++) if (v[i].owned) free(v[i].data);
+    free(st); free(v);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model_type", llama ? "llama" : gemma ? "gemma3_text" : "qwen3");
+    cJSON_AddNumberToObject(j, "num_hidden_layers", c->n_layer);
+    cJSON_AddNumberToObject(j, "hidden_size", c->n_embd);
+    cJSON_AddNumberToObject(j, "num_attention_heads", c->n_head);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", c->n_head_kv);
+    cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(j, "intermediate_size", c->n_ff);
+    cJSON_AddNumberToObject(j, "vocab_size", c->n_vocab);
+    cJSON_AddNumberToObject(j, "max_position_embeddings", c->n_ctx_train);
+    cJSON_AddNumberToObject(j, "rms_norm_eps", c->norm_eps);
+    cJSON_AddNumberToObject(j, "rope_theta", c->rope_base);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tied_output);
+    if (gemma) {
+        cJSON_AddNumberToObject(j, "rope_local_base_freq", c->rope_base_swa);
+        cJSON_AddNumberToObject(j, "sliding_window", c->sliding_window);
+        cJSON_AddNumberToObject(j, "sliding_window_pattern", 6);  /* transformers 4 form: no layer_types */
+        cJSON_AddNumberToObject(j, "query_pre_attn_scalar", 1.0 / ((double)c->attn_scale * c->attn_scale));
+    }
+    char *js = cJSON_Print(j);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    write_text(p, js);
+    free(js);
+    cJSON_Delete(j);
+    return true;
+}
+
+static void test_shared_roundtrip(const char *sh) {
+    const char *names[] = {"qwen3", "llama3", "gemma3"};
+    for (int k = 0; k < 3; k++) {
+        char p[512], dir[256];
+        snprintf(p, sizeof p, "%s/models/ref-tiny/tiny-%s-shared.gguf", sh, names[k]);
+        hx_model *g = NULL, *m = NULL;
+        hx_error e = {0};
+        CHECKF(hx_model_load(p, NULL, &g, &e) == HX_OK, "%s: %s", p, e.msg);
+        if (!g) continue;
+        snprintf(dir, sizeof dir, "/tmp/hx-test-hf-rt-%d", (int)getpid());
+        CHECK(gguf_to_hf(g, dir));
+        CHECKF(hx_model_load_hf(dir, &m, &e) == HX_OK, "%s: %s", names[k], e.msg);
+        snprintf(p, sizeof p, "%s/refs/tiny-%s-shared.refs.json", sh, names[k]);
+        size_t n;
+        char *js = slurp(p, &n);
+        cJSON *refs = js ? cJSON_Parse(js) : NULL, *r0 = cJSON_GetArrayItem(refs, 0);
+        free(js);
+        int Vn = g->cfg.n_vocab;
+        float *want = malloc(sizeof(float) * (size_t)Vn), *lh = malloc(sizeof(float) * (size_t)Vn), *lg = malloc(sizeof(float) * (size_t)Vn);
+        snprintf(p, sizeof p, "%s/refs/tiny-%s-shared.last_logits.0.f32", sh, names[k]);
+        FILE *f = fopen(p, "rb");
+        CHECK(f && fread(want, sizeof(float), (size_t)Vn, f) == (size_t)Vn);
+        if (f) fclose(f);
+        if (m && r0) {
+            CHECK(m->cfg.rope_style == HX_ROPE_NEOX && g->cfg.n_layer == m->cfg.n_layer);
+            cJSON *ids = cJSON_GetObjectItem(r0, "ids"), *gr = cJSON_GetObjectItem(r0, "greedy");
+            int np = cJSON_GetArraySize(ids), ng = cJSON_GetArraySize(gr);
+            int32_t *toks = malloc(sizeof(int32_t) * (size_t)(np + ng));
+            for (int i = 0; i < np; i++) toks[i] = (int32_t)cJSON_GetArrayItem(ids, i)->valuedouble;
+            hx_cpu_opts o = {.n_ctx = 128, .kv_f32 = true, .n_threads = 2};
+            hx_cpu_ctx *ch = NULL, *cg = NULL;
+            CHECK(hx_cpu_ctx_new(m, &o, &ch, &e) == HX_OK && hx_cpu_ctx_new(g, &o, &cg, &e) == HX_OK);
+            if (ch && cg && hx_cpu_forward(ch, toks, np, 0, lh, false, &e) == HX_OK &&
+                hx_cpu_forward(cg, toks, np, 0, lg, false, &e) == HX_OK) {
+                double eref = 0, egg = 0;
+                for (int i = 0; i < Vn; i++) { eref = fmax(eref, fabs((double)lh[i] - want[i])); egg = fmax(egg, fabs((double)lh[i] - lg[i])); }
+                int same = 0;
+                for (int s = 0; s < ng; s++) {
+                    int got = argmax(lh, Vn);
+                    if (got != (int)cJSON_GetArrayItem(gr, s)->valuedouble) break;
+                    same++;
+                    toks[np + s] = got;
+                    if (s + 1 < ng && hx_cpu_forward(ch, &toks[np + s], 1, np + s, lh, false, &e)) break;
+                }
+                printf("shared %s as an HF folder: last logits max abs err %.3g to transformers, %.3g to the GGUF; greedy %d/%d\n",
+                       names[k], eref, egg, same, ng);
+                CHECKF(eref <= 1e-3, "%s: %g", names[k], eref);
+                CHECKF(egg <= 1e-4, "%s: HF folder vs GGUF %g", names[k], egg);
+                CHECKF(same == ng, "%s: greedy %d/%d", names[k], same, ng);
+            } else {
+                CHECKF(0, "%s: %s", names[k], e.msg);
+            }
+            hx_cpu_ctx_free(ch); hx_cpu_ctx_free(cg);
+            free(toks);
+        }
+        free(want); free(lh); free(lg);
+        cJSON_Delete(refs);
+        hx_model_free(m); hx_model_free(g);
+        snprintf(p, sizeof p, "%s/config.json", dir); unlink(p);
+        snprintf(p, sizeof p, "%s/model.safetensors", dir); unlink(p);
+        rmdir(dir);
+    }
 }
 
 /* ---------------------------------------------------------------- (b) */
@@ -415,6 +592,9 @@ static void check_case(const char *root, const char *name) {
 
 int main(void) {
     test_contract();
+    const char *sh = t_shared_dir();
+    if (sh) test_shared_roundtrip(sh);
+    else printf("(c) skipped: ../shared not found (set HX_SHARED)\n");
     const char *tiny = getenv("HX_HF_TINY");
     if (tiny && *tiny) {
         const char *names[] = {"llama", "qwen2", "qwen3", "gemma3"};

@@ -31,6 +31,7 @@
  */
 #include "model/model.h"
 #include "core/core.h"
+#include "core/pool.h"
 #include "quant/quant.h"
 #include "tok/tok.h"
 
@@ -211,6 +212,7 @@ typedef struct hf_load {
     struct hx_hf_store *s;
     hx_hf_opts o;
     bool norm_add_one;      /* gemma: store 1 + w */
+    hx_pool *pool;          /* quantize-on-load threads, NULL = the calling thread only */
     uint64_t done, total;   /* progress, bytes of stored tensors */
 } hf_load;
 
@@ -230,6 +232,46 @@ static int quant_target(const hf_load *L, hf_kind kind, const char *role, int la
         if (ne0 % 256) t = t == HX_TYPE_Q6_K ? HX_TYPE_Q8_0 : HX_TYPE_Q5_0; /* llama.cpp's fallbacks */
     }
     return ne0 % 32 ? 0 : t;
+}
+
+/* Converting a tensor: stored rows (type) -> f32 (+1 for gemma norms) -> rows of `to`. */
+typedef struct conv_job {
+    int type, to;
+    bool add_one, misaligned;
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t irow, orow;
+    int64_t ne0, rows;
+    float *scratch;         /* (threads, ne0) */
+    _Atomic bool failed;
+} conv_job;
+
+#define CONV_CHUNK 16
+
+static void conv_task(void *ctx, int64_t task, int thread) {
+    conv_job *j = ctx;
+    float *row = j->scratch + (size_t)thread * (size_t)j->ne0;
+    size_t esz = j->type == HX_TYPE_F32 ? 4 : 2;
+    int64_t r1 = (task + 1) * CONV_CHUNK < j->rows ? (task + 1) * CONV_CHUNK : j->rows;
+    for (int64_t r = task * CONV_CHUNK; r < r1; r++) {
+        const uint8_t *in = j->src + (size_t)r * j->irow;
+        uint8_t *out = j->dst + (size_t)r * j->orow;
+        if (j->to == j->type && !j->add_one) { memcpy(out, in, j->irow); continue; }
+        if (j->misaligned && j->type != HX_TYPE_F32) { /* dequantize reads 16-bit values: one aligned copy each */
+            for (int64_t i = 0; i < j->ne0; i++) {
+                uint16_t h;
+                memcpy(&h, in + (size_t)i * esz, esz);
+                hx_dequantize_row(j->type, &h, row + i, 1);
+            }
+        } else if (j->misaligned) {
+            memcpy(row, in, j->irow);
+        } else {
+            hx_dequantize_row(j->type, in, row, j->ne0);
+        }
+        if (j->add_one) for (int64_t i = 0; i < j->ne0; i++) row[i] += 1.0f;
+        if (j->to == HX_TYPE_F32) memcpy(out, row, j->orow);
+        else if (hx_quantize_row(j->to, row, out, j->ne0) != j->orow) j->failed = true;
+    }
 }
 
 /* Bind `name` expecting GGUF-style shape (ne0, ne1) (ne1 = 0: 1-D). Not required and absent:
@@ -273,35 +315,22 @@ static hx_status bind(hf_load *L, hx_tensor *t, const char *name, bool required,
     size_t esz = type == HX_TYPE_F32 ? 4 : 2;
     bool misaligned = (uintptr_t)t->data % esz != 0;
     if (qt || add_one || misaligned) {
-        int to = qt ? qt : add_one ? HX_TYPE_F32 : type;
-        size_t orow = hx_row_size(to, ne0), irow = hx_row_size(type, ne0);
-        uint8_t *dst = own(L->s, malloc(orow * (size_t)want_rows));
-        float *row = malloc(sizeof(float) * (size_t)ne0);
-        if (!dst || !row) { free(row); return hx_err(e, HX_ERR_NOMEM, "%s: tensor '%s': out of memory", f->path, name); }
-        const uint8_t *src = t->data;
-        for (int64_t r = 0; r < want_rows; r++) {
-            if (to == type && !add_one) { memcpy(dst + (size_t)r * orow, src + (size_t)r * irow, irow); continue; }
-            if (misaligned && type != HX_TYPE_F32) { /* dequantize reads 16-bit values: go through an aligned copy */
-                for (int64_t i = 0; i < ne0; i++) {
-                    uint16_t h;
-                    memcpy(&h, src + (size_t)r * irow + (size_t)i * esz, esz);
-                    hx_dequantize_row(type, &h, row + i, 1);
-                }
-            } else if (misaligned) {
-                memcpy(row, src + (size_t)r * irow, irow);
-            } else {
-                hx_dequantize_row(type, src + (size_t)r * irow, row, ne0);
-            }
-            if (add_one) for (int64_t i = 0; i < ne0; i++) row[i] += 1.0f;
-            if (to == HX_TYPE_F32) memcpy(dst + (size_t)r * orow, row, orow);
-            else if (hx_quantize_row(to, row, dst + (size_t)r * orow, ne0) != orow) {
-                free(row);
-                return hx_err(e, HX_ERR_UNSUPPORTED, "%s: tensor '%s': cannot quantize to %s", f->path, name, hx_type_name(to));
-            }
-        }
-        free(row);
-        t->type = to;
-        t->data = dst;
+        conv_job j = {.type = type, .to = qt ? qt : add_one ? HX_TYPE_F32 : type, .add_one = add_one,
+                      .misaligned = misaligned, .src = t->data, .ne0 = ne0, .rows = want_rows};
+        j.irow = hx_row_size(type, ne0);
+        j.orow = hx_row_size(j.to, ne0);
+        j.dst = own(L->s, malloc(j.orow * (size_t)want_rows));
+        if (!j.dst) return hx_err(e, HX_ERR_NOMEM, "%s: tensor '%s': out of memory", f->path, name);
+        /* the quantizers are slow (Q4_K searches scales): rows in chunks over the pool */
+        int nthr = L->pool ? hx_pool_threads(L->pool) : 1;
+        j.scratch = calloc((size_t)nthr * (size_t)ne0, sizeof(float));
+        if (!j.scratch) return hx_err(e, HX_ERR_NOMEM, "%s: tensor '%s': out of memory", f->path, name);
+        hx_pool_run(want_rows >= 2 * CONV_CHUNK ? L->pool : NULL, (want_rows + CONV_CHUNK - 1) / CONV_CHUNK, conv_task, &j);
+        free(j.scratch);
+        if (j.failed)
+            return hx_err(e, HX_ERR_UNSUPPORTED, "%s: tensor '%s': cannot quantize to %s", f->path, name, hx_type_name(j.to));
+        t->type = j.to;
+        t->data = j.dst;
     }
     L->done += need;
     if (L->o.progress) L->o.progress(L->o.progress_user, L->done, L->total);
@@ -510,10 +539,12 @@ static hx_status load_bert(hf_load *L, const cJSON *cfg, const char *dir, const 
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->layers) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", dir);
     const hf_shard *sh;
-    const char *P = store_find(L->s, "embeddings.word_embeddings.weight", &sh) ? "" : "bert.";
     const int64_t E = c->n_embd, F = c->n_ff;
     char nm[192];
-#define BIND(t, name, a, b, kind) do { snprintf(nm, sizeof nm, "%s%s", P, name); \
+    /* each tensor with or without the "bert." prefix (exports mix them) */
+#define BIND(t, name, a, b, kind) do { snprintf(nm, sizeof nm, "%s", name); \
+        if (!store_find(L->s, nm, &sh)) snprintf(nm, sizeof nm, "bert.%s", name); \
+        if (!store_find(L->s, nm, &sh)) snprintf(nm, sizeof nm, "%s", name); \
         if ((st = bind(L, (t), nm, true, (a), (b), (kind), NULL, 0, e))) return st; } while (0)
     BIND(&m->tok_embd, "embeddings.word_embeddings.weight", E, c->n_vocab, T_EMBD);
     BIND(&m->pos_embd, "embeddings.position_embeddings.weight", E, c->n_ctx_train, T_VEC);
@@ -625,6 +656,11 @@ hx_status hx_model_load_hf_ex(const char *dir, const hx_hf_opts *opts, hx_model 
     hx_model *m = calloc(1, sizeof *m);
     if (!m) { cJSON_Delete(cfg); return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", dir); }
     hf_load L = {.m = m, .o = o};
+    if (o.quant && o.n_threads != 1 && !(L.pool = hx_pool_create(o.n_threads))) {
+        cJSON_Delete(cfg);
+        hx_model_free(m);
+        return hx_err(e, HX_ERR_NOMEM, "%s: cannot start quantize threads", dir);
+    }
     const char *mt = str(cfg, "model_type");
     bool bert = mt && !strcmp(mt, "bert"), tie = false;
     /* the config first: an unsupported model says so before any file is mapped */
@@ -636,6 +672,7 @@ hx_status hx_model_load_hf_ex(const char *dir, const hx_hf_opts *opts, hx_model 
     const char *nm = str(cfg, "_name_or_path");
     snprintf(m->cfg.name, sizeof m->cfg.name, "%s", nm && *nm ? nm : dir);
 done:
+    hx_pool_free(L.pool);
     cJSON_Delete(cfg);
     if (m->hf)
         for (int i = 0; i < m->hf->n_shards; i++) { cJSON_Delete(m->hf->shards[i].header); m->hf->shards[i].header = NULL; }

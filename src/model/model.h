@@ -122,6 +122,7 @@ typedef struct hx_hf_opts {
                     Q4_K_M mix (Q4_K, Q6_K for the output and for attn_v / ffn_down of some layers).
                     Matrices whose rows do not split into the type's blocks fall back to Q8_0, else stay as stored. */
     bool prefault; /* read the mappings in at load (MAP_POPULATE) */
+    int n_threads; /* quantize-on-load threads: 0 = all online CPUs, 1 = the calling thread */
     /* progress: called with bytes done / total while tensors are converted or read; NULL = none */
     void (*progress)(void *user, uint64_t done, uint64_t total);
     void *progress_user;
