@@ -205,7 +205,11 @@ hx_status hx_model_open(const char *path, const hx_model_params *p, hx_model **o
             goto fail;
         }
     } else if (m->cfg.arch != HX_ARCH_BERT) {
-        if ((st = hx_hf_tokenizer_load(path, &a->tok, &a->chat_template, e))) goto fail;
+        if ((st = hx_hf_tokenizer_load(path, &a->tok, &a->chat_template, &te))) {
+            if (st != HX_ERR_UNSUPPORTED) { *e = te; goto fail; }
+            HX_INFO("%s: no usable tokenizer (%s): token ids only", path, te.msg);  /* no tokenizer.json */
+            st = HX_OK;
+        }
     } else {
         char vocab[4200];
         snprintf(vocab, sizeof vocab, "%s/vocab.txt", path);
@@ -224,7 +228,7 @@ hx_status hx_model_open(const char *path, const hx_model_params *p, hx_model **o
     snprintf(base, sizeof base, "%s", path);
     for (size_t l = strlen(base); l > 1 && base[l - 1] == '/';) base[--l] = 0;
     const char *bn = strrchr(base, '/') ? strrchr(base, '/') + 1 : base;
-    if (!m->cfg.name[0] && dir) snprintf(m->cfg.name, sizeof m->cfg.name, "%s", bn);
+    if (dir) snprintf(m->cfg.name, sizeof m->cfg.name, "%s", bn);  /* HF config.json has no name */
     snprintf(a->fingerprint, sizeof a->fingerprint, "%s:%.100s:%lld:%lld:%d:%d:%d:%d:%s", m->cfg.arch_name, bn,
              (long long)(m->gguf ? m->gguf->file_size : a->size_bytes), (long long)sb.st_mtime, m->cfg.n_layer,
              m->cfg.n_embd, m->cfg.n_vocab, m->cfg.n_ctx_train, a->type_name);
