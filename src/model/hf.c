@@ -696,13 +696,16 @@ hx_status hx_hf_tokenizer_load(const char *dir, hx_tok **tok, char **chat_templa
     if (chat_template) *chat_template = NULL;
     char path[HF_PATH_MAX];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (!file_exists(path)) {
-        snprintf(path, sizeof path, "%s/tokenizer.model", dir);
-        return hx_err(e, HX_ERR_UNSUPPORTED, "%s/tokenizer.json: absent%s", dir,
-                      file_exists(path) ? " (tokenizer.model alone is not read from a folder)" : "");
-    }
     hx_tok *t;
-    hx_status st = hx_tok_load_hf_json(path, &t, e);
+    hx_status st;
+    if (file_exists(path)) {
+        st = hx_tok_load_hf_json(path, &t, e);
+    } else {  /* older folders carry only the SentencePiece model */
+        snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+        if (!file_exists(path))
+            return hx_err(e, HX_ERR_IO, "%s: neither tokenizer.json nor tokenizer.model in the folder", dir);
+        st = hx_tok_load_spm_model(path, &t, e);
+    }
     if (st) return st;
     char *tmpl = NULL;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
