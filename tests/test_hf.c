@@ -512,7 +512,8 @@ static void test_shared_roundtrip(const char *sh) {
 /* Folders holding the shared real tokenizers (symlinked into /tmp): special ids, add_bos, the chat
  * template's family, and an encode with specials. Expected values from transformers 5.24's
  * AutoTokenizer on the same two files (qwen3 [151644, 872], llama3 [128006, 882], gemma3 [2, 105, 2364])
- * and sentencepiece 0.2 for llama2 ("Hello" -> 15043, bos 1, eos 2). */
+ * and sentencepiece 0.2 for llama2 ("Hello" -> 15043, bos 1, eos 2); BERT's vocab.txt adds [CLS] 101
+ * and [SEP] 102. */
 static void test_shared_tokenizers(const char *sh) {
     static const struct {
         const char *json, *model, *config; int32_t bos, eos; bool add_bos; hx_chat_kind chat;
@@ -525,6 +526,7 @@ static void test_shared_tokenizers(const char *sh) {
         {"gemma3.tokenizer.json", NULL, "gemma3.tokenizer_config.json", 2, 106, true, HX_CHAT_GEMMA,
          "<start_of_turn>user", 2, 2364},
         {NULL, "llama2.tokenizer.model", NULL, 1, 2, true, HX_CHAT_UNKNOWN, "Hello", 1, 15043},
+        {NULL, "bert-base-uncased.vocab.txt", NULL, 101, -1, true, HX_CHAT_UNKNOWN, "Hello world", 101, 102},
     };
     char dir[256], a[700], b[700];
     snprintf(dir, sizeof dir, "/tmp/hx-test-hf-tok-%d", (int)getpid());
@@ -533,7 +535,8 @@ static void test_shared_tokenizers(const char *sh) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mkdir(dir, 0755);
         const char *src[2] = {cases[i].json ? cases[i].json : cases[i].model, cases[i].config};
-        const char *dst[2] = {cases[i].json ? "tokenizer.json" : "tokenizer.model", "tokenizer_config.json"};
+        const char *dst[2] = {cases[i].json ? "tokenizer.json" : strstr(src[0], ".txt") ? "vocab.txt" : "tokenizer.model",
+                              "tokenizer_config.json"};
         for (int k = 0; k < 2; k++) {
             if (!src[k]) continue;
             snprintf(a, sizeof a, "%s/tokenizers/%s", abs_sh, src[k]);
@@ -563,7 +566,7 @@ static void test_shared_tokenizers(const char *sh) {
     hx_tok *t = NULL;
     hx_error e = {0};
     mkdir(dir, 0755);
-    CHECK(hx_hf_tokenizer_load(dir, &t, NULL, &e) == HX_ERR_IO && strstr(e.msg, "neither tokenizer.json nor tokenizer.model"));
+    CHECK(hx_hf_tokenizer_load(dir, &t, NULL, &e) == HX_ERR_IO && strstr(e.msg, "neither tokenizer.json"));
     rmdir(dir);
 }
 

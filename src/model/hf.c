@@ -701,15 +701,21 @@ hx_status hx_hf_tokenizer_load(const char *dir, hx_tok **tok, char **chat_templa
     if (chat_template) *chat_template = NULL;
     char path[HF_PATH_MAX];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    hx_tok *t;
+    hx_tok *t = NULL;
     hx_status st;
-    if (file_exists(path)) {
-        st = hx_tok_load_hf_json(path, &t, e);
-    } else {  /* older folders carry only the SentencePiece model */
-        snprintf(path, sizeof path, "%s/tokenizer.model", dir);
-        if (!file_exists(path))
-            return hx_err(e, HX_ERR_IO, "%s: neither tokenizer.json nor tokenizer.model in the folder", dir);
-        st = hx_tok_load_spm_model(path, &t, e);
+    char alt[HF_PATH_MAX];
+    snprintf(alt, sizeof alt, "%s/vocab.txt", dir);
+    bool vocab_txt = file_exists(alt);
+    st = file_exists(path) ? hx_tok_load_hf_json(path, &t, e) : HX_ERR_IO;
+    if (st == HX_ERR_IO || (st == HX_ERR_UNSUPPORTED && vocab_txt)) {
+        if (vocab_txt) {  /* BERT folders: tokenizer.json holds a WordPiece model; vocab.txt is the same vocabulary */
+            st = hx_tok_load_vocab_txt(alt, &t, e);
+        } else {          /* older folders carry only the SentencePiece model */
+            snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+            if (!file_exists(path))
+                return hx_err(e, HX_ERR_IO, "%s: neither tokenizer.json, vocab.txt nor tokenizer.model in the folder", dir);
+            st = hx_tok_load_spm_model(path, &t, e);
+        }
     }
     if (st) return st;
     char *tmpl = NULL;

@@ -131,8 +131,8 @@ typedef struct hx_hf_opts {
  * into owned f32 copies. opts may be NULL (defaults). */
 hx_status hx_model_load_hf_ex(const char *dir, const hx_hf_opts *opts, hx_model **out, hx_error *e);
 hx_status hx_model_load_hf(const char *dir, hx_model **out, hx_error *e); /* default options */
-/* The folder's tokenizer: tokenizer.json (else a SentencePiece tokenizer.model)
- * with tokenizer_config.json's bos/eos tokens, add_bos_token / add_eos_token and
+/* The folder's tokenizer: tokenizer.json (else BERT's vocab.txt, else a
+ * SentencePiece tokenizer.model) with tokenizer_config.json's bos/eos tokens, add_bos_token / add_eos_token and
  * chat template (chat_template.jinja when present wins), and
  * generation_config.json's eos ids (a second one becomes the end-of-turn id).
  * *chat_template is malloc'ed (NULL when the folder carries none);
