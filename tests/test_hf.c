@@ -232,6 +232,7 @@ static void test_contract(void) {
         CHECK(c->act == HX_ACT_GELU_TANH && c->tied_output && c->n_vocab == V);
         CHECK(c->sliding_window == 3 && c->layer_is_swa[0] && !c->layer_is_swa[1]);
         CHECK_NEAR(c->rope_base, 1e6, 1e-3); CHECK_NEAR(c->rope_base_swa, 1e4, 1e-3); CHECK_NEAR(c->rope_scale, 4, 0);
+        CHECK_NEAR(c->rope_scale_swa, 1, 0);  /* the sliding layers are not scaled */
         CHECK_NEAR(c->attn_scale, 0.25, 1e-7);   /* query_pre_attn_scalar 16 */
         CHECK_NEAR(c->final_logit_softcap, 30, 0); CHECK(c->attn_logit_softcap == 0);
         CHECK(m->tok_embd.type == HX_TYPE_BF16 && m->output.data == m->tok_embd.data);
@@ -273,6 +274,7 @@ static void test_contract(void) {
         CHECK(c->arch == HX_ARCH_QWEN3 && !c->tied_output && c->sliding_window == 0 && !c->layer_is_swa[0]);
         CHECK(c->rope_style == HX_ROPE_NEOX && !c->post_norms && !c->embd_scale && c->act == HX_ACT_SILU);
         CHECK_NEAR(c->rope_base, 5000, 0); CHECK_NEAR(c->rope_base_swa, 5000, 0); CHECK_NEAR(c->rope_scale, 1, 0);
+        CHECK_NEAR(c->rope_scale_swa, 1, 0);
         CHECK_NEAR(c->attn_scale, 0.5, 1e-7);
         CHECK(m->layers[0].attn_norm.data == (const void *)m->layers[0].attn_norm.data && m->output.data != m->tok_embd.data);
         CHECK(((const float *)m->layers[0].ffn_norm.data)[3] == g_norm[3]);  /* no +1 outside gemma */

@@ -439,10 +439,9 @@ static hx_status decoder_config(const cJSON *root, const char *path, hx_model_co
         return st;
     }
     if (!gemma) c->rope_base_swa = c->rope_base;
-    /* Gemma 3 4B+ scales only the global layers' positions; the backends apply rope_scale to every layer */
-    if (gemma && c->rope_scale != 1.0f && swa_scale == 1.0f)
-        HX_WARN("%s: linear rope scaling %g applies to the global layers only in HF; the sliding layers get it too here",
-                path, c->rope_scale);
+    /* Gemma 3 4B+ scales only the global layers' positions (rope_scaling of transformers 4 is the global
+     * rotary's; the local one is default with rope_local_base_freq) */
+    c->rope_scale_swa = gemma ? swa_scale : c->rope_scale;
     c->rope_style = HX_ROPE_NEOX;
     /* sliding window: layer_types when given, else gemma3's every-Nth-is-global pattern, qwen2's max_window_layers */
     c->sliding_window = num_int(tc, "sliding_window", 0);
@@ -540,7 +539,7 @@ static hx_status load_bert(hf_load *L, const cJSON *cfg, const char *dir, const 
     hx_status st;
     if ((st = st_pooling(dir, &c->pooling, e))) return st;
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
-    c->rope_scale = 1.0f;
+    c->rope_scale = c->rope_scale_swa = 1.0f;
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->layers) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", dir);
     const hf_shard *sh;

@@ -35,6 +35,7 @@ typedef struct hx_model_config {
     float rope_base;        /* global layers */
     float rope_base_swa;    /* sliding-window layers (gemma3), else = rope_base */
     float rope_scale;       /* linear scaling factor, 1 if none */
+    float rope_scale_swa;   /* the same for sliding-window layers (gemma3 scales only its global layers: 1 here); <= 0: 1 */
     hx_rope_style rope_style;
     float norm_eps;
     bool norm_is_layernorm; /* bert */
