@@ -14,7 +14,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 const char *hx_arch_name(hx_arch a) {
     switch (a) {
@@ -130,6 +129,8 @@ hx_status hx_model_config_from_gguf(const hx_gguf *g, hx_model_config *c, hx_err
         if (get_int(g, a, "pooling_type", &v) && v >= 0 && v <= 2) c->pooling = (int)v;
         break;
     }
+    /* llama.cpp's gemma3 runs its sliding layers unscaled (rope_freq_scale_train_swa = 1) */
+    c->rope_scale_swa = c->arch == HX_ARCH_GEMMA3 ? 1.0f : c->rope_scale;
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     if (get_f(g, a, "attention.scale", &d) && d > 0) c->attn_scale = (float)d;
     if (get_f(g, a, "final_logit_softcapping", &d) && d > 0) c->final_logit_softcap = (float)d;
@@ -215,10 +216,10 @@ static hx_status bind_layer(const hx_gguf *g, const hx_model_config *c, int il, 
 
 void hx_model_free(hx_model *m) {
     if (!m) return;
+    hx_model_api_free(m->api);
     free(m->layers);
     hx_gguf_close(m->gguf);
-    if (m->st_map) munmap(m->st_map, m->st_size);
-    free(m->st_names);
+    hx_hf_store_free(m->hf);
     free(m);
 }
 
