@@ -12,7 +12,9 @@
  * logit (the same kernels on the same shapes: the GPU is deterministic, so
  * the difference is expected to be 0); the final hidden states too.
  * Also: decode_greedy (the graph and its lookahead, and with
- * hx_cuda_dev_opts.no_ahead) gives the forward's tokens; a sequence copied to
+ * hx_cuda_dev_opts.no_ahead; on two slots of the many-sequence context,
+ * alternating) gives the forward's tokens; 5 sequences together without graphs
+ * (no_graph) give what they give alone; a sequence copied to
  * another slot (seq_copy) and one saved and restored (seq_read/seq_write)
  * continue with the same logits as the original; keeping a prefix (seq_keep)
  * and decoding again gives what the first decode gave; a bad ubatch fails
@@ -180,23 +182,28 @@ static void compare_runs(const char *what, int s, const seq_run *got, const seq_
     CHECKF(dh <= TOL, "%s: seq %d: hidden states differ by %.3g", what, s, dh);
 }
 
-/* decode_greedy from the end of the prompt (prefilled in the same chunks) gives `want`. */
-static void check_greedy(void *ctx1, const seq_run *r, const char *what, int n_ubatch) {
-    (void)n_ubatch;
-    hx_error e = {0};
-    CHECK(hx_backend_cuda.seq_keep(ctx1, 0, 0) == 0);
+/* Clears slot `slot` and prefills r's prompt into it in r's chunks (no outputs). */
+static bool prefill(void *ctx, int slot, const seq_run *r) {
+    CHECK(hx_backend_cuda.seq_keep(ctx, slot, 0) == 0);
     for (int at = 0; at < r->len; at += r->chunk) {
         int k = r->len - at < r->chunk ? r->len - at : r->chunk;
         ub b = {0};
         for (int j = 0; j < k; j++) {
             b.token[j] = r->prompt[at + j];
             b.pos[j] = at + j;
-            b.seq[j] = 0;
+            b.seq[j] = slot;
             b.out[j] = -1;
         }
         b.n = k;
-        if (run_ub(ctx1, &b, NULL, NULL)) return;
+        if (run_ub(ctx, &b, NULL, NULL)) return false;
     }
+    return true;
+}
+
+/* decode_greedy from the end of the prompt (prefilled in the same chunks) gives r's greedy tokens. */
+static void check_greedy(void *ctx1, const seq_run *r, const char *what) {
+    hx_error e = {0};
+    if (!prefill(ctx1, 0, r)) return;
     int32_t tok = r->gen[0];
     int same = 0;
     for (int step = 0; step < STEPS; step++) {
@@ -291,8 +298,8 @@ static void test_model(const model_case *mc, const char *dir) {
     }
     /* the fast path alone: decode_greedy with the lookahead, and without it */
     for (int s = 0; s < NSEQ; s += 5) {
-        check_greedy(ctx1, &alone[s], mc->preset, mc->n_ubatch);
-        check_greedy(ctx1n, &alone[s], "no_ahead", mc->n_ubatch);
+        check_greedy(ctx1, &alone[s], mc->preset);
+        check_greedy(ctx1n, &alone[s], "no_ahead");
     }
     {
         /* after the 16: sequence i in slot (i * 7 + 3) % 16 holds len + STEPS positions (its last token not yet
@@ -359,6 +366,36 @@ static void test_model(const model_case *mc, const char *dir) {
             }
             free(again.rows);
         }
+    }
+    {
+        /* decode_greedy on two slots of the many-sequence context, alternating (each call drops the other's
+           lookahead): each gives its sequence's greedy tokens */
+        int sa = 4, sb = 9, ia = 3, ib = 4;
+        if (prefill(ctx, sa, &alone[ia]) && prefill(ctx, sb, &alone[ib])) {
+            int32_t ta = alone[ia].gen[0], tb = alone[ib].gen[0];
+            int same_a = 0, same_b = 0;
+            for (int step = 0; step < STEPS; step++) {
+                int32_t na = -1, nb = -1;
+                CHECKF(hx_backend_cuda.decode_greedy(ctx, sa, ta, alone[ia].len + step, &na, &e) == HX_OK, "%s", e.msg);
+                CHECKF(hx_backend_cuda.decode_greedy(ctx, sb, tb, alone[ib].len + step, &nb, &e) == HX_OK, "%s", e.msg);
+                if (na == alone[ia].gen[step + 1] && same_a == step) same_a++;
+                if (nb == alone[ib].gen[step + 1] && same_b == step) same_b++;
+                ta = na;
+                tb = nb;
+            }
+            CHECKF(same_a == STEPS && same_b == STEPS, "%s: alternating decode_greedy: %d and %d of %d steps equal",
+                   mc->preset, same_a, same_b, STEPS);
+        }
+        CHECKF(hx_backend_cuda.finish(ctx, &e) == HX_OK, "finish: %s", e.msg);
+    }
+    {
+        /* without graphs (hx_cuda_dev_opts.no_graph): 5 together, as alone (multi[] is reused) */
+        hx_cuda_dev_opts no_graph = {.no_graph = true};
+        void *ctxg = new_ctx(m, NSEQ, mc, &no_graph);
+        int slot[5] = {2, 9, 0, 15, 6};
+        if (ctxg && run_together(ctxg, mc->n_ubatch, multi, slot, 5, D, logits, hidden))
+            for (int i = 0; i < 5; i++) compare_runs("no_graph, 5 together", i, &multi[i], &alone[i], D);
+        if (ctxg) hx_backend_cuda.ctx_free(ctxg);
     }
     printf("%s: %d layers, window %d, ubatch %d: largest relative difference %.3g\n", mc->preset, m->cfg.n_layer,
            m->cfg.sliding_window, mc->n_ubatch, g_worst);
