@@ -1168,6 +1168,29 @@ static hx_status be_decode_greedy(void *ctx, int seq, int32_t token, int pos, in
     return s ? s : decode_greedy(c, seq, token, pos, next, e);
 }
 
+// The sampling chain on the device for any slot (hx_cuda_decode_sample is slot 0's).
+static hx_status be_decode_sample(void *ctx, int seq, int32_t token, int pos, const hx_backend_sample *bs,
+                                  int32_t *next, float *logits, bool *picked, hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    hx_status s = seq_check(c, seq, e);
+    if (s) return s;
+    hx_cuda_sample_params p = {bs->temp, bs->top_k, bs->top_p, bs->min_p, bs->repeat_penalty, bs->freq_penalty,
+                               bs->presence_penalty};
+    *picked = false;
+    if ((s = check_args(c, seq, &token, 1, pos, e))) return s;
+    if ((s = ensure_logits(c, 1, e))) return s;
+    if ((s = enqueue_decode(c, seq, token, pos, e))) return s;
+    if (hx_cuda_sample_supported(&p, bs->n_hist)) {
+        if ((s = sample_on_device(c, &p, bs->hist, bs->n_hist, bs->u, next, picked, e))) return s;
+    }
+    if ((s = prof_collect(c, e))) return s;
+    if (!*picked) {
+        CK(cudaMemcpyAsync(logits, c->logits, sizeof(float) * c->cfg.n_vocab, cudaMemcpyDeviceToHost, c->st));
+        CK(cudaStreamSynchronize(c->st));
+    }
+    return HX_OK;
+}
+
 static hx_status be_finish(void *ctx, hx_error *e) { return hx_cuda_finish((hx_cuda_ctx *)ctx, e); }
 
 // Memory in use on the context's device, by every program on it (total - free).
@@ -1192,4 +1215,5 @@ extern "C" const hx_backend hx_backend_cuda = {
     be_decode_greedy,
     be_finish,
     be_device_bytes_in_use,
+    be_decode_sample,
 };
