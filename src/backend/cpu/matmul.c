@@ -137,12 +137,13 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
                  (!x_as_is(ti, W->type, flags) && ti->dot_type == HX_TYPE_F32 && W->type != Ws[0]->type))
             return hx_err(e, HX_ERR_ARG, "matmul: tensors '%s' and '%s' cannot share activations",
                           Ws[0]->name ? Ws[0]->name : "?", W->name ? W->name : "?");
-        /* the tiled kernels give the same bits as the AVX2 per-row ones; on
-         * AVX-512 machines its per-row kernels stay in charge of matvec */
+        /* the tiled kernels give the same bits as the AVX2 per-row ones, and
+         * every ISA level above AVX2 the same bits as AVX2 (quant/dot.h): so
+         * the parity order below holds on AVX-512 machines too */
         hx_isa isa = hx_isa_current();
-        j.gemm[m] = n > 1 ? hx_get_gemm_batch(W->type, isa) : isa == HX_ISA_AVX2 ? hx_get_gemm(W->type, isa) : NULL;
+        j.gemm[m] = n > 1 ? hx_get_gemm_batch(W->type, isa) : hx_get_gemm(W->type, isa);
         j.dot_main[m] = NULL; j.n_main[m] = 0;
-        if ((flags & HX_MM_GGML_ORDER) && isa == HX_ISA_AVX2) {
+        if ((flags & HX_MM_GGML_ORDER) && isa >= HX_ISA_AVX2) {
             if (W->type == HX_TYPE_Q4_K && rows % 8 == 0) {
                 dot = hx_dot_q4_K_ggml_gemv_avx2;
                 j.dot_main[m] = hx_dot_q4_K_ggml_gemm_avx2;
