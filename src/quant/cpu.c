@@ -183,6 +183,7 @@ hx_gemm_fn hx_get_gemm(int type, hx_isa isa) {
     switch (type) {
     case HX_TYPE_Q8_0: return vnni ? hx_gemm_q8_0_avx512vnni : hx_gemm_q8_0_avx2;
     case HX_TYPE_Q4_0: return vnni ? hx_gemm_q4_0_avx512vnni : hx_gemm_q4_0_avx2;
+    case HX_TYPE_Q5_0: return vnni ? hx_gemm_q5_0_avx512vnni : hx_gemm_q5_0_avx2;
     case HX_TYPE_Q4_K: return hx_gemm_q4_K_avx2;
     case HX_TYPE_Q6_K: return hx_gemm_q6_K_avx2;
     default: return NULL;

@@ -100,7 +100,9 @@ AI void tile_q5_0(const int RM, const int RN, int64_t nb, const uint8_t *w, size
                   size_t ldx, float *y, size_t ldy) {
     __m256 acc[4][4];
     UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) acc[r][c] = _mm256_setzero_ps();
+    PF_SETUP()
     for (int64_t i = 0; i < nb; i++) {
+        PF(sizeof(block_q5_0), i)
         __m256i wq[4], wa[4];
         UNROLL for (int r = 0; r < RM; r++) {
             const block_q5_0 *a = (const block_q5_0 *)(w + r * ldw) + i;
