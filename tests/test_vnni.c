@@ -1,7 +1,7 @@
 /* test_vnni.c — the AVX512-VNNI kernels (src/quant/gemm_avx512.c) give the
  * AVX2 kernels' bits: per-row dots and tiles (matvec nc = 1 with its
  * prefetch, batches on every edge shape) for Q8_0, Q5_0 and Q4_0 weights, and
- * the packed batch kernels (Q4_0, Q5_0: the AVX2 packed kernels' bits, which
+ * the packed batch kernels (the AVX2 packed kernels' bits, which
  * are the scalar dot's),
  * on quantized rows and on random block bytes (Q8_0 levels down to -128).
  * Bit-identity is the contract that lets every ISA level share one summation
@@ -29,15 +29,17 @@ typedef struct { int type; hx_vec_dot_fn dot; gemm_t gemm, packed; } kernels;
 EMU_DECL(q8_0) EMU_DECL(q5_0) EMU_DECL(q4_0)
 void hx_gemm_q4_0_packed_avx512vnni_emu(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
                                         size_t ldx, float *y, size_t ldy);
+void hx_gemm_q8_0_packed_avx512vnni_emu(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+                                        size_t ldx, float *y, size_t ldy);
 void hx_gemm_q5_0_packed_avx512vnni_emu(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
                                         size_t ldx, float *y, size_t ldy);
 static const kernels k_emu[3] = {
-    { HX_TYPE_Q8_0, hx_dot_q8_0_avx512vnni_emu, hx_gemm_q8_0_avx512vnni_emu, NULL },
+    { HX_TYPE_Q8_0, hx_dot_q8_0_avx512vnni_emu, hx_gemm_q8_0_avx512vnni_emu, hx_gemm_q8_0_packed_avx512vnni_emu },
     { HX_TYPE_Q5_0, hx_dot_q5_0_avx512vnni_emu, hx_gemm_q5_0_avx512vnni_emu, hx_gemm_q5_0_packed_avx512vnni_emu },
     { HX_TYPE_Q4_0, hx_dot_q4_0_avx512vnni_emu, hx_gemm_q4_0_avx512vnni_emu, hx_gemm_q4_0_packed_avx512vnni_emu } };
 #endif
 static const kernels k_native[3] = {
-    { HX_TYPE_Q8_0, hx_dot_q8_0_avx512vnni, hx_gemm_q8_0_avx512vnni, NULL },
+    { HX_TYPE_Q8_0, hx_dot_q8_0_avx512vnni, hx_gemm_q8_0_avx512vnni, hx_gemm_q8_0_packed_avx512vnni },
     { HX_TYPE_Q5_0, hx_dot_q5_0_avx512vnni, hx_gemm_q5_0_avx512vnni, hx_gemm_q5_0_packed_avx512vnni },
     { HX_TYPE_Q4_0, hx_dot_q4_0_avx512vnni, hx_gemm_q4_0_avx512vnni, hx_gemm_q4_0_packed_avx512vnni } };
 
@@ -107,7 +109,9 @@ static int check_set(const char *name, const kernels *ks, hx_rng *r) {
                     for (int64_t nc = 1; nc <= toks; nc += 2) {
                         memset(ya, 0, sizeof(float) * rows * toks);
                         memset(yb, 0xff, sizeof(float) * rows * toks);
-                        (type == HX_TYPE_Q4_0 ? hx_gemm_q4_0_packed_avx2 : hx_gemm_q5_0_packed_avx2)(
+                        (type == HX_TYPE_Q4_0   ? hx_gemm_q4_0_packed_avx2
+                         : type == HX_TYPE_Q5_0 ? hx_gemm_q5_0_packed_avx2
+                                                : hx_gemm_q8_0_packed_avx2)(
                             cols, nr, nc, w, wr, x, xr, ya, (size_t)rows);
                         ks[k].packed(cols, nr, nc, w, wr, x, xr, yb, (size_t)rows);
                         for (int64_t t = 0; t < nc; t++)

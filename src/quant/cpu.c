@@ -195,7 +195,7 @@ hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa) {
     if (packed < 0) packed = getenv("HX_GEMM_NO_PACKED") == NULL;
     if (packed && hx_get_gemm(HX_TYPE_Q4_0, isa)) { /* the AVX2 kernels are available */
         const bool vnni = (isa > hx_isa_best() ? hx_isa_best() : isa) >= HX_ISA_AVX512_VNNI;
-        if (type == HX_TYPE_Q8_0) return hx_gemm_q8_0_packed_avx2;
+        if (type == HX_TYPE_Q8_0) return vnni ? hx_gemm_q8_0_packed_avx512vnni : hx_gemm_q8_0_packed_avx2;
         if (type == HX_TYPE_Q4_0) return vnni ? hx_gemm_q4_0_packed_avx512vnni : hx_gemm_q4_0_packed_avx2;
         if (type == HX_TYPE_Q5_0) return vnni ? hx_gemm_q5_0_packed_avx512vnni : hx_gemm_q5_0_packed_avx2;
         if (type == HX_TYPE_Q4_K) return hx_gemm_q4_K_packed_avx2;
@@ -218,7 +218,8 @@ hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa) {
     hx_gemm_fn g = hx_get_gemm_batch(type, isa);
     return g == hx_gemm_q8_0_packed_avx2 || g == hx_gemm_q4_0_packed_avx2 || g == hx_gemm_q5_0_packed_avx2 ||
                    g == hx_gemm_q4_K_packed_avx2 || g == hx_gemm_q6_K_packed_avx2 ||
-                   g == hx_gemm_q4_0_packed_avx512vnni || g == hx_gemm_q5_0_packed_avx512vnni
+                   g == hx_gemm_q4_0_packed_avx512vnni || g == hx_gemm_q5_0_packed_avx512vnni ||
+                   g == hx_gemm_q8_0_packed_avx512vnni
                ? HX_ISA_SCALAR : HX_ISA_AVX2;
 }
 

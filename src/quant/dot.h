@@ -28,8 +28,8 @@ HX_DOT_KERNELS(HX_DECL_AVX2)
     void hx_gemm_##t##_avx512vnni(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x, \
                                   size_t ldx, float *y, size_t ldy);
 HX_DECL_VNNI(q8_0) HX_DECL_VNNI(q5_0) HX_DECL_VNNI(q4_0)
-/* batch GEMMs on packed 8-row groups with vpdpbusd, bit-identical to hx_dot_{q4_0,q5_0}_scalar */
-HX_DECL_GEMM_VNNI(q4_0_packed) HX_DECL_GEMM_VNNI(q5_0_packed)
+/* batch GEMMs on packed 8-row groups with vpdpbusd, bit-identical to hx_dot_{q4_0,q5_0,q8_0}_scalar */
+HX_DECL_GEMM_VNNI(q4_0_packed) HX_DECL_GEMM_VNNI(q5_0_packed) HX_DECL_GEMM_VNNI(q8_0_packed)
 
 /* tiled GEMM kernels (gemm_avx2.c); which = 0..3 for Q8_0, Q4_0, Q4_K, Q6_K */
 #define HX_DECL_GEMM(t) void hx_gemm_##t##_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, \

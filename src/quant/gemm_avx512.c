@@ -76,7 +76,7 @@ GEMM(q8_0)
 GEMM(q5_0)
 GEMM(q4_0)
 
-/* ------------------------------------------- Q4_0 / Q5_0 batch GEMM, packed rows
+/* ------------------------------------------- Q4_0 / Q5_0 / Q8_0 batch GEMM, packed rows
  *
  * The AVX2 packed kernels' layout (gemm_avx2.c): a group of 8 weight rows
  * repacked per call so that 32-bit lane r of step vector j holds row r's
@@ -85,14 +85,18 @@ GEMM(q4_0)
  * weights: levels q as stored (Q4_0 0..15, Q5_0 0..31, no offset), the
  * activations as they are (s8). The offset is per token and block:
  * sum (q - o) x = sum q x - o sum x, so the int32 accumulator starts at
- * -o * sum x. One vpdpbusd per (8 rows, token, step), 8 per block, where AVX2
- * needs broadcast, maddubs and an int16 add per step plus the widening.
+ * -o * sum x. Q8_0's weights are signed, so there the roles swap: the
+ * activations go in unsigned as x + 128 and the accumulator starts at
+ * -128 * sum w per row and block (the pack's corr). One vpdpbusd per
+ * (8 rows, token, step), 8 per block, where AVX2 needs broadcast, maddubs and
+ * an int16 add per step plus the widening (Q8_0: 16 madd + add).
  * The block sum is exact and the float part is the scalar kernel's
  * (s += (float)sumi * (dw * dx), mul then add), so every output is
- * bit-identical to hx_dot_q4_0_scalar / hx_dot_q5_0_scalar, as the AVX2
- * packed kernels are. */
+ * bit-identical to hx_dot_q{4,5,8}_0_scalar, as the AVX2 packed kernels are. */
+enum { LQ_Q4_0, LQ_Q5_0, LQ_Q8_0 };
 typedef struct {
-    __m256i q[8];   /* step j: lane r = levels 4j..4j+3 of row r (u8) */
+    __m256i q[8];   /* step j: lane r = levels 4j..4j+3 of row r (Q4_0/Q5_0 u8, Q8_0 s8) */
+    __m256i corr;   /* lane r: Q8_0: -128 * sum of row r's levels; else 0 */
     __m256 d;       /* lane r: row r's block scale */
 } lq_pack;
 
@@ -114,14 +118,19 @@ static void transpose8(const __m256i v[8], __m256i out[8]) {
     }
 }
 
-/* hb: Q5_0's fifth bit (0 for Q4_0) */
-static void pack_lq(lq_pack *p, int64_t nb, const uint8_t *w, size_t ldw, int rows, bool q5) {
+static void pack_lq(lq_pack *p, int64_t nb, const uint8_t *w, size_t ldw, int rows, int kind) {
     for (int64_t i = 0; i < nb; i++) {
         __m256i v[8];
         float d[8];
+        int32_t corr[8] = {0};
         for (int r = 0; r < 8; r++) {
             if (r < rows) {
-                if (q5) {
+                if (kind == LQ_Q8_0) {
+                    const block_q8_0 *a = (const block_q8_0 *)(w + r * ldw) + i;
+                    v[r] = loadu256(a->qs);
+                    d[r] = f16(a->d);
+                    for (int k = 0; k < 32; k++) corr[r] -= 128 * a->qs[k];
+                } else if (kind == LQ_Q5_0) {
                     const block_q5_0 *a = (const block_q5_0 *)(w + r * ldw) + i;
                     const __m256i hb = _mm256_and_si256(bytes_from_bits(a->qh), _mm256_set1_epi8(16));
                     v[r] = _mm256_or_si256(unpack_nibbles(a->qs), hb);
@@ -137,25 +146,29 @@ static void pack_lq(lq_pack *p, int64_t nb, const uint8_t *w, size_t ldw, int ro
             }
         }
         transpose8(v, p[i].q);
+        p[i].corr = _mm256_loadu_si256((const __m256i *)corr);
         p[i].d = _mm256_loadu_ps(d);
     }
 }
 
-/* RN tokens against one packed group. xs: the tokens' s8 activations, off:
- * -o * (sum of the block's activations), dx: scales; all [token][block]. */
-AI void lq_packed_tile(const int RN, int64_t nb, const lq_pack *p, const int8_t *xs, const int32_t *off,
-                       const float *dx, float *acc_out) {
+/* RN tokens against one packed group. xs: the tokens' activations (s8; Q8_0:
+ * x + 128 as u8), off: -o * (sum of the block's activations) (Q8_0: 0), dx:
+ * scales; all [token][block]. XU8: the activations are the unsigned operand. */
+AI void lq_packed_tile(const int RN, const bool XU8, int64_t nb, const lq_pack *p, const int8_t *xs,
+                       const int32_t *off, const float *dx, float *acc_out) {
     __m256 acc[4];
     UNROLL for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         __m256i s32[4];
-        UNROLL for (int c = 0; c < RN; c++) s32[c] = _mm256_set1_epi32(off[(size_t)c * nb + i]);
+        UNROLL for (int c = 0; c < RN; c++)
+            s32[c] = XU8 ? p[i].corr : _mm256_set1_epi32(off[(size_t)c * nb + i]);
         UNROLL for (int j = 0; j < 8; j++) {
             const __m256i wq = p[i].q[j];
             UNROLL for (int c = 0; c < RN; c++) {
                 int32_t b;
                 memcpy(&b, xs + ((size_t)c * nb + i) * 32 + 4 * j, 4);
-                s32[c] = _mm256_dpbusd_epi32(s32[c], wq, _mm256_set1_epi32(b));
+                s32[c] = XU8 ? _mm256_dpbusd_epi32(s32[c], _mm256_set1_epi32(b), wq)
+                             : _mm256_dpbusd_epi32(s32[c], wq, _mm256_set1_epi32(b));
             }
         }
         UNROLL for (int c = 0; c < RN; c++) {
@@ -167,21 +180,27 @@ AI void lq_packed_tile(const int RN, int64_t nb, const lq_pack *p, const int8_t 
 }
 
 typedef void (*lq_tile_fn)(int64_t, const lq_pack *, const int8_t *, const int32_t *, const float *, float *);
-#define LQ_PT(N)                                                                                                  \
-    static void lq_packed_##N(int64_t nb, const lq_pack *p, const int8_t *xs, const int32_t *off, const float *dx, \
-                              float *o) {                                                                         \
-        lq_packed_tile(N, nb, p, xs, off, dx, o);                                                                 \
+#define LQ_PT(N, U, T)                                                                                            \
+    static void T##_packed_##N(int64_t nb, const lq_pack *p, const int8_t *xs, const int32_t *off, const float *dx, \
+                               float *o) {                                                                        \
+        lq_packed_tile(N, U, nb, p, xs, off, dx, o);                                                              \
     }
-LQ_PT(1) LQ_PT(2) LQ_PT(3) LQ_PT(4)
+LQ_PT(1, false, lq) LQ_PT(2, false, lq) LQ_PT(3, false, lq) LQ_PT(4, false, lq)
+LQ_PT(1, true, q8) LQ_PT(2, true, q8) LQ_PT(3, true, q8) LQ_PT(4, true, q8)
 
 /* Same contract as hx_gemm_q4_0_packed_avx2 (bit-identical to the scalar
  * kernel); if its scratch cannot be allocated the pairs go through the scalar
  * kernel (same bits, slower). */
-static void gemm_packed_lq(bool q5, int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+static void gemm_packed_lq(int kind, int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
                            size_t ldx, float *y, size_t ldy) {
-    static const lq_tile_fn tiles[4] = { lq_packed_1, lq_packed_2, lq_packed_3, lq_packed_4 };
-    const int64_t nb = n / QK4_0;
-    const int32_t o = q5 ? 16 : 8;
+    static const lq_tile_fn tiles_lq[4] = { lq_packed_1, lq_packed_2, lq_packed_3, lq_packed_4 };
+    static const lq_tile_fn tiles_q8[4] = { q8_packed_1, q8_packed_2, q8_packed_3, q8_packed_4 };
+    const lq_tile_fn *tiles = kind == LQ_Q8_0 ? tiles_q8 : tiles_lq;
+    const int64_t nb = n / QK8_0;
+    const int32_t o = kind == LQ_Q5_0 ? 16 : kind == LQ_Q4_0 ? 8 : 0;
+    const hx_vec_dot_fn scalar = kind == LQ_Q8_0   ? hx_dot_q8_0_scalar
+                                 : kind == LQ_Q5_0 ? hx_dot_q5_0_scalar
+                                                   : hx_dot_q4_0_scalar;
     lq_pack *p = aligned_alloc(32, sizeof(lq_pack) * (size_t)nb);
     int8_t *xs = malloc((size_t)(nc * nb * 32));
     int32_t *off = malloc(sizeof(int32_t) * (size_t)(nc * nb));
@@ -190,23 +209,24 @@ static void gemm_packed_lq(bool q5, int64_t n, int64_t nr, int64_t nc, const voi
         free(p); free(xs); free(off); free(dx);
         for (int64_t c = 0; c < nc; c++)
             for (int64_t r = 0; r < nr; r++)
-                (q5 ? hx_dot_q5_0_scalar : hx_dot_q4_0_scalar)(n, &y[c * ldy + r], (const uint8_t *)w + r * ldw,
-                                                                (const uint8_t *)x + c * ldx);
+                scalar(n, &y[c * ldy + r], (const uint8_t *)w + r * ldw, (const uint8_t *)x + c * ldx);
         return;
     }
     for (int64_t c = 0; c < nc; c++) {
         const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)x + c * ldx);
         for (int64_t i = 0; i < nb; i++) {
-            memcpy(xs + (c * nb + i) * 32, b[i].qs, 32);
             int32_t s = 0;
-            for (int k = 0; k < 32; k++) s += b[i].qs[k];
+            for (int k = 0; k < 32; k++) {
+                xs[(c * nb + i) * 32 + k] = kind == LQ_Q8_0 ? (int8_t)(b[i].qs[k] ^ 0x80) : b[i].qs[k];
+                s += b[i].qs[k];
+            }
             off[c * nb + i] = -o * s;
             dx[c * nb + i] = f16(b[i].d);
         }
     }
     for (int64_t r0 = 0; r0 < nr; r0 += 8) {
         const int rows = (int)(nr - r0 < 8 ? nr - r0 : 8);
-        pack_lq(p, nb, (const uint8_t *)w + r0 * ldw, ldw, rows, q5);
+        pack_lq(p, nb, (const uint8_t *)w + r0 * ldw, ldw, rows, kind);
         for (int64_t c0 = 0; c0 < nc; c0 += 4) {
             const int cn = (int)(nc - c0 < 4 ? nc - c0 : 4);
             float out[32];
@@ -219,9 +239,13 @@ static void gemm_packed_lq(bool q5, int64_t n, int64_t nr, int64_t nc, const voi
 
 void HX_EMU(hx_gemm_q4_0_packed_avx512vnni)(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw,
                                            const void *x, size_t ldx, float *y, size_t ldy) {
-    gemm_packed_lq(false, n, nr, nc, w, ldw, x, ldx, y, ldy);
+    gemm_packed_lq(LQ_Q4_0, n, nr, nc, w, ldw, x, ldx, y, ldy);
 }
 void HX_EMU(hx_gemm_q5_0_packed_avx512vnni)(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw,
                                            const void *x, size_t ldx, float *y, size_t ldy) {
-    gemm_packed_lq(true, n, nr, nc, w, ldw, x, ldx, y, ldy);
+    gemm_packed_lq(LQ_Q5_0, n, nr, nc, w, ldw, x, ldx, y, ldy);
+}
+void HX_EMU(hx_gemm_q8_0_packed_avx512vnni)(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw,
+                                           const void *x, size_t ldx, float *y, size_t ldy) {
+    gemm_packed_lq(LQ_Q8_0, n, nr, nc, w, ldw, x, ldx, y, ldy);
 }
