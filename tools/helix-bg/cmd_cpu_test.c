@@ -12,8 +12,15 @@
  *    1024x3072), over as many layers as make >= 192 MiB of weights (max 28) so
  *    the working set is far beyond the LLC, plus the 151936x1024 output
  *    matrix. Reported as GB/s of weight bytes and % of the read bandwidth.
- * 3. Matmul (batch 64 and 512) GFLOP/s on one layer's matrices.
- * --json: one JSON object per matvec result on stdout (bench/cpu-results.jsonl).
+ *    Every ISA level from AVX2 up to the best this CPU has is measured (each
+ *    level's kernels via hx_isa_set), and a level whose layers GB/s is more
+ *    than 5% below a lower level's is flagged "SLOWER than <level>": a higher
+ *    level must never lose to a lower one on decode-shaped matvecs. A report
+ *    for the log and bench/RESULTS.md, not a pass/fail test: the machine may
+ *    be shared (see 1.), so a flag is rerun before it is believed.
+ * 3. Matmul (batch 64 and 512) GFLOP/s on one layer's matrices, at the best level.
+ * --json: one JSON object per (type, level) matvec result on stdout
+ * (bench/cpu-results.jsonl); "slower_than" names the flagged lower level.
  * --type T (repeatable): only these weight types.
  */
 #include <stdio.h>
@@ -145,7 +152,10 @@ int cmd_cpu_test(int argc, char **argv) {
     if (!x || !y) { fprintf(stderr, "cpu-test: out of memory\n"); return 1; }
     for (int i = 0; i < 3072 * 512; i++) x[i] = hx_rng_normal(&rng);
     fprintf(out, "\nmatvec, qwen3-0.6b shapes (GB/s of weight bytes, %% of read bandwidth; best layer / best call)\n");
-    fprintf(out, "%-6s %7s %10s %6s %12s %6s %12s %12s\n", "type", "layers", "layers GB/s", "%bw",
+    /* levels: AVX2 up to the current one (HX_ISA may lower it); the last row of a type is the current level's */
+    const int lv_hi = (int)hx_isa_current(), lv_lo = lv_hi >= HX_ISA_AVX2 ? HX_ISA_AVX2 : lv_hi;
+    int n_slower = 0;
+    fprintf(out, "%-6s %-10s %7s %10s %6s %12s %6s %12s %12s\n", "type", "level", "layers", "layers GB/s", "%bw",
             "output GB/s", "%bw", "mm64 GFLOP/s", "mm512 GFLOP/s");
     for (size_t ti = 0; ti < sizeof bench_types / sizeof bench_types[0]; ti++) {
         int type = bench_types[ti];
@@ -176,31 +186,51 @@ int cmd_cpu_test(int argc, char **argv) {
         hx_tensor wout = { "output", type, { 1024, 151936, 1, 1 }, wo };
         hx_error e = {0};
         int reps = quick ? 3 : 8;
-        double best = 1e30; /* best single layer */
-        for (int r = 0; r < reps; r++) {
-            /* as a decode step runs them: q/k/v and gate/up grouped */
-            for (int l = 0; l < n_layers; l++) {
-                double t0 = hx_now_s();
-                const hx_tensor *qkv[3] = { &mats[l][0], &mats[l][1], &mats[l][2] };
-                const hx_tensor *gu[2] = { &mats[l][4], &mats[l][5] };
-                float *yq[3] = { y, y + 2048, y + 3072 }, *yg[2] = { y, y + 3072 };
-                hx_matmul_multi(pool, 3, qkv, x, 1, yq, 0, &e);
-                hx_matvec(pool, &mats[l][3], x, y, &e);
-                hx_matmul_multi(pool, 2, gu, x, 1, yg, 0, &e);
-                hx_matvec(pool, &mats[l][6], x, y, &e);
-                double dt = hx_now_s() - t0;
-                if (dt < best) best = dt;
+        double lv_gbps[4] = {0}, gbps = 0, gbps_o = 0;
+        for (int lv = lv_lo; lv <= lv_hi; lv++) {
+            hx_isa_set((hx_isa)lv);
+            double best = 1e30; /* best single layer */
+            for (int r = 0; r < reps; r++) {
+                /* as a decode step runs them: q/k/v and gate/up grouped */
+                for (int l = 0; l < n_layers; l++) {
+                    double t0 = hx_now_s();
+                    const hx_tensor *qkv[3] = { &mats[l][0], &mats[l][1], &mats[l][2] };
+                    const hx_tensor *gu[2] = { &mats[l][4], &mats[l][5] };
+                    float *yq[3] = { y, y + 2048, y + 3072 }, *yg[2] = { y, y + 3072 };
+                    hx_matmul_multi(pool, 3, qkv, x, 1, yq, 0, &e);
+                    hx_matvec(pool, &mats[l][3], x, y, &e);
+                    hx_matmul_multi(pool, 2, gu, x, 1, yg, 0, &e);
+                    hx_matvec(pool, &mats[l][6], x, y, &e);
+                    double dt = hx_now_s() - t0;
+                    if (dt < best) best = dt;
+                }
             }
+            gbps = lv_gbps[lv] = layer_bytes / best / 1e9;
+            double best_o = 1e30;
+            for (int r = 0; r < reps; r++) {
+                double t0 = hx_now_s();
+                hx_matvec(pool, &wout, x, y, &e);
+                double dt = hx_now_s() - t0;
+                if (dt < best_o) best_o = dt;
+            }
+            gbps_o = out_row * 151936.0 / best_o / 1e9;
+            int slower = -1; /* the lowest level measured faster by more than 5% */
+            for (int k = lv_lo; k < lv && slower < 0; k++)
+                if (gbps < 0.95 * lv_gbps[k]) slower = k;
+            if (lv < lv_hi || lv_lo < lv_hi) {
+                fprintf(out, "%-6s %-10s %7d %10.1f %5.0f%% %12.1f %5.0f%%%s%s\n", hx_type_name(type),
+                        hx_isa_name((hx_isa)lv), n_layers, gbps, 100 * gbps / read_gbps, gbps_o,
+                        100 * gbps_o / read_gbps, slower >= 0 ? "  SLOWER than " : "",
+                        slower >= 0 ? hx_isa_name((hx_isa)slower) : "");
+                n_slower += slower >= 0;
+            }
+            if (json)
+                printf("{\"test\": \"matvec\", \"mix\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"gbps\": %.2f, "
+                       "\"pct_of_bw\": %.1f, \"output_gbps\": %.2f, \"output_pct_of_bw\": %.1f, "
+                       "\"read_bw_gbps\": %.2f, \"slower_than\": \"%s\"}\n",
+                       hx_type_name(type), nth, hx_isa_name((hx_isa)lv), gbps, 100 * gbps / read_gbps, gbps_o,
+                       100 * gbps_o / read_gbps, read_gbps, slower >= 0 ? hx_isa_name((hx_isa)slower) : "");
         }
-        double gbps = layer_bytes / best / 1e9;
-        double best_o = 1e30;
-        for (int r = 0; r < reps; r++) {
-            double t0 = hx_now_s();
-            hx_matvec(pool, &wout, x, y, &e);
-            double dt = hx_now_s() - t0;
-            if (dt < best_o) best_o = dt;
-        }
-        double gbps_o = out_row * 151936.0 / best_o / 1e9;
         /* 3. matmul on layer 0 */
         double gf[2];
         int batches[2] = { 64, 512 };
@@ -216,20 +246,25 @@ int cmd_cpu_test(int argc, char **argv) {
             }
             gf[b] = flops / (hx_now_s() - t0) / 1e9;
         }
-        fprintf(out, "%-6s %7d %10.1f %5.0f%% %12.1f %5.0f%% %12.1f %12.1f\n", hx_type_name(type), n_layers,
-                gbps, 100 * gbps / read_gbps, gbps_o, 100 * gbps_o / read_gbps, gf[0], gf[1]);
+        fprintf(out, "%-6s %-10s %7d %10.1f %5.0f%% %12.1f %5.0f%% %12.1f %12.1f\n", hx_type_name(type),
+                hx_isa_name(hx_isa_current()), n_layers, gbps, 100 * gbps / read_gbps, gbps_o,
+                100 * gbps_o / read_gbps, gf[0], gf[1]);
         fflush(out);
         if (json)
-            printf("{\"test\": \"matvec\", \"mix\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"gbps\": %.2f, "
-                   "\"pct_of_bw\": %.1f, \"output_gbps\": %.2f, \"output_pct_of_bw\": %.1f, "
-                   "\"read_bw_gbps\": %.2f, \"mm64_gflops\": %.1f, \"mm512_gflops\": %.1f}\n",
-                   hx_type_name(type), nth, hx_isa_name(hx_isa_current()), gbps, 100 * gbps / read_gbps,
-                   gbps_o, 100 * gbps_o / read_gbps, read_gbps, gf[0], gf[1]);
+            printf("{\"test\": \"matmul\", \"mix\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
+                   "\"mm64_gflops\": %.1f, \"mm512_gflops\": %.1f}\n",
+                   hx_type_name(type), nth, hx_isa_name(hx_isa_current()), gf[0], gf[1]);
         free(wl);
         free(wo);
     }
     free(x);
     free(y);
     hx_pool_free(pool);
+    if (lv_lo < lv_hi)
+        fprintf(out, "\nlevels %s..%s: %d (type, level) rows slower than a lower level by more than 5%%%s\n",
+                hx_isa_name((hx_isa)lv_lo), hx_isa_name((hx_isa)lv_hi), n_slower,
+                n_slower ? " (rerun on a quiet machine before believing it)" : "");
+    else
+        fprintf(out, "\none ISA level (%s): nothing to compare across levels\n", hx_isa_name((hx_isa)lv_hi));
     return 0;
 }
