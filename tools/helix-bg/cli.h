@@ -20,6 +20,7 @@ int cmd_daemon(int argc, char **argv);
 int cmd_embed_test(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
 int cmd_search(int argc, char **argv);
+int cmd_ask(int argc, char **argv);
 
 /* One forward (logits of the last token, or of all with all_logits) and the
  * cache truncation, on the CUDA context gc when not NULL, else on the CPU

@@ -14,6 +14,7 @@ static const command commands[] = {
     {"one-shot",   cmd_one_shot,   "[kb-dir]            analyze a knowledge base once, write insights.json"},
     {"daemon",     cmd_daemon,     "[kb-dir]            watch data.log and keep insights current"},
     {"search",     cmd_search,     "KB-DIR QUERY        find entries (semantic + BM25), best first"},
+    {"ask",        cmd_ask,        "KB-DIR QUESTION --llm-model M   answer from the KB's entries, citing them"},
     {"embed-test", cmd_embed_test, "                    embed sample texts, print their similarity table"},
     {"embed",      cmd_embed,      "-m FILE             embed stdin lines with a BERT model"},
     {"load-model", cmd_load_model, "FILE [--json]       GGUF metadata, tensors and model config"},
