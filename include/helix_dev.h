@@ -1,0 +1,87 @@
+/* helix_dev.h — developer interface of libhelix, for tools and tests.
+ *
+ * What a program needs for generation, classification and embeddings is in
+ * helix.h; this header adds what helix-bg's developer commands (synth, bench,
+ * generate --dump) need and a user program does not: per-layer dumps,
+ * random-weight models of real architectures, and measurement helpers. It is
+ * less stable than helix.h: names may change with the tools that use them.
+ * Same conventions as helix.h (errors as values, hx_free for returned
+ * memory). */
+#ifndef HELIX_DEV_H
+#define HELIX_DEV_H
+
+#include "helix.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Contexts with developer options ---- */
+
+typedef struct hx_dev_context_params {
+    /* Per-layer activations of sequence 0 written to this folder, one file per
+     * layer and tensor (the format is described in backend/cpu/forward.c and
+     * read by bench/compare_dumps.py); NULL: none. */
+    const char *dump_dir;
+    const int *dump_positions; /* positions to dump, NULL: all */
+    int n_dump_positions;
+} hx_dev_context_params;
+
+/* hx_context_new with developer options (dp may be NULL: as hx_context_new). */
+hx_status hx_dev_context_new(hx_model *m, const hx_context_params *p, const hx_dev_context_params *dp,
+                             hx_context **out, hx_error *e);
+
+/* ---- Tokenizers alone ---- */
+
+/* A model handle that holds only a tokenizer, read from a tokenizer.json,
+ * tokenizer.model (SentencePiece) or vocab.txt (WordPiece) file, or from a
+ * .gguf's tokenizer.* keys: hx_tokenize, hx_token_to_piece, hx_detokenize and
+ * the hx_token_* getters work on it; hx_context_new fails with HX_ERR_ARG.
+ * Release with hx_model_free. */
+hx_status hx_dev_tokenizer_open(const char *path, hx_model **out, hx_error *e);
+
+/* ---- Model facts for benchmarks ---- */
+
+/* Bytes of weights one decode step reads: every tensor except the token
+ * embedding (a row lookup), which counts when it doubles as the output. */
+uint64_t hx_dev_model_decode_bytes(const hx_model *m);
+/* The llama.cpp file-type name of general.file_type ("q4_k_m", "q8_0"), else
+ * the dominant weight type in lower case. Owned by m. */
+const char *hx_dev_model_mix(const hx_model *m);
+
+/* ---- Random-weight models (helix-bg synth, bench --synth) ---- */
+
+/* Preset names ("qwen3-0.6b", ...) and weight mixes ("f32", "q4_k_m", ...):
+ * the i-th, NULL past the end. */
+const char *hx_dev_synth_preset(int i);
+const char *hx_dev_synth_mix(int i);
+
+typedef struct hx_dev_synth_params {
+    const char *preset;      /* a name from hx_dev_synth_preset */
+    const char *mix;         /* a name from hx_dev_synth_mix */
+    uint64_t seed;
+    int n_layer;             /* 0: the preset's */
+    int n_vocab;             /* 0: the preset's; ignored with a tokenizer */
+    const char *tokenizer;   /* NULL: synthetic; else a .gguf or tokenizer.json to take it from */
+    int n_threads;           /* 0: all CPUs */
+    bool progress;           /* per-tensor progress on stderr */
+} hx_dev_synth_params;
+
+/* Writes a GGUF with the preset's exact shapes and N(0, sigma) weights (the
+ * same file for any thread count), atomically. Unknown preset or mix:
+ * HX_ERR_ARG naming it. */
+hx_status hx_dev_synth_write(const hx_dev_synth_params *p, const char *path, hx_error *e);
+
+/* ---- GPU facts for benchmarks ---- */
+
+/* The name of CUDA device `index` into buf ("NVIDIA H100 80GB HBM3");
+ * HX_ERR_UNSUPPORTED without CUDA, HX_ERR_DEVICE without a usable GPU. */
+hx_status hx_dev_cuda_device_name(int index, char *buf, size_t cap, hx_error *e);
+/* Device-to-device copy bandwidth in GB/s (bytes read + written), best of
+ * reps copies of `bytes`: the ceiling a decode step's weight reads approach. */
+hx_status hx_dev_cuda_copy_bandwidth(size_t bytes, int reps, double *gbps, hx_error *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HELIX_DEV_H */

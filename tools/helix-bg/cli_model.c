@@ -1,0 +1,81 @@
+/* cli_model.c — opening a model the way generate, chat and bench all do:
+ * --device / -ngl mapped to hx_model_params, a progress line on a terminal. */
+#include "cli.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *const cli_device_names[] = {"auto", "cpu", "cuda", NULL};
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Bytes of a file, or of the regular files directly in a folder (a Hugging
+ * Face folder's shards); 0 when unknown. */
+static unsigned long long path_bytes(const char *path) {
+    struct stat st;
+    if (stat(path, &st)) return 0;
+    if (!S_ISDIR(st.st_mode)) return (unsigned long long)st.st_size;
+    unsigned long long sum = 0;
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    char p[4096];
+    for (struct dirent *de; (de = readdir(d));) {
+        snprintf(p, sizeof p, "%s/%s", path, de->d_name);
+        if (!stat(p, &st) && S_ISREG(st.st_mode)) sum += (unsigned long long)st.st_size;
+    }
+    closedir(d);
+    return sum;
+}
+
+typedef struct progress {
+    const char *cmd;
+    int shown;        /* last percent printed, -1: none yet */
+} progress;
+
+static bool on_progress(float fraction, void *user) {
+    progress *p = user;
+    int pct = (int)(fraction * 100.0f + 0.5f);
+    if (pct < 0) pct = 0;
+    if (pct > 100) pct = 100;
+    if (pct != p->shown) {
+        fprintf(stderr, "\rhelix-bg %s: loading %3d%%", p->cmd, pct);
+        fflush(stderr);
+        p->shown = pct;
+    }
+    return true;
+}
+
+hx_model *cli_model_open(const char *cmd, const char *path, const cli_device *d, double *load_s) {
+    hx_model_params mp = hx_model_default_params();
+    mp.device = d->device == 1 ? HX_DEVICE_CPU : d->device == 2 ? HX_DEVICE_CUDA : HX_DEVICE_AUTO;
+    if (d->ngl >= 0) { /* llama.cpp's -ngl: 0 is the CPU, more is the GPU (all layers: no partial offload) */
+        mp.device = d->ngl > 0 ? HX_DEVICE_CUDA : HX_DEVICE_CPU;
+        mp.n_gpu_layers = d->ngl;
+    }
+    progress pr = {cmd, -1};
+    if (isatty(2) && path_bytes(path) > 100ull * 1000 * 1000) {
+        mp.progress = on_progress;
+        mp.progress_user = &pr;
+    }
+    hx_error e = {0};
+    hx_model *m = NULL;
+    double t0 = cli_now();
+    hx_status s = hx_model_open(path, &mp, &m, &e);
+    if (pr.shown >= 0) fprintf(stderr, "\r\033[K"); /* the progress line goes away */
+    if (s != HX_OK) {
+        fprintf(stderr, "helix-bg %s: %s\n", cmd, e.msg);
+        return NULL;
+    }
+    if (load_s) *load_s = cli_now() - t0;
+    const char *note = hx_model_device_note(m);
+    if (note && *note) fprintf(stderr, "helix-bg %s: running on the CPU (%s)\n", cmd, note);
+    return m;
+}
