@@ -98,21 +98,21 @@ int cmd_cpu_test(int argc, char **argv) {
     int n_threads = 0;
     bool quick = false, json = false;
     int only[16], n_only = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-t") && i + 1 < argc) n_threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_only < 16) {
-            if ((only[n_only++] = hx_type_from_name(argv[++i])) < 0) {
-                fprintf(stderr, "cpu-test: unknown type '%s'\n", argv[i]);
-                return 2;
-            }
-        }
-        else if (!strcmp(argv[i], "--quick")) quick = true;
-        else if (!strcmp(argv[i], "--json")) json = true;
-        else {
-            fprintf(stderr, "usage: helix-bg cpu-test [-t N] [--quick] [--json] [--type T]...\n");
-            return 2;
-        }
-    }
+    cli_strs types = {0};
+    const cli_opt opts[] = {
+        {CLI_INT, "-t|--threads", &n_threads, "N", "threads, 0 = all", 0, 4096, NULL},
+        {CLI_BOOL, "--quick", &quick, NULL, "smaller buffers and fewer layers (a smoke test)", 0, 0, NULL},
+        {CLI_BOOL, "--json", &json, NULL, "one JSON object per matvec result on stdout", 0, 0, NULL},
+        {CLI_STRS, "--type", &types, "T", "only this weight type (repeatable; default: all)", 0, 0, NULL},
+        {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
+    };
+    int pr = cli_parse("cpu-test", "cpu-test [options]",
+                       "Memory bandwidth, then matvec and matmul throughput per weight type at qwen3-0.6b's shapes.\n",
+                       opts, argc, argv);
+    if (pr) return pr == 1 ? 0 : 2;
+    for (int i = 0; i < types.n; i++)
+        if ((only[n_only++] = hx_type_from_name(types.v[i])) < 0)
+            return cli_usage_error("cpu-test", "--type: unknown type '%s'", types.v[i]);
     hx_pool *pool = hx_pool_create(n_threads);
     if (!pool) { fprintf(stderr, "cpu-test: cannot create thread pool\n"); return 1; }
     int nth = hx_pool_threads(pool);

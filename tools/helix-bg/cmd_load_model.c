@@ -97,24 +97,21 @@ static char *gstr(hx_gguf_str s) {
     return c;
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: helix-bg load-model FILE.gguf [--json] [--prefault]\n"
-               "  prints GGUF metadata (long arrays summarized), the tensor inventory (name, type,\n"
-               "  shape, bytes) and the derived model config; --json prints one JSON object.\n");
-}
-
 int cmd_load_model(int argc, char **argv) {
     const char *path = NULL;
     bool json = false, prefault = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = true;
-        else if (!strcmp(argv[i], "--prefault")) prefault = true;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
-        else if (argv[i][0] == '-' && argv[i][1]) { fprintf(stderr, "helix-bg load-model: unknown option '%s'\n", argv[i]); usage(stderr); return 2; }
-        else if (!path) path = argv[i];
-        else { fprintf(stderr, "helix-bg load-model: one file at a time\n"); return 2; }
-    }
-    if (!path) { usage(stderr); return 2; }
+    const cli_opt opts[] = {
+        {CLI_POS, "FILE.gguf", &path, NULL, "the file to describe", 0, 0, NULL},
+        {CLI_BOOL, "--json", &json, NULL, "one JSON object instead of the text report", 0, 0, NULL},
+        {CLI_BOOL, "--prefault", &prefault, NULL, "read every page of the file while opening it", 0, 0, NULL},
+        {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
+    };
+    int pr = cli_parse("load-model", "load-model FILE.gguf [--json] [--prefault]",
+                       "Prints GGUF metadata (long arrays summarized), the tensor inventory (name, type, shape,\n"
+                       "bytes) and the derived model config.\n",
+                       opts, argc, argv);
+    if (pr) return pr == 1 ? 0 : 2;
+    if (!path) return cli_usage_error("load-model", "FILE.gguf is required (see helix-bg load-model --help)");
     hx_error e = {0};
     hx_gguf *g = NULL;
     hx_gguf_open_opts oo = {.prefault = prefault};
