@@ -47,4 +47,29 @@ full, stop = sys.argv[1], sys.argv[2]
 j = json.load(sys.stdin)
 assert j["stop"] == "stop_string" and j["text"] == full[:full.index(stop)], (j, stop)
 print("--stop: the text before the stop string")' "$full" "$stop"
+# loading progress: on a terminal for a file over 100 MB (Gemma 3 270M, 253 MB), never into a pipe
+G="${HELIX_REAL_DIR:-$HOME/.cache/helix/real}/gemma-3-270m-q4_k_m.gguf"
+if [ -f "$G" ]; then
+  python3 - "$BIN" "$G" <<'PY'
+import os, pty, select, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], "generate", "-m", sys.argv[2], "-p", "Hi", "-n", "2", "-t", "2"])
+out = b""
+while True:
+    r, _, _ = select.select([fd], [], [], 60)
+    if not r: break
+    try: d = os.read(fd, 4096)
+    except OSError: break
+    if not d: break
+    out += d
+os.waitpid(pid, 0)
+assert b"loading 100%" in out, out[:300]
+print("progress shown on a terminal")
+PY
+  "$BIN" generate -m "$G" -p "Hi" -n 2 -t 2 2> "$tmp/err" > /dev/null
+  ! grep -q loading "$tmp/err" || { echo "FAIL: progress written into a pipe"; exit 1; }
+else
+  echo "skip: $G not found (bench/real_models_fetch.sh): the progress check"
+fi
 echo "1 passed, 0 failed"
