@@ -277,7 +277,7 @@ typedef struct cls {
     int n_labels;
     int32_t **lab;   /* label token ids */
     int *lab_n;
-    float *score;    /* s_ij, n_prompts x n_labels */
+    double *score;   /* s_ij, n_prompts x n_labels */
     int *job_i, *job_j; /* per segment: the prompt and label it scores (-1: prompt prefill) */
     int g0;          /* first prompt of the group (segments of prefill map to prompt g0 + s) */
 } cls;
@@ -297,7 +297,7 @@ static hx_status cls_first(void *user, int s, int k, const float *logits, hx_err
     int V = C->lab_n[C->n_labels]; /* stashed vocabulary size */
     double z = lse(logits, V);
     for (int j = 0; j < C->n_labels; j++)
-        C->score[(size_t)(C->g0 + s) * (size_t)C->n_labels + (size_t)j] = (float)(logits[C->lab[j][0]] - z);
+        C->score[(size_t)(C->g0 + s) * (size_t)C->n_labels + (size_t)j] = logits[C->lab[j][0]] - z;
     return HX_OK;
 }
 
@@ -306,7 +306,7 @@ static hx_status cls_next(void *user, int s, int k, const float *logits, hx_erro
     (void)e;
     cls *C = user;
     int V = C->lab_n[C->n_labels], i = C->job_i[s], j = C->job_j[s];
-    C->score[(size_t)i * (size_t)C->n_labels + (size_t)j] += (float)(logits[C->lab[j][k + 1]] - lse(logits, V));
+    C->score[(size_t)i * (size_t)C->n_labels + (size_t)j] += logits[C->lab[j][k + 1]] - lse(logits, V);
     return HX_OK;
 }
 
@@ -396,14 +396,14 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
     if (st) goto out;
     double t1 = hx_now_s();
     for (int i = 0; i < n_prompts; i++) {
-        const float *sc = C.score + (size_t)i * (size_t)n_labels;
-        float mx = sc[0];
+        const double *sc = C.score + (size_t)i * (size_t)n_labels;
+        double mx = sc[0];
         for (int j = 1; j < n_labels; j++) if (sc[j] > mx) mx = sc[j];
         double sum = 0;
-        for (int j = 0; j < n_labels; j++) sum += exp((double)sc[j] - mx);
+        for (int j = 0; j < n_labels; j++) sum += exp(sc[j] - mx);
         for (int j = 0; j < n_labels; j++) {
-            probs[(size_t)i * (size_t)n_labels + (size_t)j] = (float)(exp((double)sc[j] - mx) / sum);
-            if (logprobs) logprobs[(size_t)i * (size_t)n_labels + (size_t)j] = sc[j];
+            probs[(size_t)i * (size_t)n_labels + (size_t)j] = (float)(exp(sc[j] - mx) / sum);
+            if (logprobs) logprobs[(size_t)i * (size_t)n_labels + (size_t)j] = (float)sc[j];
         }
     }
     if (metrics) {

@@ -785,22 +785,45 @@ size_t hx_tok_decode_token(const hx_tok *t, int32_t id, char *buf, size_t cap) {
     return w;
 }
 
+int hx_utf8_char(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    int len;
+    unsigned lo = 0x80, hi = 0xBF; /* range of the second byte (no overlongs, surrogates, > U+10FFFF) */
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    else return -1;
+    for (int k = 1; k < len; k++) {
+        if ((size_t)k >= n) return 0;
+        if (s[k] < (k == 1 ? lo : 0x80) || s[k] > (k == 1 ? hi : 0xBF)) return -k;
+    }
+    return len;
+}
+
 size_t hx_tok_stream_push(const hx_tok *t, hx_tok_stream *s, int32_t id, char *out, size_t cap) {
     char tmp[512];
     size_t n = hx_tok_decode_token(t, id, tmp, sizeof tmp);
     if (n > sizeof tmp) n = sizeof tmp;
-    char all[8 + 512]; size_t m = 0;
-    memcpy(all, s->pend, (size_t)s->n_pend); m = (size_t)s->n_pend; memcpy(all + m, tmp, n); m += n;
-    /* find the start of a trailing incomplete sequence */
-    size_t keep = m;
-    for (size_t back = 1; back <= 4 && back <= m; back++) {
-        unsigned char c = (unsigned char)all[m - back];
-        if ((c & 0xC0) == 0x80) continue;
-        if (c >= 0xC0 && (size_t)utf8_len(c) > back) keep = m - back;
-        break;
+    unsigned char all[8 + 512];
+    size_t m = (size_t)s->n_pend, w = 0;
+    memcpy(all, s->pend, m);
+    memcpy(all + m, tmp, n);
+    m += n;
+    s->n_pend = 0;
+    for (size_t i = 0; i < m;) {
+        int r = hx_utf8_char(all + i, m - i);
+        if (r == 0) { /* an incomplete character: held back until the next token */
+            s->n_pend = (int)(m - i);
+            memcpy(s->pend, all + i, m - i);
+            break;
+        }
+        const unsigned char *src = r > 0 ? all + i : (const unsigned char *)"\xEF\xBF\xBD";
+        size_t k = r > 0 ? (size_t)r : 3;
+        if (w + k > cap) break; /* whole characters only */
+        memcpy(out + w, src, k);
+        w += k;
+        i += r > 0 ? (size_t)r : (size_t)-r;
     }
-    s->n_pend = (int)(m - keep); memcpy(s->pend, all + keep, m - keep);
-    size_t w = keep < cap ? keep : cap;
-    memcpy(out, all, w);
     return w;
 }

@@ -51,6 +51,10 @@ int hx_tok_type(const hx_tok *t, int32_t id);
 
 /* Streaming decode: holds back an incomplete UTF-8 tail between tokens. */
 typedef struct { char pend[8]; int n_pend; } hx_tok_stream;
-/* Appends the decoded text of id to out (cap bytes), returns bytes written (complete UTF-8 only). */
+/* Appends the decoded text of id to out (cap bytes), returns bytes written: complete, valid UTF-8 only
+ * (bytes that can never form a character become U+FFFD). */
 size_t hx_tok_stream_push(const hx_tok *t, hx_tok_stream *s, int32_t id, char *out, size_t cap);
+/* UTF-8 at s[0..n): the length (1..4) of a valid character; 0 when s is a valid but incomplete
+ * start of one; -k when its first k bytes can never form one (replace them by one U+FFFD). */
+int hx_utf8_char(const unsigned char *s, size_t n);
 #endif
