@@ -38,6 +38,9 @@ extern const char *const cli_device_names[]; /* {"auto", "cpu", "cuda", NULL} */
  * "helix-bg CMD: ..." and returns NULL on failure; says on stderr why AUTO
  * fell back to the CPU. *load_s: seconds spent (may be NULL). */
 hx_model *cli_model_open(const char *cmd, const char *path, const cli_device *d, double *load_s);
+/* Clears the progress line if one is shown: after hx_context_new, which on
+ * CUDA reports the weight upload through the same callback. */
+void cli_progress_end(void);
 
 /* Monotonic seconds. */
 double cli_now(void);

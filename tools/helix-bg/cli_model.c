@@ -40,6 +40,15 @@ typedef struct progress {
     int shown;        /* last percent printed, -1: none yet */
 } progress;
 
+/* The callback's state outlives hx_model_open: on CUDA, hx_context_new
+ * reports the weight upload through the model's callback too. */
+static progress g_progress = {"", -1};
+
+void cli_progress_end(void) {
+    if (g_progress.shown >= 0) fprintf(stderr, "\r\033[K"); /* the progress line goes away */
+    g_progress.shown = -1;
+}
+
 static bool on_progress(float fraction, void *user) {
     progress *p = user;
     int pct = (int)(fraction * 100.0f + 0.5f);
@@ -60,16 +69,16 @@ hx_model *cli_model_open(const char *cmd, const char *path, const cli_device *d,
         mp.device = d->ngl > 0 ? HX_DEVICE_CUDA : HX_DEVICE_CPU;
         mp.n_gpu_layers = d->ngl;
     }
-    progress pr = {cmd, -1};
+    g_progress = (progress){cmd, -1};
     if (isatty(2) && path_bytes(path) > 100ull * 1000 * 1000) {
         mp.progress = on_progress;
-        mp.progress_user = &pr;
+        mp.progress_user = &g_progress;
     }
     hx_error e = {0};
     hx_model *m = NULL;
     double t0 = cli_now();
     hx_status s = hx_model_open(path, &mp, &m, &e);
-    if (pr.shown >= 0) fprintf(stderr, "\r\033[K"); /* the progress line goes away */
+    cli_progress_end();
     if (s != HX_OK) {
         fprintf(stderr, "helix-bg %s: %s\n", cmd, e.msg);
         return NULL;

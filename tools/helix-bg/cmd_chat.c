@@ -132,7 +132,9 @@ int cmd_chat(int argc, char **argv) {
     hx_context_params cp = hx_context_default_params();
     cp.n_ctx = train > 0 && n_ctx > train ? train : n_ctx;
     cp.n_threads = threads;
-    if (hx_context_new(m, &cp, &ctx, &e)) {
+    hx_status cst = hx_context_new(m, &cp, &ctx, &e);
+    cli_progress_end();
+    if (cst) {
         fprintf(stderr, "helix-bg " CMD ": %s\n", e.msg);
         goto done;
     }

@@ -282,6 +282,7 @@ int cmd_generate(int argc, char **argv) {
     hx_dev_context_params dp = {.dump_dir = o.dump};
     double t0 = cli_now();
     hx_status st = o.dump ? hx_dev_context_new(m, &cp, &dp, &ctx, &e) : hx_context_new(m, &cp, &ctx, &e);
+    cli_progress_end();
     if (st) { fprintf(stderr, "helix-bg " CMD ": %s\n", e.msg); goto done; }
     load_s += cli_now() - t0;
 
