@@ -40,6 +40,16 @@ hx_status hx_dev_context_new(hx_model *m, const hx_context_params *p, const hx_d
  * Release with hx_model_free. */
 hx_status hx_dev_tokenizer_open(const char *path, hx_model **out, hx_error *e);
 
+/* ---- GGUF inspection (helix-bg load-model) ---- */
+
+/* A GGUF file's metadata (long arrays and strings summarized), tensor
+ * inventory (name, type, shape, bytes), weight types by bytes and the model
+ * config derived from it (or why none could be), as text or, with json, one
+ * JSON object. A model helix cannot run still gets its inventory. prefault:
+ * read every page while opening (the open time is reported). *out is
+ * malloc'ed (hx_free). */
+hx_status hx_dev_gguf_describe(const char *path, bool json, bool prefault, char **out, hx_error *e);
+
 /* ---- Model facts for benchmarks ---- */
 
 /* Bytes of weights one decode step reads: every tensor except the token
