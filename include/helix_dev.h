@@ -82,6 +82,46 @@ typedef struct hx_dev_synth_params {
  * HX_ERR_ARG naming it. */
 hx_status hx_dev_synth_write(const hx_dev_synth_params *p, const char *path, hx_error *e);
 
+/* ---- CPU kernels (helix-bg cpu-test) ----
+ * The engine's own functions where their signatures need nothing private
+ * (declared again here; src/api/dev.c includes both declarations, so the
+ * compiler keeps them equal), wrappers where they do. */
+
+/* Weight types: llama.cpp's names ("Q4_K", "F16"; case-insensitive on input). */
+int hx_type_from_name(const char *name);     /* -1 if unknown */
+const char *hx_type_name(int type);          /* "?" for unknown */
+size_t hx_row_size(int type, int64_t n);     /* bytes of n values; 0 when n is not a multiple of the block */
+/* One row of n floats to `type` (byte-exact with llama-quantize); bytes written, 0 if unsupported. */
+size_t hx_quantize_row(int type, const float *src, void *dst, int64_t n);
+/* The kernel level the CPU dot products use now ("scalar", "avx2", "avx512", ...). */
+const char *hx_dev_cpu_isa(void);
+
+/* The engine's persistent thread pool: hx_pool_run splits [0, n_tasks) into
+ * tasks run by the pool's threads (the caller's included) and returns when all
+ * are done; one run at a time per pool. n_threads 0: all CPUs. */
+typedef struct hx_pool hx_pool;
+typedef void (*hx_pool_fn)(void *ctx, int64_t task, int thread);
+hx_pool *hx_pool_create(int n_threads);
+void hx_pool_free(hx_pool *p);
+int hx_pool_threads(const hx_pool *p);
+void hx_pool_run(hx_pool *p, int64_t n_tasks, hx_pool_fn fn, void *ctx);
+
+/* A weight matrix as stored: rows of cols values of type, row-major. */
+typedef struct hx_dev_matrix {
+    int type;
+    int64_t rows, cols;
+    const void *data;
+} hx_dev_matrix;
+/* y (rows) = W x (cols) with the forward pass's kernels (x quantized once to
+ * the type's dot type, as ggml does). pool may be NULL (one thread). */
+hx_status hx_dev_matvec(hx_pool *pool, const hx_dev_matrix *W, const float *x, float *y, hx_error *e);
+/* Y (n, rows) = X (n, cols) W^T, row-major. */
+hx_status hx_dev_matmul(hx_pool *pool, const hx_dev_matrix *W, const float *X, int64_t n, float *Y, hx_error *e);
+/* count (1..4) matrices of one row length and dot type on the same X in one
+ * pool run (q/k/v, gate/up); Ys[m] is (n, rows of Ws[m]). */
+hx_status hx_dev_matmul_multi(hx_pool *pool, int count, const hx_dev_matrix *const *Ws, const float *X, int64_t n,
+                              float *const *Ys, hx_error *e);
+
 /* ---- GPU facts for benchmarks ---- */
 
 /* The name of CUDA device `index` into buf ("NVIDIA H100 80GB HBM3");

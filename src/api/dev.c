@@ -4,7 +4,9 @@
 #include "helix_dev.h"
 
 #include "api/api.h"
+#include "backend/cpu/matmul.h"
 #include "core/core.h"
+#include "core/pool.h"
 #include "model/synth.h"
 #include "quant/quant.h"
 #ifdef HX_HAVE_CUDA
@@ -125,6 +127,39 @@ hx_status hx_dev_synth_write(const hx_dev_synth_params *p, const char *path, hx_
     if (mix < 0) return hx_err(e, HX_ERR_ARG, "unknown mix '%s'", p->mix);
     o.mix = (hx_mix)mix;
     return hx_synth_write(&o, path, e);
+}
+
+/* ---- CPU kernels ---- */
+
+const char *hx_dev_cpu_isa(void) { return hx_isa_name(hx_isa_current()); }
+
+static hx_tensor as_tensor(const hx_dev_matrix *W) {
+    return (hx_tensor){"w", W->type, {W->cols, W->rows, 1, 1}, W->data};
+}
+
+hx_status hx_dev_matvec(hx_pool *pool, const hx_dev_matrix *W, const float *x, float *y, hx_error *e) {
+    if (!W || !x || !y) return hx_err(e, HX_ERR_ARG, "hx_dev_matvec: NULL argument");
+    hx_tensor t = as_tensor(W);
+    return hx_matvec(pool, &t, x, y, e);
+}
+
+hx_status hx_dev_matmul(hx_pool *pool, const hx_dev_matrix *W, const float *X, int64_t n, float *Y, hx_error *e) {
+    if (!W || !X || !Y) return hx_err(e, HX_ERR_ARG, "hx_dev_matmul: NULL argument");
+    hx_tensor t = as_tensor(W);
+    return hx_matmul(pool, &t, X, n, Y, e);
+}
+
+hx_status hx_dev_matmul_multi(hx_pool *pool, int count, const hx_dev_matrix *const *Ws, const float *X, int64_t n,
+                              float *const *Ys, hx_error *e) {
+    if (count < 1 || count > 4 || !Ws || !X || !Ys)
+        return hx_err(e, HX_ERR_ARG, "hx_dev_matmul_multi: %d matrices (1..4) or NULL argument", count);
+    hx_tensor t[4];
+    const hx_tensor *tp[4];
+    for (int i = 0; i < count; i++) {
+        t[i] = as_tensor(Ws[i]);
+        tp[i] = &t[i];
+    }
+    return hx_matmul_multi(pool, count, tp, X, n, Ys, 0, e);
 }
 
 /* ---- GPU facts ---- */
