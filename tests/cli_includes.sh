@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tools/ are clients of the public headers (include/helix.h, include/helix_dev.h):
 # fails, listing file:line, when a file under tools/ includes a header of src/.
-# A quoted include resolves as the compiler resolves it: next to the file, then
-# include/, then src/ (the library's private include path).
+# An include resolves as the compiler resolves it: a quoted one next to the
+# file first, then include/, then src/ (the library's private include path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Exceptions, each with its reason. Everything else under tools/ must be clean.
@@ -21,9 +21,11 @@ bad=0 n=0
 while IFS= read -r -d '' f; do
   n=$((n + 1))
   while IFS=: read -r line inc; do
-    inc=${inc#*\"}; inc=${inc%%\"*}
+    local_first=1
+    case $inc in '<'*) local_first=0 ;; esac   # <x.h>: only the include paths
+    inc=${inc#*[\"<]}; inc=${inc%%[\">]*}
     dir=$(dirname "$f")
-    if [ -e "$dir/$inc" ]; then res=$(realpath -m --relative-to=. "$dir/$inc")
+    if [ $local_first = 1 ] && [ -e "$dir/$inc" ]; then res=$(realpath -m --relative-to=. "$dir/$inc")
     elif [ -e "include/$inc" ]; then res="include/$inc"
     elif [ -e "src/$inc" ]; then res="src/$inc"
     else continue; fi                       # generated (hx_version.h) or a system header
@@ -32,7 +34,7 @@ while IFS= read -r -d '' f; do
         if is_allowed "$f"; then echo "allowed: $f:$line includes $res"
         else echo "OFFENDER: $f:$line includes $res"; bad=$((bad + 1)); fi ;;
     esac
-  done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" | sed 's/^\([0-9]*\):.*include[[:space:]]*/\1:/')
+  done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]' "$f" | sed 's/^\([0-9]*\):.*include[[:space:]]*/\1:/')
 done < <(find tools -type f \( -name '*.c' -o -name '*.h' \) -print0)
 [ "$n" -gt 0 ] || { echo "FAIL: no files under tools/"; exit 1; }
 if [ "$bad" -gt 0 ]; then echo "FAIL: $bad include(s) of src/ headers under tools/ (use include/helix.h or helix_dev.h)"; exit 1; fi
