@@ -42,12 +42,17 @@ def read_until(pat, timeout=60):
             try: buf += os.read(fd, 4096)
             except OSError: break
     raise SystemExit(f"FAIL: timed out waiting for {pat!r}; got {buf[-300:]!r}")
-read_until(b"> ")
+def prompt():
+    # libedit sets the terminal up after printing the prompt and may flush
+    # what was typed before: wait a moment before typing
+    read_until(b"> ")
+    time.sleep(0.3)
+prompt()
 os.write(fd, b"Tell me a long story\r")
 time.sleep(0.2)
 os.write(fd, b"\x03")                       # Ctrl-C during the reply
 out = read_until(b"stopped]")
-read_until(b"> ")
+prompt()
 print("ctrl-c stopped the reply, back at the prompt")
 os.write(fd, b"And then?\r")
 time.sleep(0.2)
@@ -56,17 +61,17 @@ out = read_until(b"stopped]")
 import re
 m = re.findall(rb"prompt (\d+) new of (\d+) tokens", out)
 assert m and int(m[-1][0]) < int(m[-1][1]), out[-300:]
-read_until(b"> ")
+prompt()
 print("the next turn reuses the cache: the conversation was kept")
 os.write(fd, b"/reset\r")
-read_until(b"[y/N] ")
+read_until(b"[y/N] "); time.sleep(0.3)
 os.write(fd, b"n\r")
-read_until(b"> ")
+prompt()
 os.write(fd, b"/reset\r")
-read_until(b"[y/N] ")
+read_until(b"[y/N] "); time.sleep(0.3)
 os.write(fd, b"y\r")
 read_until(b"[conversation cleared]")
-read_until(b"> ")
+prompt()
 print("/reset asks, n keeps, y clears")
 os.write(fd, b"\x03")                       # Ctrl-C at the empty prompt: exit
 _, st = os.waitpid(pid, 0)
@@ -76,9 +81,15 @@ pid, fd = pty.fork()
 if pid == 0:
     os.execv(binp, [binp, "chat", "-m", model, "--temp", "0", "-n", "4", "-t", "2"])
 buf = b""
-read_until(b"> ")
-os.write(fd, b"\x04")                       # Ctrl-D at the prompt: exit
-_, st = os.waitpid(pid, 0)
+prompt()
+for _ in range(100):                        # Ctrl-D at the prompt: exit (again if the line editor
+    try: os.write(fd, b"\x04")              # had not yet taken the terminal and flushed it)
+    except OSError: pass
+    time.sleep(0.3)
+    done, st = os.waitpid(pid, os.WNOHANG)
+    if done: break
+else:
+    raise SystemExit("FAIL: Ctrl-D did not end chat")
 assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0, st
 print("ctrl-d at the prompt exits 0")
 PY
