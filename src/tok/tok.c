@@ -83,6 +83,18 @@ size_t hx_tok_truncate(const hx_tok *t, int32_t *ids, size_t n, size_t max_len) 
 hx_tok_kind hx_tok_kind_of(const hx_tok *t) { return t->kind; }
 int hx_tok_type(const hx_tok *t, int32_t id) { return id >= 0 && id < t->n ? t->type[id] : 0; }
 const char *hx_tok_piece(const hx_tok *t, int32_t id) { return id >= 0 && id < t->n ? t->piece[id] : NULL; }
+int32_t hx_tok_find(const hx_tok *t, const char *piece, size_t n) { return smap_get(&t->vocab, piece, n); }
+void hx_tok_set_special(hx_tok *t, hx_tok_special which, int32_t id) {
+    if (id < -1 || id >= t->n) id = -1;
+    switch (which) {
+    case HX_TOK_SPECIAL_BOS: t->bos = id; break;
+    case HX_TOK_SPECIAL_EOS: t->eos = id; break;
+    case HX_TOK_SPECIAL_EOT: t->eot = id; break;
+    case HX_TOK_SPECIAL_UNK: t->unk = id; break;
+    case HX_TOK_SPECIAL_PAD: t->pad = id; break;
+    }
+}
+void hx_tok_set_add(hx_tok *t, bool add_bos, bool add_eos) { t->add_bos = add_bos; t->add_eos = add_eos; }
 
 void hx_tok_free(hx_tok *t) {
     if (!t) return;
@@ -493,6 +505,21 @@ hx_status hx_tok_load_hf_json(const char *path, hx_tok **out, hx_error *e) {
     }
     t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges"));
     t->spbpe = spbpe;
+    {   /* TemplateProcessing: [SpecialToken BOS] $A [SpecialToken EOS] */
+        cJSON *pp = cJSON_GetObjectItem(root, "post_processor");
+        const char *pty = cJSON_GetStringValue(cJSON_GetObjectItem(pp, "type"));
+        cJSON *single = cJSON_GetObjectItem(pp, "single");
+        int ns = cJSON_GetArraySize(single);
+        for (int end = 0; pty && !strcmp(pty, "TemplateProcessing") && ns >= 2 && end < 2; end++) {
+            const char *tokname = cJSON_GetStringValue(cJSON_GetObjectItem(
+                cJSON_GetObjectItem(cJSON_GetArrayItem(single, end ? ns - 1 : 0), "SpecialToken"), "id"));
+            cJSON *sp = tokname ? cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(pp, "special_tokens"), tokname), "ids") : NULL;
+            cJSON *id0 = cJSON_GetArrayItem(sp, 0);
+            if (!cJSON_IsNumber(id0) || id0->valuedouble < 0 || id0->valuedouble >= t->n) continue;
+            if (end) { t->eos = (int32_t)id0->valuedouble; t->add_eos = true; }
+            else { t->bos = (int32_t)id0->valuedouble; t->add_bos = true; }
+        }
+    }
     if (spbpe) { st = tok_finish(t, path, e); goto done; }
     int ec; PCRE2_SIZE eo;
     t->re[0] = pcre2_compile((PCRE2_SPTR)rx, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
