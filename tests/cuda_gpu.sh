@@ -23,7 +23,12 @@ done
 "$BIN" gpu-test --quick --ref64 -m "$tmp/smollm-135m-q4_0.gguf" -p 24 -n 8 | tee "$tmp/ref64.txt"
 grep -q "against the float64 reference forward: CPU" "$tmp/ref64.txt"
 # the block-wide decode attention on the head sizes the warp kernel takes (64/128/256)
+# (gpu-test reads the HX_CUDA_* switches itself and passes them to the checks)
 HX_CUDA_ATT_BLOCK=1 "$BIN" gpu-test --quick
+# many sequences in one context against each alone, seq copy/state/keep, and
+# the greedy lookahead against none (hx_cuda_dev_opts.no_ahead): tests/test_cuda_seq
+SEQ_BIN=${HX_SEQ_BIN:-$(dirname "$BIN")/tests/test_cuda_seq}
+if [ -x "$SEQ_BIN" ]; then "$SEQ_BIN"; else echo "test_cuda_seq not built ($SEQ_BIN): skipped here (ctest runs it)"; fi
 # chat on the GPU (the decode step and the sampling chain on the device, only
 # the token copied back) against the CPU, two turns: greedy, and top-k 1
 # sampling (deterministic, through the GPU chain). Needs ../shared (HX_SHARED).
@@ -37,13 +42,6 @@ if [ -f "$M" ]; then
     cmp -s "$tmp/chat.cpu" "$tmp/chat.cuda" || { echo "FAIL: chat ($opts) differs between GPU and CPU"; diff "$tmp/chat.cpu" "$tmp/chat.cuda"; exit 1; }
     echo "chat ($opts): GPU = CPU"
   done
-  # greedy lookahead (each step launched before the previous token is back) against waiting for every token
-  for ah in 0 1; do
-    HX_CUDA_NO_AHEAD=$ah "$BIN" generate -m "$M" -p "Once upon a time" -n 64 --temp 0 --device cuda --json \
-      2> /dev/null | grep -o '"generated_ids":\[[0-9,]*\]' > "$tmp/gen.$ah"
-  done
-  [ -s "$tmp/gen.0" ] && cmp -s "$tmp/gen.0" "$tmp/gen.1" || { echo "FAIL: generate differs with HX_CUDA_NO_AHEAD=1"; exit 1; }
-  echo "generate: lookahead = no lookahead"
 else
   echo "chat check skipped: $M not found"
 fi

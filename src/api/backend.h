@@ -35,6 +35,7 @@ typedef struct hx_backend_dev {
     const char *dump_dir;          /* per-layer dumps of sequence 0 (format: backend/cpu/forward.c) */
     const int *dump_positions;     /* NULL: all */
     int n_dump_positions;
+    const void *cuda;              /* const hx_cuda_dev_opts * (backend/cuda/dev_opts.h), NULL: production */
 } hx_backend_dev;
 
 typedef struct hx_backend_params {

@@ -39,6 +39,8 @@
  * 4. for each -e BERT_MODEL (GGUF or HF folder): embeddings GPU vs CPU (min
  *    cosine over 200 sentences, must be > 0.9999), GPU sentences/s at batch
  *    1, 32 and 256 over 1000 sentences of 10-60 words (tokenization included);
+ * The HX_CUDA_* developer variables (backend/cuda/dev_opts.h) are read here,
+ * once, and passed to every check and context (the library reads none).
  * Exit status 1 when any check fails. */
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +53,7 @@
 #ifdef HX_HAVE_CUDA
 #include "backend/cpu/forward.h"
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/checks/checks.h"
 #include "core/core.h"
 #include "model/model.h"
 #include "quant/quant.h"
@@ -60,6 +63,9 @@
 #endif
 
 #ifdef HX_HAVE_CUDA
+/* The developer switches from the environment (hx_cuda_dev_opts_from_env), for every check and context. */
+static hx_cuda_dev_opts g_dev;
+
 static const int TYPES[] = {HX_TYPE_F32, HX_TYPE_F16, HX_TYPE_BF16, HX_TYPE_Q4_0, HX_TYPE_Q4_1, HX_TYPE_Q5_0,
                             HX_TYPE_Q5_1, HX_TYPE_Q8_0, HX_TYPE_Q2_K, HX_TYPE_Q3_K, HX_TYPE_Q4_K, HX_TYPE_Q5_K,
                             HX_TYPE_Q6_K};
@@ -99,7 +105,7 @@ static double check_linear(int type, int rows, int cols, int n, bool q8, hx_rng 
     *st = HX_OK;
     if (!w || !x || !y) { *st = hx_err(e, HX_ERR_NOMEM, "gpu-test: out of memory"); goto out; }
     for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = hx_rng_normal(r);
-    if ((*st = hx_cuda_linear_check(type, rows, cols, w, n, x, y, q8, 0, NULL, e))) goto out;
+    if ((*st = hx_cuda_linear_check(type, rows, cols, w, n, x, y, q8, 0, NULL, &g_dev, e))) goto out;
     double maxref = 0, maxd = 0;
     for (int t = 0; t < n; t++)
         for (int i = 0; i < rows; i++) {
@@ -125,9 +131,8 @@ typedef struct attn_case {
 } attn_case;
 
 /* Head sizes 8, 32 and 96 run the block-wide kernel; 64, 128 and 256 the warp
- * per position unless HX_CUDA_ATT_BLOCK is set (hx_k_attn_decode reads it once
- * per process: run gpu-test again with it to check the block-wide kernel on
- * those). At 32 positions per block, positions 0, 5 and 31 are one chunk, 32
+ * per position unless HX_CUDA_ATT_BLOCK is set (run gpu-test again with it to
+ * check the block-wide kernel on those). At 32 positions per block, positions 0, 5 and 31 are one chunk, 32
  * and 33 two (the second holding only the current position, or one more), 100
  * and 300 merge 4 and 10 splits (max_ctx 301: every block of the grid busy);
  * window 64 over 80 rows is a ring: chunks start off the 32-grid, and the rows
@@ -224,7 +229,7 @@ static int check_attn_case(const attn_case *ac, hx_rng *r, bool json) {
     const size_t nq = (size_t)nh * hd, nkv = (size_t)nkvh * hd, ncache = (size_t)rows * nkv;
     const int first = ref_first(p, ac->window), len = p - first + 1;
     const bool q8 = hd % 32 == 0;
-    const bool warp = (hd == 64 || hd == 128 || hd == 256) && !getenv("HX_CUDA_ATT_BLOCK"); /* as hx_k_attn_decode picks */
+    const bool warp = (hd == 64 || hd == 128 || hd == 256) && !g_dev.att_block; /* as hx_k_attn_decode picks */
     float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nkv), *v = malloc(sizeof(float) * nkv);
     float *qn = malloc(sizeof(float) * hd), *kn = malloc(sizeof(float) * hd), *out = malloc(sizeof(float) * nq);
     float *xd = malloc(sizeof(float) * (nq / 32 + 1));
@@ -254,7 +259,7 @@ static int check_attn_case(const attn_case *ac, hx_rng *r, bool json) {
                            .max_ctx = ac->max_ctx, .window = ac->window, .scale = scale, .softcap = ac->softcap,
                            .rope_base = (float)base, .rope_scale = ac->rope_scale, .neox = ac->neox,
                            .rope_tab = ac->tab, .q_norm = ac->qk_norm ? qn : NULL, .k_norm = ac->qk_norm ? kn : NULL,
-                           .eps = (float)eps};
+                           .eps = (float)eps, .dev = &g_dev};
     hx_error e = {0};
     int splits = 0;
     char rope[24], cap[24] = "-";
@@ -330,7 +335,7 @@ out:
 static int check_attn_decode(hx_rng *r, bool json) {
     printf("\ndecode attention (q/k norm + RoPE + KV store + attention, one launch) vs float64: err < 2e-3, the stored "
            "K/V row within 1 f16 ulp and no other row touched, 8-bit output within 1%s\n",
-           getenv("HX_CUDA_ATT_BLOCK") ? " (HX_CUDA_ATT_BLOCK: the block-wide kernel for every head size)" : "");
+           g_dev.att_block ? " (HX_CUDA_ATT_BLOCK: the block-wide kernel for every head size)" : "");
     int fails = 0;
     for (int i = 0; i < N_ATTN_CASES; i++) fails += check_attn_case(&ATTN_CASES[i], r, json);
     return fails;
@@ -377,11 +382,10 @@ static const prefill_case PREFILL_CASES[] = {
 };
 #define N_PREFILL_CASES ((int)(sizeof PREFILL_CASES / sizeof PREFILL_CASES[0]))
 
-/* The kernel hx_k_attention picks for n > 1 (it reads the variables once per process). */
+/* The kernel hx_k_attention picks for n > 1 with g_dev. */
 static const char *prefill_kernel(int hd) {
-    const char *tc = getenv("HX_CUDA_ATT_TC");
-    if (getenv("HX_CUDA_NAIVE_ATTN") || (hd != 64 && hd != 128)) return "query";
-    return tc && !strcmp(tc, "0") ? "fp32" : "tc";
+    if (g_dev.naive_attn || (hd != 64 && hd != 128)) return "query";
+    return g_dev.att_fp32 ? "fp32" : "tc";
 }
 
 /* One case: q random in [-1, 1] (f32), the cache rows of every position the
@@ -414,7 +418,8 @@ static int check_prefill_case(const prefill_case *pc, hx_rng *r, bool json) {
             vc[(size_t)(t % rows) * nkv + i] = hx_fp32_to_fp16(2.0f * hx_rng_uniform(r) - 1.0f);
         }
     hx_cuda_attn_case c = {.n_head = nh, .n_head_kv = nkvh, .head_dim = hd, .pos = p0, .rows = rows,
-                           .max_ctx = p0 + n, .window = pc->window, .scale = scale, .softcap = pc->softcap};
+                           .max_ctx = p0 + n, .window = pc->window, .scale = scale, .softcap = pc->softcap,
+                           .dev = &g_dev};
     hx_error e = {0};
     char cap[24] = "-";
     if (pc->softcap > 0) snprintf(cap, sizeof cap, "cap %g", pc->softcap);
@@ -450,7 +455,7 @@ out:
 /* Every case of PREFILL_CASES; returns the number that failed. */
 static int check_attn_prefill(hx_rng *r, bool json) {
     printf("\nprefill attention (hx_k_attention: n queries over a filled f16 cache) vs float64: err < 5e-3%s\n",
-           getenv("HX_CUDA_NAIVE_ATTN") ? " (HX_CUDA_NAIVE_ATTN: the per-query kernel for every head size)"
+           g_dev.naive_attn ? " (HX_CUDA_NAIVE_ATTN: the per-query kernel for every head size)"
            : prefill_kernel(64)[0] == 'f' ? " (HX_CUDA_ATT_TC=0: the FP32 tiled kernel at head sizes 64 and 128)" : "");
     int fails = 0;
     for (int i = 0; i < N_PREFILL_CASES; i++) fails += check_prefill_case(&PREFILL_CASES[i], r, json);
@@ -523,7 +528,7 @@ static hx_status time_matvec(int type, int rows, int cols, bool q8, hx_rng *r, d
     hx_quantize_row(type, row, w, cols);
     for (int i = 1; i < rows; i++) memcpy(w + rb * i, w, rb);
     double ms = 0;
-    hx_status st = hx_cuda_linear_check(type, rows, cols, w, 1, x, y, q8, 200, &ms, e);
+    hx_status st = hx_cuda_linear_check(type, rows, cols, w, 1, x, y, q8, 200, &ms, &g_dev, e);
     if (!st) { *gbs = (double)rb * rows / (ms * 1e-3) / 1e9; *us = ms * 1e3; }
     free(w); free(x); free(y); free(row);
     return st;
@@ -667,7 +672,7 @@ static int check_model(const char *path, int n_prompt, int n_gen, int ubatch, bo
     const hx_model_config *cfg = &m->cfg;
     int n_ctx = n_prompt + n_gen + 8;
     hx_cpu_opts co = {.n_ctx = n_ctx, .kv_type = HX_TYPE_F16, .n_ubatch = ubatch};
-    hx_cuda_opts go = {.device = -1, .n_ctx = n_ctx, .n_ubatch = ubatch};
+    hx_cuda_opts go = {.device = -1, .n_ctx = n_ctx, .n_ubatch = ubatch, .dev = &g_dev};
     hx_cpu_ctx *cc = NULL;
     hx_cuda_ctx *gc = NULL;
     float *lc = malloc(sizeof(float) * cfg->n_vocab), *lg = malloc(sizeof(float) * cfg->n_vocab);
@@ -771,6 +776,7 @@ int cmd_gpu_test(int argc, char **argv) {
     const char *const *model_v = models.v, *const *emodel_v = emodels.v;
     int n_models = models.n, n_emodels = emodels.n;
     hx_error e = {0};
+    if (hx_cuda_dev_opts_from_env(&g_dev, &e) != HX_OK) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 2; }
     hx_cuda_device dev;
     if (hx_cuda_init(-1, &dev, &e) != HX_OK) {
         fprintf(stderr, "gpu-test: %s\n", e.msg);

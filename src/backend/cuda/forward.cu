@@ -7,6 +7,13 @@
 // No host synchronization inside a forward: the position lives in device
 // memory (d_pos), so a greedy decode step is captured once into a CUDA graph
 // and replayed; the host copies 8 bytes in (token, position) and 4 bytes out.
+//
+// Sequences: the KV cache holds n_seq slots of n_ctx positions (slot s of
+// layer l at rows s * kv_rows[l] ..). A forward over a batch that mixes
+// sequences runs one sub-batch per sequence with that slot's cache pointers;
+// each slot has its own decode graph (captured on its first decode step).
+// Everything else (weights, scratch, logits) is shared: work is serialized
+// on the context's one stream.
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +22,7 @@
 #include <sys/stat.h>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 #include <algorithm>
 
@@ -22,6 +30,7 @@
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/kernels.cuh"
 extern "C" {
+#include "api/backend.h"
 #include "core/core.h"
 #include "quant/quant.h"
 }
@@ -35,9 +44,14 @@ struct dlayer {
 struct hx_cuda_ctx {
     const hx_model *m;
     hx_model_config cfg;
-    int n_ctx;
+    int n_seq;                     // sequence slots
+    int n_ctx;                     // positions per slot
+    hx_cuda_dev_opts dv;           // developer switches (dev_opts.h); dv.skip and dv.mvq_wpr_rules point below
+    std::string skip_s;
+    std::vector<hx_cuda_wpr_rule> wpr_rules;
     bool use_graph;
-    bool no_fuse_attn;             // HX_CUDA_NO_FUSE_ATTN: separate rope and attention kernels at decode
+    bool no_fuse_attn;             // dv.no_fuse_attn: separate rope and attention kernels at decode
+    bool pdl;                      // launches with programmatic dependent launch (device has it, not dv.no_pdl)
     cudaStream_t st;
     hx_gemm_scratch gs;
     uint8_t *wbuf;                 // every weight matrix, as stored
@@ -48,8 +62,10 @@ struct hx_cuda_ctx {
     hx_dmat tok_embd, output;
     float *out_norm;
     std::vector<dlayer> L;
-    std::vector<__half *> kc, vc;  // per layer (kv_rows[l], n_head_kv*head_dim)
-    std::vector<int> kv_rows;      // position t lives in row t % kv_rows[l] (a ring for sliding-window layers)
+    std::vector<__half *> kc, vc;  // per layer (n_seq, kv_rows[l], n_head_kv*head_dim) f16
+    std::vector<int> kv_rows;      // position t of a slot lives in its row t % kv_rows[l] (a ring for sliding-window layers)
+    size_t kv_bytes;               // all of kc and vc
+    std::vector<int> n_past;       // per slot: positions held
     int ubatch;                    // most tokens per batch when a ring is present
     int piece;                     // batches run in pieces of ubatch tokens with a ring, else 0 = whole
     int cap;                       // tokens the scratch holds
@@ -58,28 +74,28 @@ struct hx_cuda_ctx {
     int *d_tok, *d_pos;
     unsigned long long *d_next;    // argmax key
     unsigned *d_acnt;              // the argmax's block counter (0 between launches)
-    int *h_io;                     // pinned: [0] token, [1] pos, [2..3] and [4..5] argmax keys (two slots)
+    int *h_io;                     // pinned: [0..1] unused, [2..3] and [4..5] argmax keys (two slots), then
+                                   // (token, pos) of each sequence slot at [6 + 2 * s]: the source of that slot's
+                                   // asynchronous copies, so sub-batches of several slots can be enqueued back to back
     // Greedy lookahead (hx_cuda_decode_greedy): the step after the one a call
     // returns is already on the stream, its token and position taken on the
     // device from the argmax. ahead_pos: its position (-1: none), ahead_tok:
-    // its token, ahead_slot: the h_io key slot its result lands in, kev: an
-    // event after each slot's copy. Off with profiling, dumps, no graph, a
-    // sliding-window ring (the step would overwrite a ring row a rewind may
-    // still need) or HX_CUDA_NO_AHEAD.
+    // its token, ahead_seq: its sequence, ahead_slot: the h_io key slot its
+    // result lands in, kev: an event after each key slot's copy. Off with
+    // profiling, dumps, no graph, a sliding-window ring (the step would
+    // overwrite a ring row a rewind may still need) or dv.no_ahead.
     bool ahead_on;
-    int ahead_pos, ahead_tok, ahead_slot;
+    int ahead_pos, ahead_tok, ahead_seq, ahead_slot;
     cudaEvent_t kev[2];
-    cudaGraphExec_t graph;
-    bool graph_ready;
-    int n_past;
-    char *dump_dir;
+    std::vector<cudaGraphExec_t> graph; // per sequence slot: its decode step, NULL until first used
+    char *dump_dir;                // dumps of sequence 0
     std::vector<int> dump_pos;
     int mvq;                       // decode with 8-bit activations: 0 off, 1 q/k/v + gate/up, 2 every matrix (default)
     int8_t *xq; float *xd;         // the quantized activation vector (mvq)
     float *apart; unsigned *acount; // split-K decode attention: partials, per-head counters
     float *swork; int *shist, *sout; int shist_cap; // GPU sampling: penalized logits, penalty window, result
-    const char *skip;              // HX_CUDA_SKIP (timing experiments only)
-    // HX_CUDA_PROFILE: decode steps run without the graph, with an event after
+    const char *skip;              // dv.skip (timing experiments only), NULL: none
+    // dv.profile: decode steps run without the graph, with an event after
     // every kernel; the time between events is summed per kernel label and
     // printed (stderr) when the context is freed.
     bool prof;
@@ -203,12 +219,18 @@ static hx_status upload_all(hx_cuda_ctx *c, std::vector<pending> &plan, hx_error
     return s;
 }
 
+// The decode graphs of every slot (they hold the addresses of buffers about to move).
+static void drop_graphs(hx_cuda_ctx *c) {
+    for (auto &g : c->graph)
+        if (g) { cudaGraphExecDestroy(g); g = NULL; }
+}
+
 extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     if (!c) return;
     if (c->st) cudaStreamSynchronize(c->st); // a greedy lookahead step may still run on the buffers freed below
     prof_report(c);
     for (auto ev : c->pev) cudaEventDestroy(ev);
-    if (c->graph_ready) cudaGraphExecDestroy(c->graph);
+    drop_graphs(c);
     for (auto p : c->small) cudaFree(p);
     for (auto p : c->kc) cudaFree(p);
     for (auto p : c->vc) cudaFree(p);
@@ -253,7 +275,7 @@ static hx_status ensure_scratch(hx_cuda_ctx *c, int n, hx_error *e) {
     c->d_tok = NULL;
     CK(cudaMalloc((void **)&c->d_tok, sizeof(int) * n));
     c->cap = n;
-    if (c->graph_ready) { cudaGraphExecDestroy(c->graph); c->graph_ready = false; } // buffers moved
+    drop_graphs(c); // buffers moved
     return HX_OK;
 }
 
@@ -290,10 +312,10 @@ static int run_end(const hx_dmat *const *Ws, int count, int i) {
 // length in one fused launch with the RMSNorm in front (q4_k_m models mix Q4_K
 // and Q6_K here: two launches instead of a norm and three).
 static cudaError_t mv_runs(cudaStream_t st, int count, const hx_dmat *const *Ws, const float *x, const float *norm_w,
-                           float eps, float *const *ys, const float *const *bs) {
+                           float eps, float *const *ys, const float *const *bs, const hx_cuda_dev_opts *dv) {
     for (int i = 0; i < count;) {
         int j = run_end(Ws, count, i);
-        cudaError_t rc = hx_k_mv_fused(st, j - i, Ws + i, x, norm_w, eps, ys + i, bs + i, false, -1);
+        cudaError_t rc = hx_k_mv_fused(st, j - i, Ws + i, x, norm_w, eps, ys + i, bs + i, false, -1, dv);
         if (rc != cudaSuccess) return rc;
         i = j;
     }
@@ -302,7 +324,7 @@ static cudaError_t mv_runs(cudaStream_t st, int count, const hx_dmat *const *Ws,
 
 // Decode with 8-bit activations when every matrix allows it: x (normalized
 // by norm_w when not NULL) quantized once, then one launch per run of equal
-// type (hx_k_mvq). mvq_ok says whether it applies at this level of HX_CUDA_MVQ.
+// type (hx_k_mvq). mvq_ok says whether it applies at this level of c->mvq.
 static bool mvq_ok(const hx_cuda_ctx *c, int level, int count, const hx_dmat *const *Ws) {
     if (c->mvq < level) return false;
     for (int i = 0; i < count; i++)
@@ -316,12 +338,13 @@ static cudaError_t mvq_runs(hx_cuda_ctx *c, int count, const hx_dmat *const *Ws,
                             bool have = false) {
     cudaError_t rc = have ? cudaSuccess : hx_k_quant_q8(c->st, x, norm_w, eps, Ws[0]->cols, c->xq, c->xd);
     if (rc != cudaSuccess) return rc;
-    if (glu_act >= 0) return Ws[0]->type == Ws[1]->type ? hx_k_mvq(c->st, 2, Ws, c->xq, c->xd, ys, bs, acc, glu_act)
+    const hx_cuda_dev_opts *dv = &c->dv;
+    if (glu_act >= 0) return Ws[0]->type == Ws[1]->type ? hx_k_mvq(c->st, 2, Ws, c->xq, c->xd, ys, bs, acc, glu_act, dv)
                                                         : cudaErrorInvalidValue;
-    if (hx_k_mvq_one_launch(Ws, count)) return hx_k_mvq(c->st, count, Ws, c->xq, c->xd, ys, bs, acc, -1);
+    if (hx_k_mvq_one_launch(Ws, count, dv)) return hx_k_mvq(c->st, count, Ws, c->xq, c->xd, ys, bs, acc, -1, dv);
     for (int i = 0; i < count;) {
         int j = run_end(Ws, count, i);
-        if ((rc = hx_k_mvq(c->st, j - i, Ws + i, c->xq, c->xd, ys + i, bs ? bs + i : NULL, acc, -1)) != cudaSuccess)
+        if ((rc = hx_k_mvq(c->st, j - i, Ws + i, c->xq, c->xd, ys + i, bs ? bs + i : NULL, acc, -1, dv)) != cudaSuccess)
             return rc;
         i = j;
     }
@@ -338,13 +361,25 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
         cfg->n_vocab <= 0 || cfg->n_ff <= 0)
         return hx_err(e, HX_ERR_FORMAT, "cuda: unusable config (layers %d, embd %d, heads %d/%d, head_dim %d)",
                       cfg->n_layer, cfg->n_embd, cfg->n_head, cfg->n_head_kv, cfg->head_dim);
-    hx_cuda_opts o = opts ? *opts : hx_cuda_opts{-1, 0, false, NULL, NULL, 0, 0};
+    hx_cuda_opts o = {};
+    if (opts) o = *opts;
+    else o.device = -1;
+    if (o.n_seq < 0 || o.n_seq > 4096 || o.n_ctx < 0 || o.n_ubatch < 0)
+        return hx_err(e, HX_ERR_ARG, "cuda: bad context options (sequences %d, context %d, ubatch %d)", o.n_seq, o.n_ctx,
+                      o.n_ubatch);
     hx_cuda_device dev;
     hx_status s = hx_cuda_init(o.device, &dev, e);
     if (s) return s;
     hx_cuda_ctx *c = new hx_cuda_ctx();
     c->m = m;
     c->cfg = *cfg;
+    if (o.dev) c->dv = *o.dev;
+    if (c->dv.skip) { c->skip_s = c->dv.skip; c->dv.skip = c->skip_s.c_str(); }
+    if (c->dv.mvq_wpr_rules && c->dv.n_mvq_wpr_rules > 0)
+        c->wpr_rules.assign(c->dv.mvq_wpr_rules, c->dv.mvq_wpr_rules + c->dv.n_mvq_wpr_rules);
+    c->dv.mvq_wpr_rules = c->wpr_rules.data();
+    c->dv.n_mvq_wpr_rules = (int)c->wpr_rules.size();
+    c->n_seq = o.n_seq > 0 ? o.n_seq : 1;
     c->n_ctx = o.n_ctx > 0 ? o.n_ctx : (cfg->n_ctx_train > 0 && cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
     c->ubatch = o.n_ubatch > 0 ? o.n_ubatch : 512;
     c->kv_rows.resize(cfg->n_layer);
@@ -353,17 +388,19 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
         c->kv_rows[l] = hx_kv_layer_rows(cfg, l, c->n_ctx, c->ubatch);
         kv_total_rows += (size_t)c->kv_rows[l];
     }
+    c->n_past.assign(c->n_seq, 0);
+    c->graph.assign(c->n_seq, NULL);
     c->piece = hx_kv_has_ring(cfg, c->kv_rows.data(), c->n_ctx) ? c->ubatch : 0;
-    c->use_graph = !o.no_graph && !getenv("HX_CUDA_NO_GRAPH");
-    c->no_fuse_attn = getenv("HX_CUDA_NO_FUSE_ATTN") != NULL;
-    c->prof = getenv("HX_CUDA_PROFILE") != NULL;
-    c->skip = getenv("HX_CUDA_SKIP");
-    c->mvq = getenv("HX_CUDA_MVQ") ? atoi(getenv("HX_CUDA_MVQ")) : 2;
+    c->use_graph = !o.no_graph && !c->dv.no_graph;
+    c->no_fuse_attn = c->dv.no_fuse_attn;
+    c->prof = c->dv.profile;
+    c->skip = c->dv.skip && *c->dv.skip ? c->dv.skip : NULL;
+    c->mvq = c->dv.mvq < 0 ? 0 : c->dv.mvq == 1 ? 1 : 2;
     double t0 = hx_now_s();
 #define FAIL(x) do { hx_status s_ = (x); if (s_) { hx_cuda_ctx_free(c); return s_; } } while (0)
 #define FAILC(call) do { cudaError_t rc_ = (call); \
     if (rc_ != cudaSuccess) { hx_cuda_ctx_free(c); return cfail(e, rc_, __FILE__, __LINE__, #call); } } while (0)
-    FAILC(hx_k_pdl_init());
+    FAILC(hx_k_pdl_init(!c->dv.no_pdl, &c->pdl));
     FAILC(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
     if (cublasCreate(&c->gs.blas) != CUBLAS_STATUS_SUCCESS) {
         hx_cuda_ctx_free(c);
@@ -388,12 +425,14 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     }
     size_t free_b = 0, total_b = 0;
     FAILC(cudaMemGetInfo(&free_b, &total_b));
-    size_t kv_bytes = 2 * kv_total_rows * cfg->n_head_kv * cfg->head_dim * sizeof(__half);
+    size_t kv_bytes = 2 * kv_total_rows * c->n_seq * cfg->n_head_kv * cfg->head_dim * sizeof(__half);
     if (total + kv_bytes + ((size_t)256 << 20) > free_b) {
         hx_cuda_ctx_free(c);
-        return hx_err(e, HX_ERR_DEVICE, "cuda: %s: model %.2f GiB + KV cache %.2f GiB do not fit in %.2f GiB free on the GPU",
-                      dev.name, total / 1073741824.0, kv_bytes / 1073741824.0, free_b / 1073741824.0);
+        return hx_err(e, HX_ERR_DEVICE, "cuda: %s: model %.2f GiB + KV cache %.2f GiB (%d sequences x %d positions) do "
+                      "not fit in %.2f GiB free on the GPU", dev.name, total / 1073741824.0, kv_bytes / 1073741824.0,
+                      c->n_seq, c->n_ctx, free_b / 1073741824.0);
     }
+    c->kv_bytes = kv_bytes;
     FAILC(cudaMalloc((void **)&c->wbuf, total ? total : 1));
     c->wbytes = total;
     FAIL(upload_all(c, plan, e));
@@ -433,7 +472,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     c->kc.assign(cfg->n_layer, NULL);
     c->vc.assign(cfg->n_layer, NULL);
     for (int l = 0; l < cfg->n_layer; l++) {
-        size_t kvl = (size_t)c->kv_rows[l] * cfg->n_head_kv * hd;
+        size_t kvl = (size_t)c->n_seq * c->kv_rows[l] * cfg->n_head_kv * hd;
         FAILC(cudaMalloc((void **)&c->kc[l], kvl * sizeof(__half)));
         FAILC(cudaMalloc((void **)&c->vc[l], kvl * sizeof(__half)));
     }
@@ -459,7 +498,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
         FAILC(cudaMalloc((void **)&c->xd, sizeof(float) * (nmax / 32 + 1)));
     }
     {
-        size_t np = (size_t)cfg->n_head * hx_k_attn_decode_splits(c->n_ctx) * (hd + 2);
+        size_t np = (size_t)cfg->n_head * hx_k_attn_decode_splits(c->n_ctx, &c->dv) * (hd + 2);
         FAILC(cudaMalloc((void **)&c->apart, sizeof(float) * np));
         FAILC(cudaMalloc((void **)&c->acount, sizeof(unsigned) * cfg->n_head));
         FAILC(cudaMemset(c->acount, 0, sizeof(unsigned) * cfg->n_head));
@@ -468,13 +507,13 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     FAILC(cudaMalloc((void **)&c->d_next, sizeof(unsigned long long)));
     FAILC(cudaMalloc((void **)&c->d_acnt, sizeof(unsigned)));
     FAILC(cudaMemset(c->d_acnt, 0, sizeof(unsigned)));
-    FAILC(cudaMallocHost((void **)&c->h_io, 6 * sizeof(int)));
+    FAILC(cudaMallocHost((void **)&c->h_io, (6 + 2 * (size_t)c->n_seq) * sizeof(int)));
     for (cudaEvent_t &ev : c->kev) FAILC(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     c->ahead_pos = -1;
     FAILC(cudaMalloc((void **)&c->logits, sizeof(float) * cfg->n_vocab));
     c->logits_rows = 1;
     FAIL(ensure_scratch(c, 1, e));
-    const char *dd = o.dump_dir ? o.dump_dir : getenv("HX_DUMP");
+    const char *dd = o.dump_dir;
     if (dd && *dd) {
         struct stat sb;
         if (stat(dd, &sb) != 0 && mkdir(dd, 0755) != 0) {
@@ -484,8 +523,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
         c->dump_dir = strdup(dd);
         for (int i = 0; i < o.n_dump_positions; i++) c->dump_pos.push_back(o.dump_positions[i]);
     }
-    const char *no_ahead = getenv("HX_CUDA_NO_AHEAD");
-    c->ahead_on = c->use_graph && !c->prof && !c->dump_dir && c->piece == 0 && !(no_ahead && atoi(no_ahead));
+    c->ahead_on = c->use_graph && !c->prof && !c->dump_dir && c->piece == 0 && !c->dv.no_ahead;
     c->load_s = hx_now_s() - t0;
     *out = c;
     return HX_OK;
@@ -494,13 +532,18 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
 }
 
 extern "C" int hx_cuda_n_ctx(const hx_cuda_ctx *c) { return c->n_ctx; }
-extern "C" int hx_cuda_truncate(hx_cuda_ctx *c, int pos) {
+
+// Keep the first pos positions of slot seq: pos, or 0 when a ring lost what
+// position pos needs (hx_kv_rewind).
+static int seq_keep(hx_cuda_ctx *c, int seq, int pos) {
     c->ahead_pos = -1;
     if (pos < 0) pos = 0;
-    if (pos >= c->n_past) return c->n_past;
-    c->n_past = hx_kv_rewind(&c->cfg, c->kv_rows.data(), c->n_ctx, c->n_past, pos);
-    return c->n_past;
+    int &np = c->n_past[seq];
+    if (pos >= np) return np;
+    np = hx_kv_rewind(&c->cfg, c->kv_rows.data(), c->n_ctx, np, pos);
+    return np;
 }
+extern "C" int hx_cuda_truncate(hx_cuda_ctx *c, int pos) { return seq_keep(c, 0, pos); }
 extern "C" void hx_cuda_load_stats(const hx_cuda_ctx *c, size_t *bytes, double *seconds) {
     if (bytes) *bytes = c->wbytes;
     if (seconds) *seconds = c->load_s;
@@ -543,26 +586,32 @@ static hx_status dump_rows(hx_cuda_ctx *c, int pos0, int n, int layer, const cha
 #define KC(call) do { cudaError_t rc_ = (call); \
     if (rc_ != cudaSuccess) return cfail(e, rc_, __FILE__, __LINE__, #call); } while (0)
 // KC, then (profiling) an event labelled `label` after the kernel(s)
-// (HX_CUDA_SKIP="label,label": those kernels are not run at all — wrong results,
+// (dv.skip = "label,label": those kernels are not run at all — wrong results,
 // for timing what the others cost inside the graph)
 #define PK(label, call) do { if (c->skip && skipped(c->skip, label)) break; \
     KC(call); if (c->prof && c->pn < (size_t)1 << 20) KC(prof_mark(c, label)); } while (0)
 
-// Runs n tokens whose ids are in d_tok at positions *d_pos..; pos0 is the same
-// position on the host (used for dumps only). Leaves logits for the last
-// `out_rows` tokens in c->logits.
-static hx_status enqueue_forward(hx_cuda_ctx *c, int n, int pos0, int out_rows, hx_error *e) {
+// Runs n tokens of sequence slot `slot` whose ids are in d_tok at positions
+// *d_pos..; pos0 is the same position on the host (used for dumps only).
+// Leaves logits for the last `out_rows` tokens in c->logits (out_rows, n_vocab)
+// and, with want_hidden, their final-normed hidden states in c->h (out_rows,
+// n_embd).
+static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int out_rows, bool want_hidden,
+                                 hx_error *e) {
     const hx_model_config *cfg = &c->cfg;
     cudaStream_t st = c->st;
     int D = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_head, nkvh = cfg->n_head_kv, ff = cfg->n_ff;
     hx_gemm_scratch *gs = &c->gs;
+    const hx_cuda_dev_opts *dv = &c->dv;
     float eps = cfg->norm_eps;
+    const bool dump = c->dump_dir && slot == 0; // dumps are of sequence 0
+    hx_k_pdl_set(c->pdl);
     PK("embed", hx_k_embed(st, &c->tok_embd, c->d_tok, n, c->x, cfg->embd_scale ? sqrtf((float)D) : 1.0f));
     float scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)hd);
     float rs = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0f;
     for (int l = 0; l < cfg->n_layer; l++) {
         dlayer *L = &c->L[l];
-        if (c->dump_dir) { hx_status s = dump_rows(c, pos0, n, l, "input", c->x, e); if (s) return s; }
+        if (dump) { hx_status s = dump_rows(c, pos0, n, l, "input", c->x, e); if (s) return s; }
         const hx_dmat *qkv[3] = {&L->wq, &L->wk, &L->wv};
         if (n == 1 && mvq_ok(c, 1, 3, qkv)) {
             float *ys[3] = {c->q, c->k, c->v};
@@ -571,13 +620,15 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int n, int pos0, int out_rows, 
         } else if (n == 1 && hx_k_mv_fusable(qkv, 1) && hx_k_mv_fusable(qkv + 1, 1) && hx_k_mv_fusable(qkv + 2, 1)) {
             float *ys[3] = {c->q, c->k, c->v};
             const float *bs[3] = {L->bq, L->bk, L->bv};
-            PK("qkv (norm fused)", mv_runs(st, 3, qkv, c->x, L->attn_norm, eps, ys, bs));
+            PK("qkv (norm fused)", mv_runs(st, 3, qkv, c->x, L->attn_norm, eps, ys, bs, dv));
         } else {
             PK("attn_norm", hx_k_rmsnorm(st, c->x, L->attn_norm, c->h, n, D, eps));
-            PK("q", hx_k_linear(st, gs, &L->wq, c->h, n, c->q, L->bq, false));
-            PK("k", hx_k_linear(st, gs, &L->wk, c->h, n, c->k, L->bk, false));
-            PK("v", hx_k_linear(st, gs, &L->wv, c->h, n, c->v, L->bv, false));
+            PK("q", hx_k_linear(st, gs, &L->wq, c->h, n, c->q, L->bq, false, dv));
+            PK("k", hx_k_linear(st, gs, &L->wk, c->h, n, c->k, L->bk, false, dv));
+            PK("v", hx_k_linear(st, gs, &L->wv, c->h, n, c->v, L->bv, false, dv));
         }
+        size_t slot_off = (size_t)slot * c->kv_rows[l] * nkvh * hd;
+        __half *kc = c->kc[l] + slot_off, *vc = c->vc[l] + slot_off;
         bool swa = cfg->layer_is_swa[l];
         float base = swa ? cfg->rope_base_swa : cfg->rope_base;
         int window = swa ? cfg->sliding_window : 0;
@@ -589,27 +640,27 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int n, int pos0, int out_rows, 
         bool att_q8 = false; // the decode attention wrote its output quantized for wo
         if (n == 1 && !c->no_fuse_attn) {
             att_q8 = wo_q && hd % 32 == 0 && !c->skip;
-            PK("attention (decode)", hx_k_attn_decode(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->kv_rows[l], c->att, c->d_pos, nh, nkvh, hd, scale,
+            PK("attention (decode)", hx_k_attn_decode(st, c->q, c->k, c->v, kc, vc, c->kv_rows[l], c->att, c->d_pos, nh, nkvh, hd, scale,
                                 cfg->attn_logit_softcap, window, c->n_ctx, base, rs, neox, qn, kn, eps,
-                                c->rope_tab[swa ? 1 : 0], c->apart, c->acount, att_q8 ? c->xq : NULL, c->xd));
+                                c->rope_tab[swa ? 1 : 0], c->apart, c->acount, att_q8 ? c->xq : NULL, c->xd, dv));
         } else {
-            PK("rope+store", hx_k_rope_store(st, c->q, c->k, c->v, c->kc[l], c->vc[l], c->kv_rows[l], c->d_pos, n, nh, nkvh, hd, base, rs, neox,
+            PK("rope+store", hx_k_rope_store(st, c->q, c->k, c->v, kc, vc, c->kv_rows[l], c->d_pos, n, nh, nkvh, hd, base, rs, neox,
                                qn, kn, eps));
-            PK("attention", hx_k_attention(st, c->q, c->kc[l], c->vc[l], c->kv_rows[l], c->att, c->d_pos, n, nh, nkvh, hd, scale,
-                              cfg->attn_logit_softcap, window, c->n_ctx));
+            PK("attention", hx_k_attention(st, c->q, kc, vc, c->kv_rows[l], c->att, c->d_pos, n, nh, nkvh, hd, scale,
+                              cfg->attn_logit_softcap, window, c->n_ctx, dv));
         }
-        if (cfg->post_norms || c->dump_dir) {
+        if (cfg->post_norms || dump) {
             float *ys[1] = {c->o};
             if (wo_q) PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, false, -1, att_q8));
-            else PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->o, L->bo, false));
+            else PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->o, L->bo, false, dv));
             if (cfg->post_norms) PK("post norm + add", hx_k_rmsnorm_add(st, c->o, L->post_attn, c->o, c->x, n, D, eps));
             else PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
-            if (c->dump_dir) { hx_status s = dump_rows(c, pos0, n, l, "attn", c->o, e); if (s) return s; }
+            if (dump) { hx_status s = dump_rows(c, pos0, n, l, "attn", c->o, e); if (s) return s; }
         } else if (wo_q) {
             float *ys[1] = {c->x};
             PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, true, -1, att_q8));
         } else {
-            PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->x, L->bo, true));
+            PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->x, L->bo, true, dv));
         }
         const hx_dmat *gu[2] = {&L->gate, &L->up};
         int act = cfg->act == HX_ACT_SILU ? 0 : 1;
@@ -620,60 +671,142 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int n, int pos0, int out_rows, 
         } else if (n == 1 && hx_k_mv_fusable(gu, 2)) {
             float *ys[2] = {c->gate, c->up};
             const float *bs[2] = {NULL, L->up_b};
-            PK("gate/up+glu (norm fused)", hx_k_mv_fused(st, 2, gu, c->x, L->ffn_norm, eps, ys, bs, false, act));
+            PK("gate/up+glu (norm fused)", hx_k_mv_fused(st, 2, gu, c->x, L->ffn_norm, eps, ys, bs, false, act, dv));
         } else {
             PK("ffn_norm", hx_k_rmsnorm(st, c->x, L->ffn_norm, c->h, n, D, eps));
-            PK("gate", hx_k_linear(st, gs, &L->gate, c->h, n, c->gate, NULL, false));
-            PK("up", hx_k_linear(st, gs, &L->up, c->h, n, c->up, L->up_b, false));
+            PK("gate", hx_k_linear(st, gs, &L->gate, c->h, n, c->gate, NULL, false, dv));
+            PK("up", hx_k_linear(st, gs, &L->up, c->h, n, c->up, L->up_b, false, dv));
             PK("glu", hx_k_glu(st, c->gate, c->up, (size_t)n * ff, act));
         }
         const hx_dmat *dn[1] = {&L->down};
         const float *db[1] = {L->down_b};
         bool dn_q = n == 1 && mvq_ok(c, 2, 1, dn);
-        if (cfg->post_norms || c->dump_dir) {
+        if (cfg->post_norms || dump) {
             float *ys[1] = {c->o};
             if (dn_q) PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, false, -1));
-            else PK("down", hx_k_linear(st, gs, &L->down, c->gate, n, c->o, L->down_b, false));
+            else PK("down", hx_k_linear(st, gs, &L->down, c->gate, n, c->o, L->down_b, false, dv));
             if (cfg->post_norms) PK("post norm + add", hx_k_rmsnorm_add(st, c->o, L->post_ffn, c->o, c->x, n, D, eps));
             else PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
-            if (c->dump_dir) { hx_status s = dump_rows(c, pos0, n, l, "ffn", c->o, e); if (s) return s; }
+            if (dump) { hx_status s = dump_rows(c, pos0, n, l, "ffn", c->o, e); if (s) return s; }
         } else if (dn_q) {
             float *ys[1] = {c->x};
             PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, true, -1));
         } else {
-            PK("down", hx_k_linear(st, gs, &L->down, c->gate, n, c->x, L->down_b, true));
+            PK("down", hx_k_linear(st, gs, &L->down, c->gate, n, c->x, L->down_b, true, dv));
         }
     }
     const float *xs = c->x + (size_t)(n - out_rows) * D;
     const hx_dmat *outm[1] = {&c->output};
+    // the hidden states on their own: the logits below take the same kernels with or without them
+    if (want_hidden) PK("output_norm (hidden)", hx_k_rmsnorm(st, xs, c->out_norm, c->h, out_rows, D, eps));
     // the norm is fused only for small vocabularies: every block recomputes it
-    if (out_rows == 1 && !c->dump_dir && mvq_ok(c, 2, 1, outm)) {
+    if (out_rows == 1 && !dump && mvq_ok(c, 2, 1, outm)) {
         float *ys[1] = {c->logits};
         PK("output (q8 + norm)", mvq_runs(c, 1, outm, xs, c->out_norm, eps, ys, NULL, false, -1));
-    } else if (out_rows == 1 && !c->dump_dir && c->output.rows < 16384 && hx_k_mv_fusable(outm, 1)) {
+    } else if (out_rows == 1 && !dump && c->output.rows < 16384 && hx_k_mv_fusable(outm, 1)) {
         float *ys[1] = {c->logits};
-        PK("output (norm fused)", hx_k_mv_fused(st, 1, outm, xs, c->out_norm, eps, ys, NULL, false, -1));
+        PK("output (norm fused)", hx_k_mv_fused(st, 1, outm, xs, c->out_norm, eps, ys, NULL, false, -1, dv));
     } else {
         PK("output_norm", hx_k_rmsnorm(st, xs, c->out_norm, c->h, out_rows, D, eps));
-        if (c->dump_dir) { hx_status s = dump_rows(c, pos0 + n - out_rows, out_rows, -1, "final", c->h, e); if (s) return s; }
-        PK("output", hx_k_linear(st, gs, &c->output, c->h, out_rows, c->logits, NULL, false));
+        if (dump) { hx_status s = dump_rows(c, pos0 + n - out_rows, out_rows, -1, "final", c->h, e); if (s) return s; }
+        PK("output", hx_k_linear(st, gs, &c->output, c->h, out_rows, c->logits, NULL, false, dv));
     }
     if (cfg->final_logit_softcap > 0)
         PK("softcap", hx_k_softcap(st, c->logits, (size_t)out_rows * cfg->n_vocab, cfg->final_logit_softcap));
     return HX_OK;
 }
 
-static hx_status check_args(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos, hx_error *e) {
+static hx_status check_args(hx_cuda_ctx *c, int slot, const int32_t *tokens, int n, int pos, hx_error *e) {
     if (n <= 0) return hx_err(e, HX_ERR_ARG, "forward: empty batch");
-    if (pos < 0 || pos > c->n_past)
-        return hx_err(e, HX_ERR_ARG, "forward: position %d but only %d tokens in the cache", pos, c->n_past);
+    if (pos < 0 || pos > c->n_past[slot])
+        return hx_err(e, HX_ERR_ARG, "forward: sequence %d: position %d but only %d tokens in the cache", slot, pos,
+                      c->n_past[slot]);
     if ((int64_t)pos + n > c->n_ctx)
-        return hx_err(e, HX_ERR_RANGE, "context overflow: %d + %d tokens exceed the context of %d (raise -c)", pos, n,
-                      c->n_ctx);
+        return hx_err(e, HX_ERR_RANGE, "context overflow: sequence %d: %d + %d tokens exceed the context of %d (raise -c)",
+                      slot, pos, n, c->n_ctx);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->cfg.n_vocab)
             return hx_err(e, HX_ERR_ARG, "forward: token %d at batch index %d outside the vocabulary (%d)", tokens[i], i,
                           c->cfg.n_vocab);
+    return HX_OK;
+}
+
+// c->logits with room for `rows` rows (the decode graphs hold its address:
+// they are dropped when it moves).
+static hx_status ensure_logits(hx_cuda_ctx *c, int rows, hx_error *e) {
+    if (rows <= c->logits_rows) return HX_OK;
+    CK(cudaStreamSynchronize(c->st));
+    cudaFree(c->logits);
+    c->logits = NULL;
+    c->logits_rows = 0;
+    CK(cudaMalloc((void **)&c->logits, sizeof(float) * c->cfg.n_vocab * rows));
+    c->logits_rows = rows;
+    drop_graphs(c);
+    return HX_OK;
+}
+
+// Enqueues one decode step of sequence slot `slot` (the forward pass of
+// `token` at `pos` and the argmax into d_next): the slot's graph when enabled,
+// captured on first use; nothing is waited for. Arguments checked.
+static hx_status enqueue_decode(hx_cuda_ctx *c, int slot, int32_t token, int pos, hx_error *e) {
+    c->ahead_pos = -1;
+    c->n_past[slot] = pos;
+    int *io = &c->h_io[6 + 2 * slot];
+    io[0] = token;
+    io[1] = pos;
+    CK(cudaMemcpyAsync(c->d_tok, &io[0], sizeof(int), cudaMemcpyHostToDevice, c->st));
+    CK(cudaMemcpyAsync(c->d_pos, &io[1], sizeof(int), cudaMemcpyHostToDevice, c->st));
+    if (c->prof) c->pn = 0;
+    if (c->prof) CK(prof_mark(c, "start"));
+    if (c->use_graph && !(c->dump_dir && slot == 0) && !c->prof) {
+        if (!c->graph[slot]) {
+            cudaGraph_t g;
+            CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
+            hx_status es = enqueue_forward(c, slot, 1, pos, 1, false, e);
+            cudaError_t ke = es ? cudaSuccess : hx_k_argmax(c->st, c->logits, c->cfg.n_vocab, c->d_next, c->d_tok, c->d_pos,
+                                                                     c->d_acnt);
+            cudaError_t rc = cudaStreamEndCapture(c->st, &g);
+            if (es) { if (rc == cudaSuccess) cudaGraphDestroy(g); return es; }
+            if (ke != cudaSuccess) { if (rc == cudaSuccess) cudaGraphDestroy(g); return cfail(e, ke, __FILE__, __LINE__, "argmax"); }
+            if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "cudaStreamEndCapture");
+            rc = cudaGraphInstantiate(&c->graph[slot], g, 0);
+            cudaGraphDestroy(g);
+            if (rc != cudaSuccess) { c->graph[slot] = NULL; return cfail(e, rc, __FILE__, __LINE__, "cudaGraphInstantiate"); }
+        }
+        CK(cudaGraphLaunch(c->graph[slot], c->st));
+    } else {
+        hx_status s = enqueue_forward(c, slot, 1, pos, 1, false, e);
+        if (s) return s;
+        CK(hx_k_argmax(c->st, c->logits, c->cfg.n_vocab, c->d_next, c->d_tok, c->d_pos, c->d_acnt));
+        if (c->prof) CK(prof_mark(c, "argmax"));
+    }
+    return HX_OK;
+}
+
+// Enqueues n tokens of slot `slot` at pos.. (arguments checked; at most
+// c->piece tokens when piece > 0): logits of the last out_rows tokens in
+// c->logits, with want_hidden their hidden states in c->h. A lone token
+// without hidden states takes the slot's decode step (the graph). Nothing is
+// waited for; tokens may be reused once this returns (pageable host memory
+// is staged by the copy).
+static hx_status enqueue_batch(hx_cuda_ctx *c, int slot, const int32_t *tokens, int n, int pos, int out_rows,
+                               bool want_hidden, hx_error *e) {
+    hx_status s;
+    c->ahead_pos = -1; // a lookahead step still on the stream runs first; its result is dropped
+    if ((s = ensure_scratch(c, n, e))) return s;
+    if ((s = ensure_logits(c, out_rows > 1 ? out_rows : 1, e))) return s;
+    if (n == 1 && !want_hidden) {
+        if ((s = enqueue_decode(c, slot, tokens[0], pos, e))) return s;
+        c->n_past[slot] = pos + 1;
+        return HX_OK;
+    }
+    c->n_past[slot] = pos;
+    c->pn = 0; // (profiling: prefill kernels are marked but not counted)
+    CK(cudaMemcpyAsync(c->d_tok, tokens, sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
+    c->h_io[6 + 2 * slot + 1] = pos;
+    CK(cudaMemcpyAsync(c->d_pos, &c->h_io[6 + 2 * slot + 1], sizeof(int), cudaMemcpyHostToDevice, c->st));
+    if ((s = enqueue_forward(c, slot, n, pos, out_rows, want_hidden, e))) return s;
+    c->n_past[slot] = pos + n;
     return HX_OK;
 }
 
@@ -682,77 +815,23 @@ static hx_status forward_batch(void *ctx, const int32_t *tokens, int n, int pos,
 
 extern "C" hx_status hx_cuda_forward(hx_cuda_ctx *c, const int32_t *tokens, int n, int pos, float *logits,
                                      bool all_logits, hx_error *e) {
-    hx_status s = check_args(c, tokens, n, pos, e);
+    hx_status s = check_args(c, 0, tokens, n, pos, e);
     if (s) return s;
     // a sliding-window ring holds window + ubatch rows: at most ubatch tokens at a time
     return hx_forward_pieces(forward_batch, c, c->piece, c->cfg.n_vocab, tokens, n, pos, logits, all_logits, e);
 }
 
-// One batch (at most c->piece tokens when piece > 0); arguments checked.
+// One batch of sequence 0 (at most c->piece tokens when piece > 0); arguments checked.
 static hx_status forward_batch(void *ctx, const int32_t *tokens, int n, int pos, float *logits,
                                bool all_logits, hx_error *e) {
     hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
-    hx_status s;
-    c->ahead_pos = -1; // a lookahead step still on the stream runs first; its result is dropped
-    if ((s = ensure_scratch(c, n, e))) return s;
     int out_rows = all_logits ? n : 1;
-    if (out_rows > c->logits_rows) {
-        CK(cudaStreamSynchronize(c->st));
-        cudaFree(c->logits);
-        c->logits = NULL;
-        CK(cudaMalloc((void **)&c->logits, sizeof(float) * c->cfg.n_vocab * out_rows));
-        c->logits_rows = out_rows;
-        if (c->graph_ready) { cudaGraphExecDestroy(c->graph); c->graph_ready = false; }
-    }
-    c->n_past = pos;
-    c->pn = 0; // (profiling: prefill kernels are marked but not counted)
-    CK(cudaMemcpyAsync(c->d_tok, tokens, sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
-    c->h_io[1] = pos;
-    CK(cudaMemcpyAsync(c->d_pos, &c->h_io[1], sizeof(int), cudaMemcpyHostToDevice, c->st));
-    if ((s = enqueue_forward(c, n, pos, out_rows, e))) return s;
+    hx_status s = enqueue_batch(c, 0, tokens, n, pos, out_rows, false, e);
+    if (s) return s;
     if (logits)
         CK(cudaMemcpyAsync(logits, c->logits, sizeof(float) * c->cfg.n_vocab * out_rows, cudaMemcpyDeviceToHost,
                            c->st));
     CK(cudaStreamSynchronize(c->st));
-    c->n_past = pos + n;
-    return HX_OK;
-}
-
-// Enqueues one decode step (the forward pass and the argmax into d_next): the
-// graph when enabled; nothing is waited for.
-static hx_status enqueue_decode(hx_cuda_ctx *c, int32_t token, int pos, hx_error *e) {
-    hx_status s = check_args(c, &token, 1, pos, e);
-    if (s) return s;
-    c->ahead_pos = -1;
-    c->n_past = pos;
-    c->h_io[0] = token;
-    c->h_io[1] = pos;
-    CK(cudaMemcpyAsync(c->d_tok, &c->h_io[0], sizeof(int), cudaMemcpyHostToDevice, c->st));
-    CK(cudaMemcpyAsync(c->d_pos, &c->h_io[1], sizeof(int), cudaMemcpyHostToDevice, c->st));
-    if (c->prof) c->pn = 0;
-    if (c->prof) CK(prof_mark(c, "start"));
-    if (c->use_graph && !c->dump_dir && !c->prof) {
-        if (!c->graph_ready) {
-            cudaGraph_t g;
-            CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
-            hx_status es = enqueue_forward(c, 1, pos, 1, e);
-            cudaError_t ke = es ? cudaSuccess : hx_k_argmax(c->st, c->logits, c->cfg.n_vocab, c->d_next, c->d_tok, c->d_pos,
-                                                                     c->d_acnt);
-            cudaError_t rc = cudaStreamEndCapture(c->st, &g);
-            if (es) { if (rc == cudaSuccess) cudaGraphDestroy(g); return es; }
-            if (ke != cudaSuccess) { if (rc == cudaSuccess) cudaGraphDestroy(g); return cfail(e, ke, __FILE__, __LINE__, "argmax"); }
-            if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "cudaStreamEndCapture");
-            rc = cudaGraphInstantiate(&c->graph, g, 0);
-            cudaGraphDestroy(g);
-            if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "cudaGraphInstantiate");
-            c->graph_ready = true;
-        }
-        CK(cudaGraphLaunch(c->graph, c->st));
-    } else {
-        if ((s = enqueue_forward(c, 1, pos, 1, e))) return s;
-        CK(hx_k_argmax(c->st, c->logits, c->cfg.n_vocab, c->d_next, c->d_tok, c->d_pos, c->d_acnt));
-        if (c->prof) CK(prof_mark(c, "argmax"));
-    }
     return HX_OK;
 }
 
@@ -776,24 +855,28 @@ static hx_status copy_key(hx_cuda_ctx *c, int slot, hx_error *e) {
     return HX_OK;
 }
 
-extern "C" hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int pos, int32_t *next, hx_error *e) {
+// One greedy step of sequence `seq` (see hx_cuda_decode_greedy).
+static hx_status decode_greedy(hx_cuda_ctx *c, int seq, int32_t token, int pos, int32_t *next, hx_error *e) {
     hx_status s;
     int slot;
-    if (c->ahead_pos >= 0 && c->ahead_pos == pos && c->ahead_tok == token) {
+    if (c->ahead_pos >= 0 && c->ahead_seq == seq && c->ahead_pos == pos && c->ahead_tok == token) {
         slot = c->ahead_slot; // already on the stream (launched by the previous call)
     } else {
-        if ((s = enqueue_decode(c, token, pos, e))) return s; // (drops any lookahead)
+        if ((s = check_args(c, seq, &token, 1, pos, e))) return s;
+        if ((s = ensure_logits(c, 1, e))) return s;
+        if ((s = enqueue_decode(c, seq, token, pos, e))) return s; // (drops any lookahead)
         slot = 0;
         if ((s = copy_key(c, slot, e))) return s;
     }
     c->ahead_pos = -1;
-    c->n_past = pos + 1;
+    c->n_past[seq] = pos + 1;
     // the step after this one: the graph again, its token and position written on the device by this step's
     // argmax, so the GPU does not wait for this call's return and the next call's copies
-    if (c->ahead_on && c->graph_ready && pos + 2 <= c->n_ctx) {
-        CK(cudaGraphLaunch(c->graph, c->st));
+    if (c->ahead_on && c->graph[seq] && pos + 2 <= c->n_ctx) {
+        CK(cudaGraphLaunch(c->graph[seq], c->st));
         if ((s = copy_key(c, slot ^ 1, e))) return s;
         c->ahead_pos = pos + 1;
+        c->ahead_seq = seq;
         c->ahead_slot = slot ^ 1;
     }
     CK(cudaEventSynchronize(c->kev[slot]));
@@ -803,6 +886,10 @@ extern "C" hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int po
     *next = hx_argmax_key_index(key);
     c->ahead_tok = *next;
     return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_decode_greedy(hx_cuda_ctx *c, int32_t token, int pos, int32_t *next, hx_error *e) {
+    return decode_greedy(c, 0, token, pos, next, e);
 }
 
 extern "C" hx_status hx_cuda_finish(hx_cuda_ctx *c, hx_error *e) {
@@ -828,6 +915,7 @@ static hx_status sample_on_device(hx_cuda_ctx *c, const hx_cuda_sample_params *p
         CK(cudaMalloc((void **)&c->shist, sizeof(int) * n_hist));
         c->shist_cap = n_hist;
     }
+    hx_k_pdl_set(c->pdl);
     if (n_hist > 0) CK(cudaMemcpyAsync(c->shist, hist, sizeof(int) * n_hist, cudaMemcpyHostToDevice, c->st));
     CK(hx_k_sample(c->st, c->logits, c->swork, V, c->shist, n_hist, p->repeat_penalty, p->freq_penalty,
                    p->presence_penalty, p->top_k, p->top_p, p->min_p, p->temp, u, c->sout));
@@ -842,193 +930,266 @@ static hx_status sample_on_device(hx_cuda_ctx *c, const hx_cuda_sample_params *p
 extern "C" hx_status hx_cuda_decode_sample(hx_cuda_ctx *c, int32_t token, int pos, const hx_cuda_sample_params *p,
                                           const int32_t *hist, int n_hist, float u, int32_t *next, float *logits,
                                           bool *on_gpu, hx_error *e) {
-    hx_status s = enqueue_decode(c, token, pos, e);
+    hx_status s = check_args(c, 0, &token, 1, pos, e);
     if (s) return s;
+    if ((s = ensure_logits(c, 1, e))) return s;
+    if ((s = enqueue_decode(c, 0, token, pos, e))) return s;
     if ((s = sample_on_device(c, p, hist, n_hist, u, next, on_gpu, e))) return s;
     if ((s = prof_collect(c, e))) return s;
     if (!*on_gpu) {
         CK(cudaMemcpyAsync(logits, c->logits, sizeof(float) * c->cfg.n_vocab, cudaMemcpyDeviceToHost, c->st));
         CK(cudaStreamSynchronize(c->st));
     }
-    c->n_past = pos + 1;
+    c->n_past[0] = pos + 1;
     return HX_OK;
-}
-
-extern "C" hx_status hx_cuda_sample_check(int V, const float *logits, const hx_cuda_sample_params *p,
-                                         const int32_t *hist, int n_hist, float u, int32_t *next, bool *on_gpu,
-                                         hx_error *e) {
-    float *dl = NULL, *dw = NULL;
-    int *dh = NULL, *dout = NULL;
-    cudaError_t rc = cudaMalloc((void **)&dl, sizeof(float) * V);
-    if (rc == cudaSuccess) rc = cudaMalloc((void **)&dw, sizeof(float) * V);
-    if (rc == cudaSuccess) rc = cudaMalloc((void **)&dh, sizeof(int) * (n_hist > 0 ? n_hist : 1));
-    if (rc == cudaSuccess) rc = cudaMalloc((void **)&dout, 2 * sizeof(int));
-    if (rc == cudaSuccess) rc = cudaMemcpy(dl, logits, sizeof(float) * V, cudaMemcpyHostToDevice);
-    if (rc == cudaSuccess && n_hist > 0) rc = cudaMemcpy(dh, hist, sizeof(int) * n_hist, cudaMemcpyHostToDevice);
-    if (rc == cudaSuccess)
-        rc = hx_k_sample(0, dl, dw, V, dh, n_hist, p->repeat_penalty, p->freq_penalty, p->presence_penalty, p->top_k,
-                         p->top_p, p->min_p, p->temp, u, dout);
-    int out[2] = {0, 1};
-    if (rc == cudaSuccess) rc = cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost);
-    cudaFree(dl); cudaFree(dw); cudaFree(dh); cudaFree(dout);
-    if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "sample check");
-    *next = out[0];
-    *on_gpu = out[1] == 0;
-    return HX_OK;
-}
-
-// ---- measurements ----
-
-static double median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[v.size() / 2];
 }
 
 extern "C" bool hx_cuda_type_supported(int type) { return hx_k_type_supported(type); }
 
-extern "C" hx_status hx_cuda_copy_bandwidth(size_t bytes, int reps, double *gbps, hx_error *e) {
-    void *a = NULL, *b = NULL;
-    cudaEvent_t t0, t1;
-    CK(cudaMalloc(&a, bytes));
-    cudaError_t rc = cudaMalloc(&b, bytes);
-    if (rc != cudaSuccess) { cudaFree(a); return cfail(e, rc, __FILE__, __LINE__, "cudaMalloc"); }
-    cudaEventCreate(&t0); cudaEventCreate(&t1);
-    cudaMemset(a, 1, bytes);
-    std::vector<float> ms;
-    for (int r = 0; r < reps + 3 && rc == cudaSuccess; r++) {
-        cudaEventRecord(t0);
-        rc = cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(t1);
-        cudaEventSynchronize(t1);
-        float t = 0;
-        cudaEventElapsedTime(&t, t0, t1);
-        if (r >= 3) ms.push_back(t);
-    }
-    cudaEventDestroy(t0); cudaEventDestroy(t1);
-    cudaFree(a); cudaFree(b);
-    if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "cudaMemcpy");
-    *gbps = 2.0 * bytes / (median(ms) * 1e-3) / 1e9;
+// ---- sequences: the backend table of api/backend.h ----
+
+// Bytes of one cache row (one position of one layer, K or V).
+static size_t row_bytes(const hx_cuda_ctx *c) { return (size_t)c->cfg.n_head_kv * c->cfg.head_dim * sizeof(__half); }
+
+// Positions a slot holding n positions keeps in layer l: the last min(n, rows) of them.
+static int layer_first(const hx_cuda_ctx *c, int l, int n) { return n > c->kv_rows[l] ? n - c->kv_rows[l] : 0; }
+
+// For positions first..first+count-1 of layer l (count <= kv_rows[l]): calls
+// f(row, count) for each run of consecutive cache rows (two runs when the
+// positions wrap around a ring), in position order.
+template <typename F> static hx_status for_rows(const hx_cuda_ctx *c, int l, int first, int count, F f) {
+    int rows = c->kv_rows[l], r0 = first % rows;
+    int a = count < rows - r0 ? count : rows - r0;
+    if (a > 0) { hx_status s = f(r0, a); if (s) return s; }
+    if (count > a) { hx_status s = f(0, count - a); if (s) return s; }
     return HX_OK;
 }
 
-extern "C" hx_status hx_cuda_gemm_tflops(int m, int n, int k, int reps, double *tflops, hx_error *e) {
-    __half *A = NULL, *B = NULL;
-    float *C = NULL;
-    cublasHandle_t h;
-    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return hx_err(e, HX_ERR_DEVICE, "cuda: cublasCreate failed");
-    cudaError_t rc = cudaMalloc((void **)&A, sizeof(__half) * m * k);
-    if (rc == cudaSuccess) rc = cudaMalloc((void **)&B, sizeof(__half) * k * n);
-    if (rc == cudaSuccess) rc = cudaMalloc((void **)&C, sizeof(float) * m * n);
-    std::vector<float> ms;
-    if (rc == cudaSuccess) {
-        cudaMemset(A, 0x3c, sizeof(__half) * m * k); // ~1.0 f16 values
-        cudaMemset(B, 0x2c, sizeof(__half) * k * n);
-        cudaEvent_t t0, t1;
-        cudaEventCreate(&t0); cudaEventCreate(&t1);
-        float alpha = 1, beta = 0;
-        for (int r = 0; r < reps + 3; r++) {
-            cudaEventRecord(t0);
-            cublasStatus_t bs = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_16F, k, B,
-                                             CUDA_R_16F, k, &beta, C, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
-                                             CUBLAS_GEMM_DEFAULT);
-            cudaEventRecord(t1);
-            cudaEventSynchronize(t1);
-            if (bs != CUBLAS_STATUS_SUCCESS) { rc = cudaErrorUnknown; break; }
-            float t = 0;
-            cudaEventElapsedTime(&t, t0, t1);
-            if (r >= 3) ms.push_back(t);
-        }
-        cudaEventDestroy(t0); cudaEventDestroy(t1);
-    }
-    cudaFree(A); cudaFree(B); cudaFree(C);
-    cublasDestroy(h);
-    if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "gemm");
-    *tflops = 2.0 * m * n * k / (median(ms) * 1e-3) / 1e12;
+// Whether slot seq (holding n_past positions) still has what its first n
+// positions need: n == n_past, or a rewind to n is possible.
+static bool prefix_held(const hx_cuda_ctx *c, int seq, int n) {
+    int np = c->n_past[seq];
+    return n == np || n == 0 || (n < np && hx_kv_rewind(&c->cfg, c->kv_rows.data(), c->n_ctx, np, n) == n);
+}
+
+static hx_status seq_check(const hx_cuda_ctx *c, int seq, hx_error *e) {
+    if (seq < 0 || seq >= c->n_seq)
+        return hx_err(e, HX_ERR_ARG, "cuda: sequence %d outside 0..%d", seq, c->n_seq - 1);
     return HX_OK;
 }
 
-extern "C" hx_status hx_cuda_linear_check(int type, int rows, int cols, const void *w, int n, const float *x, float *y,
-                                          bool q8, int reps, double *ms_out, hx_error *e) {
-    if (!hx_k_type_supported(type)) return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: type %s", hx_type_name(type));
-    size_t rb = hx_row_size(type, cols);
-    if (!rb) return hx_err(e, HX_ERR_ARG, "cuda: row length %d does not fit type %s", cols, hx_type_name(type));
-    hx_dmat W = {NULL, type, cols, rows, rb};
-    if (q8 && (n != 1 || !hx_k_mvq_supported(&W)))
-        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: no 8-bit-activation matvec for %s x %d (n %d)", hx_type_name(type), cols, n);
-    CK(hx_k_pdl_init());
-    uint8_t *dw = NULL;
-    int8_t *xq = NULL;
-    float *xd = NULL;
-    float *dx = NULL, *dy = NULL;
-    hx_gemm_scratch gs = {};
-    cudaStream_t st = NULL;
-    hx_status s = HX_OK;
-    cudaError_t rc = cudaStreamCreate(&st);
-    if (rc == cudaSuccess) rc = cudaMalloc((void **)&dw, rb * rows);
-    if (rc == cudaSuccess) rc = cudaMalloc((void **)&dx, sizeof(float) * cols * n);
-    if (rc == cudaSuccess) rc = cudaMalloc((void **)&dy, sizeof(float) * rows * n);
-    if (rc == cudaSuccess && q8) rc = cudaMalloc((void **)&xq, cols);
-    if (rc == cudaSuccess && q8) rc = cudaMalloc((void **)&xd, sizeof(float) * (cols / 32));
-    if (rc == cudaSuccess) rc = cudaMemcpy(dw, w, rb * rows, cudaMemcpyHostToDevice);
-    if (rc == cudaSuccess) rc = cudaMemcpy(dx, x, sizeof(float) * cols * n, cudaMemcpyHostToDevice);
-    if (rc == cudaSuccess) rc = cudaMemset(dy, 0xff, sizeof(float) * rows * n); // NaN poison
-    if (rc == cudaSuccess && cublasCreate(&gs.blas) != CUBLAS_STATUS_SUCCESS) rc = cudaErrorUnknown;
-    W.d = dw;
-    const hx_dmat *Ws[1] = {&W};
-    float *ys[1] = {dy};
-    // one product: the float kernels (or cuBLAS) or, with q8, quantize x + the dp4a kernel
-    auto run = [&]() {
-        if (!q8) return hx_k_linear(st, &gs, &W, dx, n, dy, NULL, false);
-        cudaError_t r = hx_k_quant_q8(st, dx, NULL, 0.0f, cols, xq, xd);
-        return r == cudaSuccess ? hx_k_mvq(st, 1, Ws, xq, xd, ys, NULL, false, -1) : r;
-    };
-    if (rc == cudaSuccess) rc = run();
-    if (rc == cudaSuccess) rc = cudaStreamSynchronize(st);
-    if (rc == cudaSuccess) rc = cudaMemcpy(y, dy, sizeof(float) * rows * n, cudaMemcpyDeviceToHost);
-    // Timing as in decode: NG products captured in one CUDA graph (launch cost
-    // as in the decode graph), cycling over copies of W that together exceed
-    // the L2 cache, so the weights come from DRAM as they do in a model.
-    uint8_t *dcopies = NULL;
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t gexec = NULL;
-    if (rc == cudaSuccess && ms_out) {
-        size_t wb = rb * rows;
-        int ncopy = (int)(((size_t)256 << 20) / wb + 1);
-        if (ncopy > 32) ncopy = 32;
-        const int NG = 32;
-        rc = cudaMalloc((void **)&dcopies, wb * ncopy);
-        for (int i = 0; i < ncopy && rc == cudaSuccess; i++) rc = cudaMemcpy(dcopies + wb * i, w, wb, cudaMemcpyHostToDevice);
-        if (rc == cudaSuccess) rc = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
-        for (int i = 0; i < NG && rc == cudaSuccess; i++) {
-            W.d = dcopies + wb * (i % ncopy);
-            rc = run();
-        }
-        if (rc == cudaSuccess) rc = cudaStreamEndCapture(st, &graph);
-        else { cudaGraph_t g = NULL; cudaStreamEndCapture(st, &g); if (g) cudaGraphDestroy(g); }
-        if (rc == cudaSuccess) rc = cudaGraphInstantiate(&gexec, graph, 0);
-        cudaEvent_t t0, t1;
-        cudaEventCreate(&t0); cudaEventCreate(&t1);
-        std::vector<float> ms;
-        for (int r = 0; r < reps / 8 + 5 && rc == cudaSuccess; r++) {
-            cudaEventRecord(t0, st);
-            rc = cudaGraphLaunch(gexec, st);
-            cudaEventRecord(t1, st);
-            if (rc == cudaSuccess) rc = cudaEventSynchronize(t1);
-            float t = 0;
-            cudaEventElapsedTime(&t, t0, t1);
-            if (r >= 5) ms.push_back(t / NG);
-        }
-        cudaEventDestroy(t0); cudaEventDestroy(t1);
-        *ms_out = median(ms);
-    }
-    if (gexec) cudaGraphExecDestroy(gexec);
-    if (graph) cudaGraphDestroy(graph);
-    cudaFree(dcopies);
-    if (rc != cudaSuccess) s = cfail(e, rc, __FILE__, __LINE__, "linear check");
-    if (gs.wh) cudaFree(gs.wh);
-    if (gs.xh) cudaFree(gs.xh);
-    if (gs.blas) cublasDestroy(gs.blas);
-    cudaFree(dw); cudaFree(dx); cudaFree(dy); cudaFree(xq); cudaFree(xd);
-    if (st) cudaStreamDestroy(st);
+static hx_status be_ctx_new(const hx_model *m, const hx_backend_params *p, void **out, hx_error *e) {
+    *out = NULL;
+    if (p->kv_f32)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: the GPU keeps an f16 KV cache (an f32 cache is CPU only)");
+    hx_cuda_opts o = {};
+    o.device = p->gpu_index;
+    o.n_ctx = p->n_ctx_seq;
+    o.n_ubatch = p->n_ubatch;
+    o.n_seq = p->n_seq;
+    o.dump_dir = p->dev.dump_dir;
+    o.dump_positions = p->dev.dump_positions;
+    o.n_dump_positions = p->dev.n_dump_positions;
+    o.dev = (const hx_cuda_dev_opts *)p->dev.cuda;
+    hx_cuda_ctx *c = NULL;
+    hx_status s = hx_cuda_ctx_new(m, &o, &c, e);
+    if (s == HX_OK) *out = c;
     return s;
 }
+
+static void be_ctx_free(void *ctx) { hx_cuda_ctx_free((hx_cuda_ctx *)ctx); }
+
+// Copies rows [first, first + count) of a device array of `row` floats to
+// host rows out[first..] (runs of consecutive out indices in one copy).
+static hx_status copy_out_rows(hx_cuda_ctx *c, const float *dev, size_t row, const int32_t *out_idx, int count,
+                               float *host, hx_error *e) {
+    for (int k = 0; k < count;) {
+        if (out_idx[k] < 0) { k++; continue; }
+        int j = k + 1;
+        while (j < count && out_idx[j] == out_idx[k] + (j - k)) j++;
+        CK(cudaMemcpyAsync(host + (size_t)out_idx[k] * row, dev + (size_t)k * row, sizeof(float) * row * (j - k),
+                           cudaMemcpyDeviceToHost, c->st));
+        k = j;
+    }
+    return HX_OK;
+}
+
+// One forward over a ubatch that may mix sequences: one sub-batch per
+// sequence, in the order each first appears, through that slot's cache. Every
+// sub-batch is checked before any runs, so a bad ubatch leaves every cache as
+// it was.
+static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float *hidden, hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    if (!ub || ub->n <= 0) return hx_err(e, HX_ERR_ARG, "cuda: forward: empty batch");
+    if (c->piece > 0 && ub->n > c->piece)
+        return hx_err(e, HX_ERR_ARG, "cuda: forward: %d tokens in one batch, the sliding-window caches hold %d", ub->n,
+                      c->piece);
+    struct sub { int seq; std::vector<int32_t> tok, out; int pos, first_out; };
+    std::vector<sub> subs;
+    std::vector<int> at(c->n_seq, -1); // sequence -> index in subs
+    for (int i = 0; i < ub->n; i++) {
+        int s = ub->seq[i];
+        hx_status st = seq_check(c, s, e);
+        if (st) return st;
+        if (at[s] < 0) {
+            at[s] = (int)subs.size();
+            subs.push_back({s, {}, {}, ub->pos[i], -1});
+        }
+        sub &b = subs[at[s]];
+        if (ub->pos[i] != b.pos + (int)b.tok.size())
+            return hx_err(e, HX_ERR_ARG, "cuda: forward: sequence %d: batch token %d at position %d, expected %d", s, i,
+                          ub->pos[i], b.pos + (int)b.tok.size());
+        int32_t o = ub->out ? ub->out[i] : -1;
+        if (o >= 0 && (o >= ub->n_out || (!logits && !hidden)))
+            return hx_err(e, HX_ERR_ARG, "cuda: forward: batch token %d: output row %d outside 0..%d", i, o, ub->n_out - 1);
+        if (o >= 0 && b.first_out < 0) b.first_out = (int)b.tok.size();
+        b.tok.push_back(ub->token[i]);
+        b.out.push_back(o);
+    }
+    for (auto &b : subs) {
+        hx_status st = check_args(c, b.seq, b.tok.data(), (int)b.tok.size(), b.pos, e);
+        if (st) return st;
+    }
+    const size_t V = (size_t)c->cfg.n_vocab, D = (size_t)c->cfg.n_embd;
+    for (auto &b : subs) {
+        int n = (int)b.tok.size();
+        int out_rows = b.first_out < 0 ? 1 : n - b.first_out;
+        bool want_hidden = hidden && b.first_out >= 0;
+        hx_status st = enqueue_batch(c, b.seq, b.tok.data(), n, b.pos, out_rows, want_hidden, e);
+        if (st) return st;
+        if (b.first_out < 0) continue;
+        const int32_t *oi = b.out.data() + b.first_out;
+        if (logits && (st = copy_out_rows(c, c->logits, V, oi, out_rows, logits, e))) return st;
+        if (want_hidden && (st = copy_out_rows(c, c->h, D, oi, out_rows, hidden, e))) return st;
+        // the next sub-batch reuses c->logits and c->h
+        CK(cudaStreamSynchronize(c->st));
+    }
+    CK(cudaStreamSynchronize(c->st));
+    return HX_OK;
+}
+
+static int be_seq_keep(void *ctx, int seq, int n) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    if (seq < 0 || seq >= c->n_seq) return 0;
+    return seq_keep(c, seq, n);
+}
+
+static hx_status be_seq_copy(void *ctx, int src, int dst, int n, hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    hx_status s;
+    if ((s = seq_check(c, src, e)) || (s = seq_check(c, dst, e))) return s;
+    if (n < 0 || n > c->n_past[src])
+        return hx_err(e, HX_ERR_ARG, "cuda: seq_copy: %d positions of sequence %d, which holds %d", n, src, c->n_past[src]);
+    if (!prefix_held(c, src, n))
+        return hx_err(e, HX_ERR_RANGE, "cuda: seq_copy: the sliding-window cache of sequence %d no longer holds the "
+                      "positions before %d", src, n);
+    c->ahead_pos = -1;
+    if (src != dst) {
+        size_t rb = row_bytes(c);
+        for (int l = 0; l < c->cfg.n_layer; l++) {
+            int first = layer_first(c, l, n);
+            size_t so = (size_t)src * c->kv_rows[l] * rb, dof = (size_t)dst * c->kv_rows[l] * rb;
+            s = for_rows(c, l, first, n - first, [&](int r, int k) -> hx_status {
+                for (__half *base : {c->kc[l], c->vc[l]}) {
+                    uint8_t *b = (uint8_t *)base;
+                    CK(cudaMemcpyAsync(b + dof + r * rb, b + so + r * rb, k * rb, cudaMemcpyDeviceToDevice, c->st));
+                }
+                return HX_OK;
+            });
+            if (s) return s;
+        }
+    }
+    c->n_past[dst] = n;
+    return HX_OK;
+}
+
+// The state of n positions: for each layer, the K rows then the V rows of
+// positions max(0, n - kv_rows[l]) .. n-1 in position order, f16
+// (n_head_kv * head_dim per row).
+static size_t be_seq_state_size(void *ctx, int n) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    if (n <= 0) return 0;
+    size_t total = 0;
+    for (int l = 0; l < c->cfg.n_layer; l++) total += 2 * (size_t)(n - layer_first(c, l, n)) * row_bytes(c);
+    return total;
+}
+
+// Moves the state of slot seq's first n positions between the device and buf (to_host: read).
+static hx_status state_io(hx_cuda_ctx *c, int seq, int n, uint8_t *buf, bool to_host, hx_error *e) {
+    size_t rb = row_bytes(c), off = 0;
+    for (int l = 0; l < c->cfg.n_layer; l++) {
+        int first = layer_first(c, l, n);
+        size_t so = (size_t)seq * c->kv_rows[l] * rb;
+        for (__half *base : {c->kc[l], c->vc[l]}) {
+            uint8_t *b = (uint8_t *)base + so;
+            hx_status s = for_rows(c, l, first, n - first, [&](int r, int k) -> hx_status {
+                if (to_host) CK(cudaMemcpyAsync(buf + off, b + r * rb, k * rb, cudaMemcpyDeviceToHost, c->st));
+                else CK(cudaMemcpyAsync(b + r * rb, buf + off, k * rb, cudaMemcpyHostToDevice, c->st));
+                off += k * rb;
+                return HX_OK;
+            });
+            if (s) return s;
+        }
+    }
+    CK(cudaStreamSynchronize(c->st));
+    return HX_OK;
+}
+
+static hx_status be_seq_read(void *ctx, int seq, int n, void *buf, hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    hx_status s = seq_check(c, seq, e);
+    if (s) return s;
+    if (n < 0 || n > c->n_past[seq])
+        return hx_err(e, HX_ERR_ARG, "cuda: seq_read: %d positions of sequence %d, which holds %d", n, seq, c->n_past[seq]);
+    if (!prefix_held(c, seq, n))
+        return hx_err(e, HX_ERR_RANGE, "cuda: seq_read: the sliding-window cache of sequence %d no longer holds the "
+                      "positions before %d", seq, n);
+    return state_io(c, seq, n, (uint8_t *)buf, true, e);
+}
+
+static hx_status be_seq_write(void *ctx, int seq, int n, const void *buf, hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    hx_status s = seq_check(c, seq, e);
+    if (s) return s;
+    if (n < 0 || n > c->n_ctx)
+        return hx_err(e, HX_ERR_RANGE, "cuda: seq_write: %d positions, a sequence holds %d", n, c->n_ctx);
+    c->ahead_pos = -1;
+    c->n_past[seq] = 0;
+    if ((s = state_io(c, seq, n, (uint8_t *)buf, false, e))) return s;
+    c->n_past[seq] = n;
+    return HX_OK;
+}
+
+static size_t be_kv_bytes(void *ctx) { return ((hx_cuda_ctx *)ctx)->kv_bytes; }
+
+static hx_status be_decode_greedy(void *ctx, int seq, int32_t token, int pos, int32_t *next, hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    hx_status s = seq_check(c, seq, e);
+    return s ? s : decode_greedy(c, seq, token, pos, next, e);
+}
+
+static hx_status be_finish(void *ctx, hx_error *e) { return hx_cuda_finish((hx_cuda_ctx *)ctx, e); }
+
+// Memory in use on the context's device, by every program on it (total - free).
+static size_t be_device_bytes_in_use(void *ctx) {
+    (void)ctx;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    return total_b - free_b;
+}
+
+extern "C" const hx_backend hx_backend_cuda = {
+    "cuda",
+    be_ctx_new,
+    be_ctx_free,
+    be_forward,
+    be_seq_keep,
+    be_seq_copy,
+    be_seq_state_size,
+    be_seq_read,
+    be_seq_write,
+    be_kv_bytes,
+    be_decode_greedy,
+    be_finish,
+    be_device_bytes_in_use,
+};

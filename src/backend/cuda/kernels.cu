@@ -9,15 +9,19 @@
 #include "backend/cuda/warp.cuh"
 #include "backend/cuda/decode.cuh"
 
-static bool g_pdl = false;
-cudaError_t hx_k_pdl_init(void) {
+// Per thread: the launches of one context happen on the thread that uses it,
+// and each context sets its own choice before it enqueues (hx_k_pdl_set).
+static thread_local bool t_pdl = false;
+cudaError_t hx_k_pdl_init(bool allow, bool *on) {
     int dev = 0, major = 0;
     cudaError_t rc = cudaGetDevice(&dev);
     if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (rc != cudaSuccess) return rc;
-    g_pdl = major >= 9 && !getenv("HX_CUDA_NO_PDL");
+    t_pdl = allow && major >= 9;
+    if (on) *on = t_pdl;
     return cudaSuccess;
 }
+void hx_k_pdl_set(bool on) { t_pdl = on; }
 
 // The launch configuration: PDL attribute (in *at) when enabled.
 static cudaLaunchConfig_t pdl_config(dim3 grid, dim3 block, size_t smem, cudaStream_t st, cudaLaunchAttribute *at) {
@@ -29,7 +33,7 @@ static cudaLaunchConfig_t pdl_config(dim3 grid, dim3 block, size_t smem, cudaStr
     at->id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at->val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = g_pdl ? 1 : 0;
+    cfg.numAttrs = t_pdl ? 1 : 0;
     return cfg;
 }
 
@@ -309,23 +313,18 @@ bool hx_k_type_supported(int type) {
 
 static bool is_plain(const hx_dmat *W) { return W->cols % 32 != 0; }
 
-// Warps per row: HX_CUDA_WPR (1, 2 or 4, a divisor of MV_WARPS) forces it, for
+// Warps per row: dv->wpr (1, 2 or 4, a divisor of MV_WARPS) forces it, for
 // timing variants; otherwise chosen from the row count.
-static int pick_wpr(int rows) {
-    static int forced = -1;
-    if (forced < 0) {
-        const char *v = getenv("HX_CUDA_WPR");
-        int f = v ? atoi(v) : 0;
-        forced = (f == 1 || f == 2 || f == 4) && MV_WARPS % f == 0 ? f : 0;
-    }
-    if (forced) return forced;
+static int pick_wpr(int rows, const hx_cuda_dev_opts *dv) {
+    int f = dv ? dv->wpr : 0;
+    if ((f == 1 || f == 2 || f == 4) && MV_WARPS % f == 0) return f;
     // enough warps in flight for ~4 waves of 16 warps per SM on an H100-class GPU
     return rows >= 16384 ? 1 : rows >= 4096 ? 2 : 4;
 }
 
 template <int T>
 static void launch_matmul(cudaStream_t st, const hx_dmat *W, const float *x, int n, float *y, const float *bias,
-                          bool acc) {
+                          bool acc, const hx_cuda_dev_opts *dv) {
     dim3 block(WARP, MV_WARPS);
     if (T == HX_TYPE_F32 || T == HX_TYPE_F16 || T == HX_TYPE_BF16) {
         if (is_plain(W)) {
@@ -334,7 +333,7 @@ static void launch_matmul(cudaStream_t st, const hx_dmat *W, const float *x, int
             return;
         }
     }
-    int wpr = pick_wpr(W->rows);
+    int wpr = pick_wpr(W->rows, dv);
     int rpb = MV_WARPS / wpr;
     if (n == 1) {
         dim3 grid((W->rows + rpb - 1) / rpb, 1);
@@ -388,8 +387,8 @@ static cudaError_t grow_half(__half **p, size_t *cap, size_t want) {
 
 template <int T>
 static void launch_mv_multi(cudaStream_t st, const hx_mv_set *s, int cols, const float *x, const float *norm_w,
-                            float eps, bool acc, int glu_act) {
-    int wpr = pick_wpr(s->total_rows);
+                            float eps, bool acc, int glu_act, const hx_cuda_dev_opts *dv) {
+    int wpr = pick_wpr(s->total_rows, dv);
     int rpb = MV_WARPS / wpr;
     dim3 block(WARP, MV_WARPS), grid((s->total_rows + rpb - 1) / rpb);
     if (glu_act >= 0) LAUNCH((k_mv_multi<T, true>), grid, block, 0, st, *s, cols, x, norm_w, eps, acc, glu_act, wpr);
@@ -405,7 +404,8 @@ bool hx_k_mv_fusable(const hx_dmat *const *Ws, int count) {
 }
 
 cudaError_t hx_k_mv_fused(cudaStream_t st, int count, const hx_dmat *const *Ws, const float *x, const float *norm_w,
-                          float eps, float *const *ys, const float *const *biases, bool accumulate, int glu_act) {
+                          float eps, float *const *ys, const float *const *biases, bool accumulate, int glu_act,
+                          const hx_cuda_dev_opts *dv) {
     hx_mv_set s = {};
     s.count = count;
     for (int i = 0; i < count; i++) {
@@ -415,7 +415,7 @@ cudaError_t hx_k_mv_fused(cudaStream_t st, int count, const hx_dmat *const *Ws, 
     }
     if (glu_act >= 0) s.total_rows = Ws[0]->rows;
     switch (Ws[0]->type) {
-#define X(T) case T: launch_mv_multi<T>(st, &s, Ws[0]->cols, x, norm_w, eps, accumulate, glu_act); break;
+#define X(T) case T: launch_mv_multi<T>(st, &s, Ws[0]->cols, x, norm_w, eps, accumulate, glu_act, dv); break;
         HX_CUDA_TYPES(X)
 #undef X
     default: return cudaErrorInvalidValue;
@@ -424,15 +424,11 @@ cudaError_t hx_k_mv_fused(cudaStream_t st, int count, const hx_dmat *const *Ws, 
 }
 
 cudaError_t hx_k_linear(cudaStream_t st, hx_gemm_scratch *gs, const hx_dmat *W, const float *x, int n, float *y,
-                        const float *bias, bool accumulate) {
-    static int min_n = -1; // HX_CUDA_CUBLAS_MIN_N overrides the batch size from which cuBLAS is used
-    if (min_n < 0) {
-        const char *v = getenv("HX_CUDA_CUBLAS_MIN_N");
-        min_n = v && atoi(v) > 0 ? atoi(v) : HX_CUBLAS_MIN_N;
-    }
+                        const float *bias, bool accumulate, const hx_cuda_dev_opts *dv) {
+    int min_n = dv && dv->cublas_min_n > 0 ? dv->cublas_min_n : HX_CUBLAS_MIN_N;
     if (n < min_n || !gs || is_plain(W)) {
         switch (W->type) {
-#define X(T) case T: launch_matmul<T>(st, W, x, n, y, bias, accumulate); break;
+#define X(T) case T: launch_matmul<T>(st, W, x, n, y, bias, accumulate, dv); break;
             HX_CUDA_TYPES(X)
 #undef X
         default: return cudaErrorInvalidValue;
@@ -606,23 +602,21 @@ cudaError_t hx_k_attention_prepare(int hd, int max_ctx, size_t *smem) {
     return cudaSuccess;
 }
 
-// Positions per block: ATT_CHUNK (HX_CUDA_ATT_CHUNK, 32..4096, overrides it:
+// Positions per block: ATT_CHUNK (dv->att_chunk, 32..4096, overrides it:
 // tests use small chunks so that short runs exercise the merge), raised for
 // long contexts so that there are at most ATT_MAX_SPLITS blocks per head (the
 // grid is fixed when the decode graph is captured; blocks past the current
 // position return at once, but each still costs a launch slot).
-static int att_chunk(int max_ctx) {
-    static int c = 0;
-    if (!c) {
-        const char *v = getenv("HX_CUDA_ATT_CHUNK");
-        int x = v ? atoi(v) : 0;
-        c = x >= 32 && x <= 4096 ? x : ATT_CHUNK;
-    }
+static int att_chunk(int max_ctx, const hx_cuda_dev_opts *dv) {
+    int x = dv ? dv->att_chunk : 0;
+    int c = x >= 32 && x <= 4096 ? x : ATT_CHUNK;
     int need = (max_ctx + ATT_MAX_SPLITS - 1) / ATT_MAX_SPLITS;
     need = (need + 31) / 32 * 32;
     return need > c ? need : c;
 }
-int hx_k_attn_decode_splits(int max_ctx) { return (max_ctx + att_chunk(max_ctx) - 1) / att_chunk(max_ctx); }
+int hx_k_attn_decode_splits(int max_ctx, const hx_cuda_dev_opts *dv) {
+    return (max_ctx + att_chunk(max_ctx, dv) - 1) / att_chunk(max_ctx, dv);
+}
 
 size_t hx_k_attn_decode_smem(int hd, int chunk) {
     size_t vpart = 8 * ATT_THREADS > hd ? 8 * ATT_THREADS : hd; // v_accum's group sums
@@ -634,13 +628,13 @@ cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, co
                              int rows, float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                              int window, int max_ctx, float base, float rope_scale, bool neox, const float *q_norm,
                              const float *k_norm, float eps, const float2 *rope_tab, float *part, unsigned *count,
-                             int8_t *xq, float *xd) {
+                             int8_t *xq, float *xd, const hx_cuda_dev_opts *dv) {
     hx_attn_args a = {q, k, v, kc, vc, rows, out, nh, nkvh, hd, scale, softcap, window, base, rope_scale, neox ? 1 : 0,
-                      q_norm, k_norm, eps, rope_tab, part, count, att_chunk(max_ctx), hd % 32 ? NULL : xq, xd};
-    dim3 grid(nh, hx_k_attn_decode_splits(max_ctx));
+                      q_norm, k_norm, eps, rope_tab, part, count, att_chunk(max_ctx, dv), hd % 32 ? NULL : xq, xd};
+    dim3 grid(nh, hx_k_attn_decode_splits(max_ctx, dv));
     size_t smem = hx_k_attn_decode_smem(hd, a.chunk);
-    // a warp per position for the usual head sizes (HX_CUDA_ATT_BLOCK: the block-wide kernel for all)
-    static const bool block_only = getenv("HX_CUDA_ATT_BLOCK") != NULL;
+    // a warp per position for the usual head sizes (dv->att_block: the block-wide kernel for all)
+    const bool block_only = dv && dv->att_block;
     if (hd == 64 && !block_only) LAUNCH(k_attn_decode_warp<2>, grid, ATT_THREADS, smem, st, a, d_pos);
     else if (hd == 128 && !block_only) LAUNCH(k_attn_decode_warp<4>, grid, ATT_THREADS, smem, st, a, d_pos);
     else if (hd == 256 && !block_only) LAUNCH(k_attn_decode_warp<8>, grid, ATT_THREADS, smem, st, a, d_pos);
@@ -793,7 +787,7 @@ static cudaError_t launch_attn_prefill(cudaStream_t st, const float *q, const __
 // Registers (ptxas, CUDA 13.0, sm_80/89/90): __launch_bounds__ asks for 4
 // blocks per SM at HD 64 (128 registers) and 3 at HD 128 (168; unbounded it
 // took 191, 2 blocks); both spill 8-28 bytes: values reloaded once per tile.
-// H100, pp512 against the FP32 kernel (HX_CUDA_ATT_TC=0 gives it, for A/B):
+// H100, pp512 against the FP32 kernel (hx_cuda_dev_opts.att_fp32 gives it, for A/B):
 // qwen3-0.6b 47.3k -> 71.3k tok/s, llama-3.2-1b 56.9k -> 70.5k, llama-3.1-8b 11.2k -> 13.7k.
 enum { TC_QT = 64, TC_KT = 64, TC_WARPS = TC_QT / 16 };
 template <int HD> struct tc_shape {
@@ -984,11 +978,9 @@ static cudaError_t launch_attn_prefill_tc(cudaStream_t st, const float *q, const
 
 cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, const __half *vc, int rows, float *out,
                            const int *d_pos, int n, int nh, int nkvh, int hd, float scale, float softcap, int window,
-                           int max_ctx) {
-    static int naive = -1; // HX_CUDA_NAIVE_ATTN: the one-block-per-query kernel (reference, timing)
-    if (naive < 0) naive = getenv("HX_CUDA_NAIVE_ATTN") != NULL;
-    static int tc = -1; // HX_CUDA_ATT_TC=0: the FP32 tiled kernels instead of the tensor-core ones
-    if (tc < 0) { const char *v = getenv("HX_CUDA_ATT_TC"); tc = !(v && !strcmp(v, "0")); }
+                           int max_ctx, const hx_cuda_dev_opts *dv) {
+    const bool naive = dv && dv->naive_attn; // the one-block-per-query kernel (reference, timing)
+    const bool tc = !(dv && dv->att_fp32);   // else the FP32 tiled kernels instead of the tensor-core ones
     if (!naive && n > 1 && tc) {
         // tensor cores (k_attn_prefill_tc): q and P rounded to f16 (relative ~5e-4), sums in f32
         if (hd == 64) return launch_attn_prefill_tc<64>(st, q, kc, vc, rows, out, d_pos, n, nh, nkvh, scale, softcap, window);

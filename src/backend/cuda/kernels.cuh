@@ -5,6 +5,10 @@
 // apart); KV cache per layer (n_ctx, n_head_kv * head_dim) in f16. Kernels
 // that depend on the position read it from device memory (d_pos), so a CUDA
 // graph captured once replays for every decode step.
+//
+// Launchers that choose among kernels take the developer switches last
+// (const hx_cuda_dev_opts *dv, backend/cuda/dev_opts.h); NULL is the
+// production choice.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -12,6 +16,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "backend/cuda/dev_opts.h"
 
 // A weight matrix on the device: rows x cols of `type`.
 struct hx_dmat {
@@ -49,12 +54,14 @@ static __host__ __device__ inline int hx_att_first(int p, int window) {
 // kernel over tiles of 8 tokens (each weight decoded once per tile); larger n:
 // W dequantized to f16 + cuBLAS tensor-core GEMM (f32 accumulate).
 cudaError_t hx_k_linear(cudaStream_t st, hx_gemm_scratch *gs, const hx_dmat *W, const float *x, int n, float *y,
-                        const float *bias, bool accumulate);
+                        const float *bias, bool accumulate, const hx_cuda_dev_opts *dv);
 bool hx_k_type_supported(int type);
-// Launch kernels with programmatic dependent launch from now on when the
-// current device has it (Hopper and later) and HX_CUDA_NO_PDL is unset: the
-// decoder's setting, which the kernel checks of gpu-test use too.
-cudaError_t hx_k_pdl_init(void);
+// Launch kernels with programmatic dependent launch from now on, on this
+// thread, when allow and the current device has it (Hopper and later); *on
+// (may be NULL) says which. hx_k_pdl_set switches it for this thread: a
+// context sets its own choice before it enqueues anything.
+cudaError_t hx_k_pdl_init(bool allow, bool *on);
+void hx_k_pdl_set(bool on);
 
 // Decode (n = 1) with fewer launches: `count` (<= 3) matrices of one type and
 // row length read the same x, optionally RMS-normed on the fly with norm_w
@@ -66,7 +73,8 @@ struct hx_mv_set {
 };
 bool hx_k_mv_fusable(const hx_dmat *const *Ws, int count);
 cudaError_t hx_k_mv_fused(cudaStream_t st, int count, const hx_dmat *const *Ws, const float *x, const float *norm_w,
-                          float eps, float *const *ys, const float *const *biases, bool accumulate, int glu_act);
+                          float eps, float *const *ys, const float *const *biases, bool accumulate, int glu_act,
+                          const hx_cuda_dev_opts *dv);
 // Decode with 8-bit activations (mvq.cu): xq/xd = blocks of 32 int8 with a
 // float scale of x (RMSNorm with norm_w first, when not NULL); then the
 // matrices (as hx_k_mv_fused, all of one type) dotted with dp4a. Types: Q8_0,
@@ -77,8 +85,9 @@ cudaError_t hx_k_quant_q8(cudaStream_t st, const float *x, const float *norm_w, 
 // Also one launch for a run of Q4_K matrices followed by a run of Q6_K ones
 // (hx_k_mvq_one_launch: whether Ws[0..count) go in one launch).
 cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const int8_t *xq, const float *xd,
-                     float *const *ys, const float *const *biases, bool accumulate, int glu_act);
-bool hx_k_mvq_one_launch(const hx_dmat *const *Ws, int count);
+                     float *const *ys, const float *const *biases, bool accumulate, int glu_act,
+                     const hx_cuda_dev_opts *dv);
+bool hx_k_mvq_one_launch(const hx_dmat *const *Ws, int count, const hx_cuda_dev_opts *dv);
 // The sampling chain on the GPU (sample.cu): out[0] = the token, out[1] = 0,
 // or out[1] = 1 when the case is left to the CPU (top-k off or > 256, too few
 // candidates, too many ties). work: V floats (the penalized logits).
@@ -102,11 +111,11 @@ cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v,
                             bool neox, const float *q_norm, const float *k_norm, float eps);
 // out (n, nh, hd) = softmax(scale q k^T, causal [+window]) v over the cache.
 // n > 1 at head sizes 64 and 128: tiled flash attention on tensor cores (q and
-// P in f16, f32 sums; HX_CUDA_ATT_TC=0: the FP32 tiled kernel); other head
-// sizes, n = 1 and HX_CUDA_NAIVE_ATTN: one block per query.
+// P in f16, f32 sums; dv->att_fp32: the FP32 tiled kernel); other head
+// sizes, n = 1 and dv->naive_attn: one block per query.
 cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, const __half *vc, int rows, float *out,
                            const int *d_pos, int n, int nh, int nkvh, int hd, float scale, float softcap, int window,
-                           int max_ctx);
+                           int max_ctx, const hx_cuda_dev_opts *dv);
 // Decode (n = 1): hx_k_rope_store + hx_k_attention in one launch (q, k, v of
 // the one token; k/v also stored into the caches at *d_pos). rope_tab, when
 // not NULL, holds (cos, sin) of position p, pair j at [p * hd/2 + j] for this
@@ -115,14 +124,14 @@ cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, co
                              int rows, float *out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
                              int window, int max_ctx, float base, float rope_scale, bool neox, const float *q_norm,
                              const float *k_norm, float eps, const float2 *rope_tab, float *part, unsigned *count,
-                             int8_t *xq, float *xd);
+                             int8_t *xq, float *xd, const hx_cuda_dev_opts *dv);
 // Decode attention is split over chunks of the context (flash-decoding): one
 // block per (head, chunk of 256 positions), partial results merged by the last
 // block of each head. part: nh * splits * (hd + 2) floats; count: nh unsigned,
 // zero before the first call (each call leaves them zero). xq/xd, when not
 // NULL (and hd a multiple of 32): the output also quantized as hx_k_quant_q8
 // would (for the wo matvec).
-int hx_k_attn_decode_splits(int max_ctx);
+int hx_k_attn_decode_splits(int max_ctx, const hx_cuda_dev_opts *dv);
 // Dynamic shared memory (bytes) of one decode attention block for chunk positions.
 size_t hx_k_attn_decode_smem(int hd, int chunk);
 // The decode attention's arguments (one work item: attn_decode_item in decode.cuh).

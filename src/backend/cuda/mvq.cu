@@ -165,8 +165,8 @@ static int mix_split(const hx_dmat *const *Ws, int count) {
         if (Ws[i]->type != HX_TYPE_Q6_K) return -1;
     return j;
 }
-bool hx_k_mvq_one_launch(const hx_dmat *const *Ws, int count) {
-    static const bool no_mix = getenv("HX_CUDA_MVQ_MIX") && atoi(getenv("HX_CUDA_MVQ_MIX")) == 0;
+bool hx_k_mvq_one_launch(const hx_dmat *const *Ws, int count, const hx_cuda_dev_opts *dv) {
+    const bool no_mix = dv && dv->mvq_no_mix;
     for (int i = 0; i < count; i++)
         if (!hx_k_mvq_supported(Ws[i]) || Ws[i]->cols != Ws[0]->cols) return false;
     int j = mix_split(Ws, count);
@@ -187,7 +187,7 @@ bool hx_k_mvq_one_launch(const hx_dmat *const *Ws, int count) {
 // on its q/k/v), qwen3-0.6b's 1,024-wide rows 2.
 // GLU (gate and up: two loads per unit) splits a row only while each lane
 // keeps >= 4 units: llama-3.1-8b's 14,336 x 4,096 gate/up (128 units) went
-// 2 -> 1 warps, tg128 ~377 -> 383 (H100, HX_CUDA_MVQ_WPR sweep); no other
+// 2 -> 1 warps, tg128 ~377 -> 383 (H100, mvq_wpr sweep); no other
 // preset's gate/up has 128 units.
 static int mvq_wpr(int type, int rows, int units, bool glu) {
     int wpr = 1;
@@ -200,18 +200,17 @@ static int mvq_wpr(int type, int rows, int units, bool glu) {
     return wpr;
 }
 
-// HX_CUDA_MVQ_WPR, a timing knob: "N" (1, 2 or 4) for every q8 matvec, or
-// "ROWSxCOLS=N,..." for the launches of that shape (rows: all stacked matrices,
-// the gate's alone for gate/up), to sweep one call site at a time. 0: mvq_wpr.
-static int wpr_override(int rows, int cols) {
-    static const char *v = getenv("HX_CUDA_MVQ_WPR"); // read once per process, as the other knobs
-    if (!v || !*v) return 0;
-    if (!strchr(v, '=')) { int n = atoi(v); return n == 1 || n == 2 || n == 4 ? n : 0; }
-    for (const char *p = v; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
-        int r = 0, c = 0, n = 0;
-        if (sscanf(p, "%dx%d=%d", &r, &c, &n) == 3 && r == rows && c == cols && (n == 1 || n == 2 || n == 4)) return n;
+// The timing knobs of dv: a rule for this launch shape (rows: all stacked
+// matrices, the gate's alone for gate/up), else mvq_wpr for every launch, to
+// sweep one call site at a time. 0: mvq_wpr() decides.
+static int wpr_override(int rows, int cols, const hx_cuda_dev_opts *dv) {
+    if (!dv) return 0;
+    for (int i = 0; i < dv->n_mvq_wpr_rules; i++) {
+        const hx_cuda_wpr_rule *r = &dv->mvq_wpr_rules[i];
+        if (r->rows == rows && r->cols == cols && (r->wpr == 1 || r->wpr == 2 || r->wpr == 4)) return r->wpr;
     }
-    return 0;
+    int n = dv->mvq_wpr;
+    return n == 1 || n == 2 || n == 4 ? n : 0;
 }
 
 template <int T> static const void *rows_kernel(int lpr) {
@@ -219,7 +218,8 @@ template <int T> static const void *rows_kernel(int lpr) {
 }
 
 cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const int8_t *xq, const float *xd,
-                     float *const *ys, const float *const *biases, bool accumulate, int glu_act) {
+                     float *const *ys, const float *const *biases, bool accumulate, int glu_act,
+                     const hx_cuda_dev_opts *dv) {
     hx_mv_set s = {};
     s.count = count;
     int first2 = glu_act >= 0 ? (Ws[1]->type == Ws[0]->type ? count : -1) : mix_split(Ws, count);
@@ -243,7 +243,7 @@ cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const
     // Not Q6_K: its 2-byte aligned blocks take two-byte loads, and it measured
     // no faster that way (H100, 151936 x 1024: 1,977 vs 2,065 GB/s; Q4_K 2,364
     // vs 1,727, Q4_0 2,149 vs 1,643, Q8_0 2,742 vs 2,787).
-    static const bool no_rows = getenv("HX_CUDA_MVQ_ROWS") && atoi(getenv("HX_CUDA_MVQ_ROWS")) == 0;
+    const bool no_rows = dv && dv->mvq_no_rows;
     if (count == 1 && glu_act < 0 && s.total_rows >= 16384 && Ws[0]->type != HX_TYPE_Q6_K && !no_rows) {
         int lpr = units <= 32 ? 8 : units <= 64 ? 16 : 32;
         if (lpr < 32) {
@@ -264,7 +264,7 @@ cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const
         }
     }
     int wpr = mvq_wpr(Ws[0]->type, s.total_rows * (glu_act >= 0 ? 2 : 1), units, glu_act >= 0);
-    int fw = wpr_override(s.total_rows, cols);
+    int fw = wpr_override(s.total_rows, cols, dv);
     if (fw) wpr = fw;
     int rpb = Q_WARPS / wpr;
     void *args[] = {(void *)&s, (void *)&cols, (void *)&xq, (void *)&xd, (void *)&acc, (void *)&act, (void *)&wpr,

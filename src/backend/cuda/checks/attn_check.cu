@@ -1,7 +1,7 @@
 // attn_check.cu — the decode attention kernel alone, for gpu-test:
 // hx_cuda_attn_decode_check uploads one token's q, k, v and a KV cache, runs
 // hx_k_attn_decode once as the decoder does (same launcher, so the same kernel
-// choice: HX_CUDA_ATT_BLOCK, HX_CUDA_ATT_CHUNK) and copies back everything the
+// choice, given by the case's dev options) and copies back everything the
 // step wrote. hx_cuda_attn_prefill_check does the same for the prefill
 // attention (hx_k_attention, n queries over a filled cache).
 #include <math.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <vector>
 
-#include "backend/cuda/cuda.h"
+#include "backend/cuda/checks/checks.h"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/kernels.cuh"
 extern "C" {
@@ -58,10 +58,10 @@ extern "C" hx_status hx_cuda_attn_decode_check(const hx_cuda_attn_case *c, const
                       visible);
     if (xq && hd % 32)
         return hx_err(e, HX_ERR_ARG, "cuda: attn check: xq needs head_dim a multiple of 32 (%d)", hd);
-    CK(hx_k_pdl_init()); // as the decoder launches it
+    CK(hx_k_pdl_init(!(c->dev && c->dev->no_pdl), NULL)); // as the decoder launches it
 
     const size_t nq = (size_t)nh * hd, nkv = (size_t)nkvh * hd, ncache = (size_t)c->rows * nkv;
-    const int nsplit = hx_k_attn_decode_splits(c->max_ctx), half = hd / 2;
+    const int nsplit = hx_k_attn_decode_splits(c->max_ctx, c->dev), half = hd / 2;
     check_res R;
     CK(cudaStreamCreate(&R.st));
     float *dq, *dk, *dv, *dout, *dxd = NULL, *dpart, *dqn = NULL, *dkn = NULL;
@@ -93,7 +93,7 @@ extern "C" hx_status hx_cuda_attn_decode_check(const hx_cuda_attn_case *c, const
 
     CK(hx_k_attn_decode(R.st, dq, dk, dv, (__half *)dkc, (__half *)dvc, c->rows, dout, dpos, nh, nkvh, hd, c->scale,
                         c->softcap, c->window, c->max_ctx, c->rope_base, c->rope_scale > 0 ? c->rope_scale : 1.0f,
-                        c->neox, dqn, dkn, c->eps, dtab, dpart, dcount, dxq, dxd));
+                        c->neox, dqn, dkn, c->eps, dtab, dpart, dcount, dxq, dxd, c->dev));
     CK(cudaStreamSynchronize(R.st));
 
     CK(cudaMemcpy(out, dout, sizeof(float) * nq, cudaMemcpyDeviceToHost));
@@ -128,7 +128,7 @@ extern "C" hx_status hx_cuda_attn_prefill_check(const hx_cuda_attn_case *c, int 
     if (p0 + n - first > c->rows)
         return hx_err(e, HX_ERR_ARG, "cuda: attn prefill check: %d cache rows cannot hold the %d positions the batch "
                       "sees", c->rows, p0 + n - first);
-    CK(hx_k_pdl_init()); // as the forward launches it
+    CK(hx_k_pdl_init(!(c->dev && c->dev->no_pdl), NULL)); // as the forward launches it
     size_t smem = 0;
     CK(hx_k_attention_prepare(hd, c->max_ctx, &smem));
 
@@ -144,7 +144,7 @@ extern "C" hx_status hx_cuda_attn_prefill_check(const hx_cuda_attn_case *c, int 
     CK(R.upload(&dpos, &p0, 1));
     CK(R.alloc(&dout, nq, 0xff)); // NaN
     CK(hx_k_attention(R.st, dq, (const __half *)dkc, (const __half *)dvc, c->rows, dout, dpos, n, nh, nkvh, hd,
-                      c->scale, c->softcap, c->window, c->max_ctx));
+                      c->scale, c->softcap, c->window, c->max_ctx, c->dev));
     CK(cudaStreamSynchronize(R.st));
     CK(cudaMemcpy(out, dout, sizeof(float) * nq, cudaMemcpyDeviceToHost));
     return HX_OK;
