@@ -12,6 +12,8 @@
 
 #include "helix.h"
 
+struct hx_cuda_dev_opts; /* the CUDA switches; their fields are the backend's (src/backend/cuda/dev_opts.h) */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -25,7 +27,17 @@ typedef struct hx_dev_context_params {
     const char *dump_dir;
     const int *dump_positions; /* positions to dump, NULL: all */
     int n_dump_positions;
+    /* The CUDA backend's measurement and experiment switches (the HX_CUDA_*
+     * variables, from hx_dev_cuda_opts_from_env); NULL: the production path.
+     * Ignored on the CPU. */
+    const struct hx_cuda_dev_opts *cuda;
 } hx_dev_context_params;
+
+/* The HX_CUDA_* switches set in the environment (README, "CUDA knobs"), read
+ * once: *out points to them for the rest of the process, or is NULL when none
+ * is set or the build has no CUDA. A value that does not parse is HX_ERR_ARG
+ * naming the variable. The library itself never reads the environment. */
+hx_status hx_dev_cuda_opts_from_env(const struct hx_cuda_dev_opts **out, hx_error *e);
 
 /* hx_context_new with developer options (dp may be NULL: as hx_context_new). */
 hx_status hx_dev_context_new(hx_model *m, const hx_context_params *p, const hx_dev_context_params *dp,

@@ -10,6 +10,7 @@
 #include "model/synth.h"
 #include "quant/quant.h"
 #ifdef HX_HAVE_CUDA
+#include "backend/cuda/checks/checks.h"
 #include "backend/cuda/cuda.h"
 #endif
 
@@ -26,20 +27,35 @@
 hx_status hx_dev_context_new(hx_model *m, const hx_context_params *p, const hx_dev_context_params *dp,
                              hx_context **out, hx_error *e) {
     hx_status st = hx_context_new(m, p, out, e);
-    if (st || !dp || (!dp->dump_dir && !dp->n_dump_positions)) return st;
+    if (st || !dp || (!dp->dump_dir && !dp->n_dump_positions && !dp->cuda)) return st;
     hx_context *c = *out;
     c->be->ctx_free(c->bctx);
     c->bctx = NULL;
     hx_backend_params bp = {.n_seq = c->n_seq, .n_ctx_seq = c->n_ctx_seq, .n_ubatch = c->p.n_ubatch,
                             .n_threads = c->p.n_threads, .kv_f32 = c->p.kv_f32, .exact = c->p.exact,
                             .gpu_index = m->api->gpu_index,
-                            .dev = {dp->dump_dir, dp->dump_positions, dp->n_dump_positions}};
+                            .dev = {dp->dump_dir, dp->dump_positions, dp->n_dump_positions, dp->cuda}};
     if ((st = c->be->ctx_new(m, &bp, &c->bctx, e))) {
         c->bctx = NULL;
         hx_context_free(c);
         *out = NULL;
     }
     return st;
+}
+
+hx_status hx_dev_cuda_opts_from_env(const struct hx_cuda_dev_opts **out, hx_error *e) {
+    if (!out) return hx_err(e, HX_ERR_ARG, "hx_dev_cuda_opts_from_env: out is NULL");
+    *out = NULL;
+#ifdef HX_HAVE_CUDA
+    static hx_cuda_dev_opts opts; /* the skip string and wpr rules it points to live for the process too */
+    static const hx_cuda_dev_opts none;
+    hx_status st = hx_cuda_dev_opts_from_env(&opts, e);
+    if (st) return st;
+    if (memcmp(&opts, &none, sizeof opts)) *out = &opts; /* zeroed first by hx_cuda_dev_opts_from_env */
+#else
+    (void)e;
+#endif
+    return HX_OK;
 }
 
 /* ---- a tokenizer alone ---- */

@@ -42,6 +42,11 @@ hx_model *cli_model_open(const char *cmd, const char *path, const cli_device *d,
  * CUDA reports the weight upload through the same callback. */
 void cli_progress_end(void);
 
+/* hx_context_new; with hx_dev_context_new (helix_dev.h) when there is a dump
+ * folder or, on CUDA, HX_CUDA_* measurement switches in the environment.
+ * Prints the error as "helix-bg CMD: ..." and returns NULL on failure. */
+hx_context *cli_context_new(const char *cmd, hx_model *m, const hx_context_params *cp, const char *dump_dir);
+
 /* Monotonic seconds. */
 double cli_now(void);
 

@@ -1,6 +1,7 @@
 /* cli_model.c — opening a model the way generate, chat and bench all do:
  * --device / -ngl mapped to hx_model_params, a progress line on a terminal. */
 #include "cli.h"
+#include "helix_dev.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -87,4 +88,21 @@ hx_model *cli_model_open(const char *cmd, const char *path, const cli_device *d,
     const char *note = hx_model_device_note(m);
     if (note && *note) fprintf(stderr, "helix-bg %s: running on the CPU (%s)\n", cmd, note);
     return m;
+}
+
+hx_context *cli_context_new(const char *cmd, hx_model *m, const hx_context_params *cp, const char *dump_dir) {
+    hx_error e = {0};
+    hx_dev_context_params dp = {.dump_dir = dump_dir};
+    if (hx_model_device(m) == HX_DEVICE_CUDA && hx_dev_cuda_opts_from_env(&dp.cuda, &e)) {
+        fprintf(stderr, "helix-bg %s: %s\n", cmd, e.msg);
+        return NULL;
+    }
+    hx_context *ctx = NULL;
+    hx_status st = dp.dump_dir || dp.cuda ? hx_dev_context_new(m, cp, &dp, &ctx, &e) : hx_context_new(m, cp, &ctx, &e);
+    cli_progress_end();
+    if (st) {
+        fprintf(stderr, "helix-bg %s: %s\n", cmd, e.msg);
+        return NULL;
+    }
+    return ctx;
 }

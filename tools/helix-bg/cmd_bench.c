@@ -237,8 +237,7 @@ int cmd_bench(int argc, char **argv) {
         toks = malloc(sizeof(int32_t) * (size_t)(n_prompt > 1 ? n_prompt : 1));
         if (!toks) { fprintf(stderr, "helix-bg " CMD ": out of memory\n"); goto done; }
         for (int i = 0; i < (n_prompt > 1 ? n_prompt : 1); i++) toks[i] = (int32_t)(rng_next(&rng) % (uint64_t)V);
-        if (hx_context_new(m, &cp, &ctx, &e)) { cli_progress_end(); goto fail; }
-        cli_progress_end();
+        if (!(ctx = cli_context_new(CMD, m, &cp, NULL))) goto done;
         /* warm-up outside the timing: first-call allocations, cuBLAS set-up, the decode graph's capture */
         double t;
         int n_warm = gpu && n_prompt > 0 ? n_prompt : n_prompt > 8 ? 8 : n_prompt;
@@ -266,8 +265,7 @@ int cmd_bench(int argc, char **argv) {
         cp.n_seq_max = B;
         cp.n_ctx = B * (BATCH_PROMPT + BATCH_GEN + 8);
         cp.n_batch = B * BATCH_PROMPT > 2048 ? B * BATCH_PROMPT : 2048;
-        if (hx_context_new(m, &cp, &ctx, &e)) { cli_progress_end(); goto fail; }
-        cli_progress_end();
+        if (!(ctx = cli_context_new(CMD, m, &cp, NULL))) goto done;
         double p0, t0;
         if (run_batched(ctx, B, &rng, &p0, &t0, &e)) goto fail; /* warm-up */
         for (int r = 0; r < reps; r++)

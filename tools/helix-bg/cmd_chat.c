@@ -132,12 +132,7 @@ int cmd_chat(int argc, char **argv) {
     hx_context_params cp = hx_context_default_params();
     cp.n_ctx = train > 0 && n_ctx > train ? train : n_ctx;
     cp.n_threads = threads;
-    hx_status cst = hx_context_new(m, &cp, &ctx, &e);
-    cli_progress_end();
-    if (cst) {
-        fprintf(stderr, "helix-bg " CMD ": %s\n", e.msg);
-        goto done;
-    }
+    if (!(ctx = cli_context_new(CMD, m, &cp, NULL))) goto done;
     if (system && !push(&h, "system", system)) {
         fprintf(stderr, "helix-bg " CMD ": out of memory\n");
         goto done;

@@ -11,7 +11,7 @@
  * --top2 adds [id1, logit1, id2, logit2] of every step (to tell a near-tie
  * from a real divergence when comparing with another engine); it runs its own
  * decode loop over hx_decode so the logits come back from the GPU each step.
- * --dump DIR writes per-layer activations (helix_dev.h). */
+ * --dump DIR writes per-layer activations (helix_dev.h, through cli_context_new). */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,7 +22,6 @@
 
 #include "cli.h"
 #include "cli_sampling.h"
-#include "helix_dev.h"
 
 #define CMD "generate"
 
@@ -279,13 +278,11 @@ int cmd_generate(int argc, char **argv) {
     cp.kv_f32 = o.kv == 1;
     cp.exact = o.exact;
     if (cp.n_batch < n_prompt) cp.n_batch = n_prompt;
-    hx_dev_context_params dp = {.dump_dir = o.dump};
     double t0 = cli_now();
-    hx_status st = o.dump ? hx_dev_context_new(m, &cp, &dp, &ctx, &e) : hx_context_new(m, &cp, &ctx, &e);
-    cli_progress_end();
-    if (st) { fprintf(stderr, "helix-bg " CMD ": %s\n", e.msg); goto done; }
+    if (!(ctx = cli_context_new(CMD, m, &cp, o.dump))) goto done;
     load_s += cli_now() - t0;
 
+    hx_status st;
     struct sigaction sa = {0}, old;
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, &old);
