@@ -713,6 +713,7 @@ static void test_hf(const char *shared) {
     mp.quantize = "q8_0";
     CHECKF(hx_model_open(dir, &mp, &q, &e) == HX_OK, "%s", e.msg);
     if (q) CHECKF(!strcmp(hx_model_type_name(q), "q8_0"), "%s", hx_model_type_name(q));
+    hx_model_free(q);
     mp.quantize = "q5_k";
     CHECK(hx_model_open(dir, &mp, &q, &e) == HX_ERR_ARG && strstr(e.msg, "q5_k"));
     printf("hf: a qwen3 folder opens, tokenizes as its GGUF, generates, quantizes on load\n");
