@@ -37,5 +37,14 @@ while IFS= read -r -d '' f; do
   done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]' "$f" | sed 's/^\([0-9]*\):.*include[[:space:]]*/\1:/')
 done < <(find tools -type f \( -name '*.c' -o -name '*.h' \) -print0)
 [ "$n" -gt 0 ] || { echo "FAIL: no files under tools/"; exit 1; }
+# the public headers stand alone: include/ only, no src/ on the include path
+cc=${CC:-cc}
+if command -v "$cc" >/dev/null; then
+  for h in helix.h helix_dev.h; do
+    printf '#include "%s"\nint main(void) { return 0; }\n' "$h" |
+      "$cc" -std=c17 -Wall -Wextra -Werror -fsyntax-only -Iinclude -x c - ||
+      { echo "FAIL: include/$h does not compile alone"; bad=$((bad + 1)); }
+  done
+fi
 if [ "$bad" -gt 0 ]; then echo "FAIL: $bad include(s) of src/ headers under tools/ (use include/helix.h or helix_dev.h)"; exit 1; fi
 echo "tools/: $n files, no src/ headers outside the listed exceptions"
