@@ -45,6 +45,9 @@ typedef struct hx_backend_params {
     bool kv_f32;          /* CPU only */
     bool exact;           /* CPU: plain f32; false = llama.cpp's rounding (ggml_compat) */
     int gpu_index;        /* CUDA ordinal */
+    hx_progress_fn progress; /* weight upload (CUDA), fraction 0..1; may be NULL; false cancels
+                                (ctx_new then fails with HX_ERR_CANCELLED) */
+    void *progress_user;
     hx_backend_dev dev;
 } hx_backend_params;
 

@@ -215,6 +215,7 @@ static hx_status bind_layer(const hx_gguf *g, const hx_model_config *c, int il, 
 
 void hx_model_free(hx_model *m) {
     if (!m) return;
+    hx_model_api_free(m->api);
     free(m->layers);
     hx_gguf_close(m->gguf);
     if (m->st_map) munmap(m->st_map, m->st_size);

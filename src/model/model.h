@@ -84,7 +84,12 @@ typedef struct hx_model {
     void *st_map;
     size_t st_size;
     char *st_names;                 /* NUL-terminated tensor names, referenced by hx_tensor.name */
+    struct hx_model_api *api;       /* hx_model_open: tokenizer, chat template, device (src/api/api.h);
+                                       NULL for models loaded by hx_model_load*; freed by hx_model_free */
 } hx_model;
+
+/* Frees what hx_model_open attached (src/api). */
+void hx_model_api_free(struct hx_model_api *a);
 
 /* Derive the config from GGUF metadata (no tensors needed). */
 hx_status hx_model_config_from_gguf(const hx_gguf *g, hx_model_config *cfg, hx_error *e);

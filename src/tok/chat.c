@@ -18,6 +18,18 @@ const char *hx_chat_name(hx_chat_kind k) {
     return (unsigned)k < 5 ? n[k] : "unknown";
 }
 
+hx_chat_kind hx_chat_fallback(const char *arch, bool (*has_token)(const char *piece, void *user), void *user) {
+    if (has_token) {
+        if (has_token("<|im_start|>", user) && has_token("<|im_end|>", user)) return HX_CHAT_CHATML;
+        if (has_token("<|start_header_id|>", user) && has_token("<|eot_id|>", user)) return HX_CHAT_LLAMA3;
+        if (has_token("<start_of_turn>", user) && has_token("<end_of_turn>", user)) return HX_CHAT_GEMMA;
+    }
+    if (!arch) return HX_CHAT_UNKNOWN;
+    if (!strcmp(arch, "gemma3")) return HX_CHAT_GEMMA;
+    if (!strcmp(arch, "qwen2") || !strcmp(arch, "qwen3")) return HX_CHAT_CHATML;
+    return HX_CHAT_UNKNOWN;
+}
+
 typedef struct { char *p; size_t n, cap; bool oom; } sbuf;
 static void sput(sbuf *b, const char *s) {
     size_t l = strlen(s);

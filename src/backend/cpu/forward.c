@@ -1,26 +1,34 @@
 /* forward.c — the CPU decoder: one recipe with flags for llama / qwen2 /
- * qwen3 / gemma3, run over a batch of tokens at consecutive positions.
+ * qwen3 / gemma3, run over a batch of tokens of one or several sequences.
  *
- * Per layer (x is the residual stream, (n, n_embd) f32):
+ * KV cache: n_seq slots (sequence s in slot s) of n_ctx positions each; per
+ * layer one allocation of n_seq * kv_rows[l] rows of n_head_kv*head_dim
+ * elements (f16 or f32), slot s starting at row s * kv_rows[l]. Position t of
+ * a sequence lives in row t % kv_rows[l] of its slot: a sliding-window layer
+ * keeps a ring of window + ubatch rows (hx_kv_layer_rows), enough for every
+ * query of a batch of at most ubatch tokens of that sequence.
+ *
+ * Per layer (x is the residual stream, (n, n_embd) f32, n tokens of any
+ * sequences; every token has its own position and sequence):
  *   h = RMSNorm(x) * attn_norm
  *   q,k,v = Wq h (+bq), Wk h (+bk), Wv h (+bv)        (n, n_head*hd) / (n, n_kv*hd)
  *   [qk_norm] q,k = per-head RMSNorm * q_norm / k_norm
  *   q,k = RoPE(pos) (NORM: adjacent pairs, NEOX: halves; base per layer kind)
- *   cache k,v at their positions (f16 or f32); a sliding-window layer keeps
- *   a ring of window + ubatch rows (position t in row t % rows), enough for
- *   every query of a batch of at most ubatch tokens; longer batches run in
- *   chunks of ubatch tokens
- *   a = softmax(scale * q k^T, causal [+ sliding window]) v, GQA head sharing
+ *   cache k,v in the token's slot at its position (f16 or f32)
+ *   a = softmax(scale * q k^T, causal [+ sliding window]) v over the token's
+ *       own sequence, GQA head sharing
  *   o = Wo a (+bo)  [post_norms: o = RMSNorm(o) * attn_post_norm]
  *   x += o
  *   h = RMSNorm(x) * ffn_norm
  *   f = Wdown (act(Wgate h) * Wup h)  [post_norms: f = RMSNorm(f) * ffn_post_norm]
  *   x += f
- * then logits = Wout (RMSNorm(x) * output_norm) [final softcap].
- * Prefill (n > 1) uses hx_matmul, decode hx_matvec; attention is threaded over
- * (token, head) pairs.
+ * then, for the tokens that ask, logits = Wout (RMSNorm(x) * output_norm)
+ * [final softcap]. The projections run once over all n tokens (weights read
+ * once per batch); attention is threaded over (token, head) pairs. Norm
+ * weights and biases are converted to f32 once, at context creation.
  *
- * Dump format (--dump DIR / env HX_DUMP=DIR; the CUDA path writes the same):
+ * Dump format (hx_backend_dev.dump_dir / --dump DIR; the CUDA path writes the
+ * same), sequence 0 only:
  *   one file per (position, layer, point): DIR/pos%05d-L%03d-{input,attn,ffn}.f32
  *   plus DIR/pos%05d-final.f32 (the output-normed hidden state) for positions
  *   whose logits are computed. Each file: 8-byte magic "HXDUMP1\0", int32 ndim,
@@ -28,6 +36,11 @@
  *   input = residual stream entering the layer, attn = attention block output
  *   added to the residual (after Wo and post-norm), ffn = FFN block output
  *   added to the residual (after post-norm). All (n_embd).
+ *
+ * Sequence state (seq_read / seq_write): a 24-byte header (magic "HXS1",
+ * int32 n, hw, kv element bytes, n_layer, elements per row), then per layer
+ * the K rows and then the V rows holding positions max(0, n - kv_rows[l])
+ * .. n-1, in position order.
  */
 #include "backend/cpu/forward.h"
 
@@ -38,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/backend.h"
 #include "backend/cpu/attn.h"
 #include "backend/cpu/fa_ggml.h"
 #include "backend/cpu/glu.h"
@@ -45,25 +59,41 @@
 #include "core/core.h"
 #include "quant/quant.h"
 
+/* Norm weights and biases of one layer as f32 (NULL when the model has none). */
+typedef struct layer_vecs {
+    const float *attn_norm, *ffn_norm, *q_norm, *k_norm, *attn_post_norm, *ffn_post_norm;
+    const float *bq, *bk, *bv, *bo, *ffn_up_b, *ffn_down_b;
+} layer_vecs;
+
 struct hx_cpu_ctx {
     const hx_model *m;
     hx_pool *pool;
-    int n_ctx;
+    int n_seq;            /* sequence slots */
+    int n_ctx;            /* positions per slot */
     int kv_type;          /* HX_TYPE_F16 or HX_TYPE_F32 */
     bool ggml_compat;     /* see hx_cpu_opts */
     bool f16c;            /* AVX2+F16C+FMA usable: SIMD f16 accumulator */
     size_t kv_elem;       /* bytes per cache element */
-    int n_past;           /* tokens currently valid in the cache */
+    size_t kv_row;        /* bytes per cache row (n_head_kv * head_dim elements) */
+    int *seq_len;         /* per slot: positions held (the next position) */
+    int *seq_hw;          /* per slot: 1 + the highest position written since the slot was last
+                             emptied; a ring row may hold any position below it, so a position
+                             q is still in its ring when q >= hw - kv_rows (hx_kv_rewind) */
     int ubatch;           /* most tokens per internal forward (bounds the sliding-window ring) */
-    int piece;            /* batches run in pieces of this many tokens: ubatch with a ring or in the
-                             parity mode (llama.cpp splits the same way), else 0 = whole */
-    int *kv_rows;         /* per layer: cache rows; position t lives in row t % kv_rows[l] */
-    void **k_cache, **v_cache; /* per layer: (kv_rows[l], n_head_kv*head_dim) */
+    int piece;            /* hx_cpu_forward runs in pieces of this many tokens: ubatch with a ring or
+                             in the parity mode (llama.cpp splits the same way), else 0 = whole */
+    int *kv_rows;         /* per layer: cache rows per slot */
+    void **k_cache, **v_cache; /* per layer: (n_seq * kv_rows[l], n_head_kv*head_dim) */
+    layer_vecs *lv;       /* per layer, pointing into vec_arena */
+    const float *out_norm;
+    float *vec_arena;
     char *dump_dir;
     int *dump_pos; int n_dump_pos;
     /* scratch, grown to the largest batch seen: */
     int cap;
     float *x, *h, *q, *k, *v, *att, *o, *gate, *up; /* (cap, dim) each */
+    int32_t *ub_pos, *ub_seq, *ub_out; /* (cap): hx_cpu_forward's ubatch */
+    int *seq_next;        /* (n_seq): batch check, next position of each sequence in the batch */
     float *scores;        /* (n_threads, n_ctx) */
     float *fa_kt, *fa_v;  /* parity mode, 64+ queries: f32 copies of a layer's cache (fa_prepare) */
     size_t fa_cap; int fa_tiles;
@@ -130,31 +160,84 @@ static void rope_apply(float *v, int hd, const float *cs, const float *sn, hx_ro
     }
 }
 
-/* A small vector tensor (norm weights, biases) as f32; NULL if absent. */
-static float *vec_f32(const hx_tensor *t, int64_t n, hx_error *e, hx_status *st) {
-    if (!t->data) return NULL;
-    float *out = malloc(sizeof(float) * n);
-    if (!out) { *st = hx_err(e, HX_ERR_NOMEM, "forward: out of memory"); return NULL; }
-    hx_dequantize_row(t->type, t->data, out, n);
-    return out;
-}
-
 /* ---- context ---- */
+
+static uint8_t *slot_rows(const hx_cpu_ctx *c, void *const *cache, int layer, int seq) {
+    return (uint8_t *)cache[layer] + (size_t)seq * c->kv_rows[layer] * c->kv_row;
+}
 
 void hx_cpu_ctx_free(hx_cpu_ctx *c) {
     if (!c) return;
     if (c->k_cache)
         for (int l = 0; l < c->m->cfg.n_layer; l++) { free(c->k_cache[l]); free(c->v_cache[l]); }
     free(c->k_cache); free(c->v_cache); free(c->kv_rows);
+    free(c->seq_len); free(c->seq_hw); free(c->seq_next);
+    free(c->lv); free(c->vec_arena);
     free(c->dump_dir); free(c->dump_pos);
     free(c->x); free(c->h); free(c->q); free(c->k); free(c->v); free(c->att); free(c->o);
     free(c->gate); free(c->up); free(c->scores); free(c->vacc); free(c->fa_kt); free(c->fa_v);
+    free(c->ub_pos); free(c->ub_seq); free(c->ub_out);
     free(c->rope_cs); free(c->rope_sn);
     hx_pool_free(c->pool);
     free(c);
 }
 
-hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx **out, hx_error *e) {
+/* One norm weight or bias as f32 at *at (advanced by n); NULL when the model
+ * has none, an error when it is required. */
+static hx_status prep_vec(const hx_tensor *t, int64_t n, bool required, const char *what, float **at,
+                          const float **out, hx_error *e) {
+    *out = NULL;
+    if (!t->data) {
+        if (required) return hx_err(e, HX_ERR_FORMAT, "cpu forward: norm tensor '%s' missing", t->name ? t->name : what);
+        return HX_OK;
+    }
+    if (t->ne[0] != n)
+        return hx_err(e, HX_ERR_FORMAT, "cpu forward: tensor '%s' has %lld elements, expected %lld",
+                      t->name ? t->name : what, (long long)t->ne[0], (long long)n);
+    hx_dequantize_row(t->type, t->data, *at, n);
+    *out = *at;
+    *at += n;
+    return HX_OK;
+}
+
+static hx_status prep_vecs(hx_cpu_ctx *c, hx_error *e) {
+    const hx_model *m = c->m;
+    const hx_model_config *cfg = &m->cfg;
+    int64_t D = cfg->n_embd, hd = cfg->head_dim, nq = (int64_t)cfg->n_head * hd, nkv = (int64_t)cfg->n_head_kv * hd;
+    int64_t per_layer = 5 * D + 2 * hd + nq + 2 * nkv + cfg->n_ff + D;
+    c->vec_arena = malloc(sizeof(float) * (size_t)(per_layer * cfg->n_layer + D));
+    c->lv = calloc((size_t)cfg->n_layer, sizeof(layer_vecs));
+    if (!c->vec_arena || !c->lv) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory");
+    float *at = c->vec_arena;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const hx_layer_weights *L = &m->layers[l];
+        layer_vecs *v = &c->lv[l];
+        hx_status st;
+        if ((st = prep_vec(&L->attn_norm, D, true, "attn_norm", &at, &v->attn_norm, e)) ||
+            (st = prep_vec(&L->ffn_norm, D, true, "ffn_norm", &at, &v->ffn_norm, e)) ||
+            (st = prep_vec(&L->q_norm, hd, cfg->qk_norm, "attn_q_norm", &at, &v->q_norm, e)) ||
+            (st = prep_vec(&L->k_norm, hd, cfg->qk_norm, "attn_k_norm", &at, &v->k_norm, e)) ||
+            (st = prep_vec(&L->attn_post_norm, D, cfg->post_norms, "post_attention_norm", &at, &v->attn_post_norm, e)) ||
+            (st = prep_vec(&L->ffn_post_norm, D, cfg->post_norms, "post_ffw_norm", &at, &v->ffn_post_norm, e)) ||
+            (st = prep_vec(&L->bq, nq, false, "attn_q.bias", &at, &v->bq, e)) ||
+            (st = prep_vec(&L->bk, nkv, false, "attn_k.bias", &at, &v->bk, e)) ||
+            (st = prep_vec(&L->bv, nkv, false, "attn_v.bias", &at, &v->bv, e)) ||
+            (st = prep_vec(&L->bo, D, false, "attn_output.bias", &at, &v->bo, e)) ||
+            (st = prep_vec(&L->ffn_up_b, cfg->n_ff, false, "ffn_up.bias", &at, &v->ffn_up_b, e)) ||
+            (st = prep_vec(&L->ffn_down_b, D, false, "ffn_down.bias", &at, &v->ffn_down_b, e)))
+            return st;
+    }
+    return prep_vec(&m->output_norm, D, true, "output_norm", &at, &c->out_norm, e);
+}
+
+typedef struct ctx_opts {
+    int n_seq, n_ctx, kv_type, n_threads, ubatch;
+    bool ggml_compat;
+    const char *dump_dir;
+    const int *dump_positions; int n_dump_positions;
+} ctx_opts;
+
+static hx_status ctx_create(const hx_model *m, const ctx_opts *o, hx_cpu_ctx **out, hx_error *e) {
     *out = NULL;
     const hx_model_config *cfg = &m->cfg;
     if (cfg->arch == HX_ARCH_BERT)
@@ -165,37 +248,49 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
         cfg->n_ff <= 0 || cfg->n_layer > HX_MAX_LAYERS)
         return hx_err(e, HX_ERR_FORMAT, "cpu forward: unusable config (layers %d, embd %d, heads %d/%d, head_dim %d, ff %d, vocab %d)",
                       cfg->n_layer, cfg->n_embd, cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->n_ff, cfg->n_vocab);
-    hx_cpu_opts o = opts ? *opts : (hx_cpu_opts){0};
+    if (o->n_seq < 1 || o->n_ctx < 1 || o->ubatch < 1)
+        return hx_err(e, HX_ERR_ARG, "cpu forward: %d sequences of %d positions, ubatch %d (each must be >= 1)",
+                      o->n_seq, o->n_ctx, o->ubatch);
+    if (o->kv_type != HX_TYPE_F16 && o->kv_type != HX_TYPE_F32)
+        return hx_err(e, HX_ERR_ARG, "cpu forward: KV cache type %s unsupported (f16 or f32)", hx_type_name(o->kv_type));
     hx_cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory");
     c->m = m;
-    c->n_ctx = o.n_ctx > 0 ? o.n_ctx : (cfg->n_ctx_train > 0 && cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
-    c->kv_type = o.kv_f32 ? HX_TYPE_F32 : o.kv_type ? o.kv_type : HX_TYPE_F16;
-    if (c->kv_type != HX_TYPE_F16 && c->kv_type != HX_TYPE_F32) {
-        hx_cpu_ctx_free(c);
-        return hx_err(e, HX_ERR_ARG, "cpu forward: KV cache type %s unsupported (f16 or f32)", hx_type_name(o.kv_type));
-    }
+    c->n_seq = o->n_seq;
+    c->n_ctx = o->n_ctx;
+    c->kv_type = o->kv_type;
     c->kv_elem = c->kv_type == HX_TYPE_F16 ? 2 : 4;
-    c->ggml_compat = o.ggml_compat;
+    c->kv_row = (size_t)cfg->n_head_kv * cfg->head_dim * c->kv_elem;
+    c->ggml_compat = o->ggml_compat;
     hx_cpu_features cf = hx_cpu_detect();
     c->f16c = hx_isa_current() >= HX_ISA_AVX2 && cf.f16c && cf.fma;
-    c->pool = hx_pool_create(o.n_threads);
-    c->ubatch = o.n_ubatch > 0 ? o.n_ubatch : 512;
+    c->pool = hx_pool_create(o->n_threads);
+    c->ubatch = o->ubatch;
     c->k_cache = calloc(cfg->n_layer, sizeof(void *));
     c->v_cache = calloc(cfg->n_layer, sizeof(void *));
     c->kv_rows = calloc(cfg->n_layer, sizeof(int));
-    if (!c->pool || !c->k_cache || !c->v_cache || !c->kv_rows) {
+    c->seq_len = calloc((size_t)c->n_seq, sizeof(int));
+    c->seq_hw = calloc((size_t)c->n_seq, sizeof(int));
+    c->seq_next = calloc((size_t)c->n_seq, sizeof(int));
+    if (!c->pool || !c->k_cache || !c->v_cache || !c->kv_rows || !c->seq_len || !c->seq_hw || !c->seq_next) {
         hx_cpu_ctx_free(c);
         return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory");
     }
-    size_t row = (size_t)cfg->n_head_kv * cfg->head_dim * c->kv_elem;
+    hx_status st = prep_vecs(c, e);
+    if (st) { hx_cpu_ctx_free(c); return st; }
     for (int l = 0; l < cfg->n_layer; l++) {
         c->kv_rows[l] = hx_kv_layer_rows(cfg, l, c->n_ctx, c->ubatch);
-        c->k_cache[l] = calloc((size_t)c->kv_rows[l], row);
-        c->v_cache[l] = calloc((size_t)c->kv_rows[l], row);
+        size_t rows = (size_t)c->n_seq * c->kv_rows[l];
+        if (rows / (size_t)c->n_seq != (size_t)c->kv_rows[l] || rows > SIZE_MAX / c->kv_row) {
+            hx_cpu_ctx_free(c);
+            return hx_err(e, HX_ERR_NOMEM, "cpu forward: KV cache of %d x %d positions overflows", c->n_seq, c->n_ctx);
+        }
+        c->k_cache[l] = calloc(rows, c->kv_row);
+        c->v_cache[l] = calloc(rows, c->kv_row);
         if (!c->k_cache[l] || !c->v_cache[l]) {
             hx_cpu_ctx_free(c);
-            return hx_err(e, HX_ERR_NOMEM, "cpu forward: cannot allocate KV cache of %d tokens", c->n_ctx);
+            return hx_err(e, HX_ERR_NOMEM, "cpu forward: cannot allocate a KV cache of %d sequences x %d positions",
+                          c->n_seq, c->n_ctx);
         }
     }
     c->piece = hx_kv_has_ring(cfg, c->kv_rows, c->n_ctx) || c->ggml_compat ? c->ubatch : 0;
@@ -204,7 +299,11 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
     c->vacc = malloc(sizeof(float) * nth * cfg->head_dim);
     c->rope_cs = malloc(sizeof(float) * (cfg->head_dim / 2 + 1));
     c->rope_sn = malloc(sizeof(float) * (cfg->head_dim / 2 + 1));
-    const char *dd = o.dump_dir ? o.dump_dir : getenv("HX_DUMP");
+    if (!c->scores || !c->vacc || !c->rope_cs || !c->rope_sn) {
+        hx_cpu_ctx_free(c);
+        return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory");
+    }
+    const char *dd = o->dump_dir;
     if (dd && *dd) {
         struct stat sb;
         if (stat(dd, &sb) != 0 && mkdir(dd, 0755) != 0) {
@@ -212,30 +311,56 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
             return hx_err(e, HX_ERR_IO, "dump: cannot create directory %s: %s", dd, strerror(errno));
         }
         c->dump_dir = strdup(dd);
+        if (!c->dump_dir) { hx_cpu_ctx_free(c); return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory"); }
     }
-    if (o.dump_positions && o.n_dump_positions > 0) {
-        c->dump_pos = malloc(sizeof(int) * o.n_dump_positions);
-        if (c->dump_pos) memcpy(c->dump_pos, o.dump_positions, sizeof(int) * o.n_dump_positions);
-        c->n_dump_pos = o.n_dump_positions;
+    if (o->dump_positions && o->n_dump_positions > 0) {
+        c->dump_pos = malloc(sizeof(int) * o->n_dump_positions);
+        if (!c->dump_pos) { hx_cpu_ctx_free(c); return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory"); }
+        memcpy(c->dump_pos, o->dump_positions, sizeof(int) * o->n_dump_positions);
+        c->n_dump_pos = o->n_dump_positions;
     }
-    if (!c->scores || !c->vacc || !c->rope_cs || !c->rope_sn) { hx_cpu_ctx_free(c); return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory"); }
     *out = c;
     return HX_OK;
+}
+
+hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx **out, hx_error *e) {
+    *out = NULL;
+    hx_cpu_opts o = opts ? *opts : (hx_cpu_opts){0};
+    const hx_model_config *cfg = &m->cfg;
+    ctx_opts co = {
+        .n_seq = 1,
+        .n_ctx = o.n_ctx > 0 ? o.n_ctx : (cfg->n_ctx_train > 0 && cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096),
+        .kv_type = o.kv_f32 ? HX_TYPE_F32 : o.kv_type ? o.kv_type : HX_TYPE_F16,
+        .n_threads = o.n_threads,
+        .ubatch = o.n_ubatch > 0 ? o.n_ubatch : 512,
+        .ggml_compat = o.ggml_compat,
+        .dump_dir = o.dump_dir,
+        .dump_positions = o.dump_positions,
+        .n_dump_positions = o.n_dump_positions,
+    };
+    return ctx_create(m, &co, out, e);
 }
 
 int hx_cpu_n_ctx(const hx_cpu_ctx *c) { return c->n_ctx; }
 size_t hx_cpu_kv_bytes(const hx_cpu_ctx *c) {
     size_t rows = 0;
     for (int l = 0; l < c->m->cfg.n_layer; l++) rows += (size_t)c->kv_rows[l];
-    return 2 * rows * (size_t)c->m->cfg.n_head_kv * c->m->cfg.head_dim * c->kv_elem;
+    return 2 * rows * (size_t)c->n_seq * c->kv_row;
 }
 
-int hx_cpu_truncate(hx_cpu_ctx *c, int pos) {
-    if (pos < 0) pos = 0;
-    if (pos >= c->n_past) return c->n_past;
-    c->n_past = hx_kv_rewind(&c->m->cfg, c->kv_rows, c->n_ctx, c->n_past, pos);
-    return c->n_past;
+/* Keep the first n positions of slot seq: n, or 0 when a ring no longer holds
+ * what the query at n needs (the slot is then emptied). */
+static int seq_keep(hx_cpu_ctx *c, int seq, int n) {
+    if (seq < 0 || seq >= c->n_seq) return 0;
+    if (n < 0) n = 0;
+    if (n >= c->seq_len[seq]) return c->seq_len[seq];
+    int kept = n == 0 ? 0 : hx_kv_rewind(&c->m->cfg, c->kv_rows, c->n_ctx, c->seq_hw[seq], n);
+    c->seq_len[seq] = kept;
+    if (kept == 0) c->seq_hw[seq] = 0;
+    return kept;
 }
+
+int hx_cpu_truncate(hx_cpu_ctx *c, int pos) { return seq_keep(c, 0, pos); }
 
 /* Grow the per-batch scratch to n tokens. */
 static hx_status ensure_scratch(hx_cpu_ctx *c, int n, hx_error *e) {
@@ -249,6 +374,12 @@ static hx_status ensure_scratch(hx_cpu_ctx *c, int n, hx_error *e) {
         float *p = realloc(*bufs[i], sizeof(float) * dims[i] * n);
         if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for a batch of %d tokens", n);
         *bufs[i] = p;
+    }
+    int32_t **ibufs[] = { &c->ub_pos, &c->ub_seq, &c->ub_out };
+    for (int i = 0; i < 3; i++) {
+        int32_t *p = realloc(*ibufs[i], sizeof(int32_t) * n);
+        if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for a batch of %d tokens", n);
+        *ibufs[i] = p;
     }
     c->cap = n;
     return HX_OK;
@@ -280,12 +411,13 @@ static hx_status dump_vec(const hx_cpu_ctx *c, int pos, int layer, const char *w
     return st;
 }
 
-static hx_status dump_rows(const hx_cpu_ctx *c, int pos0, int n, int layer, const char *what, const float *x,
+/* Rows of x (n, n_embd) of the batch's sequence-0 tokens. */
+static hx_status dump_rows(const hx_cpu_ctx *c, const hx_ubatch *ub, int layer, const char *what, const float *x,
                            hx_error *e) {
     int d = c->m->cfg.n_embd;
-    for (int i = 0; i < n; i++)
-        if (want_dump(c, pos0 + i)) {
-            hx_status st = dump_vec(c, pos0 + i, layer, what, x + (size_t)i * d, d, e);
+    for (int i = 0; i < ub->n; i++)
+        if (ub->seq[i] == 0 && want_dump(c, ub->pos[i])) {
+            hx_status st = dump_vec(c, ub->pos[i], layer, what, x + (size_t)i * d, d, e);
             if (st) return st;
         }
     return HX_OK;
@@ -295,7 +427,9 @@ static hx_status dump_rows(const hx_cpu_ctx *c, int pos0, int n, int layer, cons
 
 typedef struct attn_job {
     hx_cpu_ctx *c;
-    int layer, n, pos0;
+    int layer, n;
+    const int32_t *pos, *seq; /* per token */
+    bool tiled;           /* parity mode, one sequence, 64+ queries: ggml's tiled kernel (fa_prepare) */
     int window;           /* 0 = full causal */
     float scale, softcap;
     hx_vec_dot_fn kdot;   /* f32 x (f16|f32 cache row) */
@@ -354,13 +488,12 @@ static void ggml_fa_rows(const attn_job *j, const float *qh, const uint16_t *kc,
     *So = S;
 }
 
-static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int first, int p) {
+/* kc, vc: head kvh's columns of the query's slot. */
+static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int first, int p, const uint16_t *kc,
+                          const uint16_t *vc) {
     hx_cpu_ctx *c = j->c;
     const hx_model_config *cfg = &c->m->cfg;
-    int hd = cfg->head_dim, nkv = cfg->n_head_kv;
-    int kvh = (int)((q - c->q) / hd) % cfg->n_head / (cfg->n_head / nkv);
-    const uint16_t *kc = (const uint16_t *)c->k_cache[j->layer] + (size_t)kvh * hd;
-    const uint16_t *vc = (const uint16_t *)c->v_cache[j->layer] + (size_t)kvh * hd;
+    int hd = cfg->head_dim;
     int rows = c->kv_rows[j->layer];
     float qh[512];
     for (int d = 0; d < hd; d++) qh[d] = hx_fp16_to_fp32(hx_fp32_to_fp16(j->prescale_q ? q[d] * j->scale : q[d]));
@@ -395,17 +528,17 @@ static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int fir
     for (int d = 0; d < hd; d++) acc[d] *= inv;
 }
 
-/* The same for a batch of 64 or more queries, where ggml switches to its tiled
- * kernel: q stays f32, the cache rows go in tiles of 64 (aligned to row 0), a
- * tile's scores are f32 FMA dot products in dimension order, the tile's
- * softmax uses ggml's vector expf with its 8-lane sums added in double, and
- * the f32 V accumulator takes the tile's weighted rows in order by FMA. */
-static void attn_f16_ggml_tiled(const attn_job *j, const float *q, float *acc, int first, int p) {
+/* The same for a batch of 64 or more queries of one sequence, where ggml
+ * switches to its tiled kernel: q stays f32, the cache rows go in tiles of 64
+ * (aligned to row 0), a tile's scores are f32 FMA dot products in dimension
+ * order, the tile's softmax uses ggml's vector expf with its 8-lane sums added
+ * in double, and the f32 V accumulator takes the tile's weighted rows in order
+ * by FMA. */
+static void attn_f16_ggml_tiled(const attn_job *j, const float *q, int kvh, float *acc, int first, int p) {
     enum { T = 64 };
     hx_cpu_ctx *c = j->c;
     const hx_model_config *cfg = &c->m->cfg;
-    int hd = cfg->head_dim, nkv = cfg->n_head_kv;
-    int kvh = (int)((q - c->q) / hd) % cfg->n_head / (cfg->n_head / nkv);
+    int hd = cfg->head_dim;
     /* the f32 copies fa_prepare made of this layer's cache */
     const float *kt = c->fa_kt + (size_t)kvh * c->fa_tiles * hd * T;
     const float *v32 = c->fa_v + (size_t)kvh * c->fa_tiles * T * hd;
@@ -445,10 +578,11 @@ static void attn_f16_ggml_tiled(const attn_job *j, const float *q, float *acc, i
     for (int d = 0; d < hd; d++) acc[d] = vacc[d] * inv;
 }
 
-/* f32 copies of one layer's f16 cache rows that a batch (positions pos..pos+n-1) can
- * see, for the tiled attention: keys transposed per tile of 64 rows ([kv head][tile][hd][64]),
- * values as rows ([kv head][row][hd]), rows past the cache zero. */
-static hx_status fa_prepare(hx_cpu_ctx *c, int layer, int pos, int n, hx_error *e) {
+/* f32 copies of one layer's f16 cache rows of slot seq that a batch (positions
+ * pos..pos+n-1) can see, for the tiled attention: keys transposed per tile of
+ * 64 rows ([kv head][tile][hd][64]), values as rows ([kv head][row][hd]), rows
+ * past the cache zero. */
+static hx_status fa_prepare(hx_cpu_ctx *c, int layer, int seq, int pos, int n, hx_error *e) {
     enum { T = 64 };
     const hx_model_config *cfg = &c->m->cfg;
     int hd = cfg->head_dim, nkv = cfg->n_head_kv, rows = c->kv_rows[layer];
@@ -463,7 +597,8 @@ static hx_status fa_prepare(hx_cpu_ctx *c, int layer, int pos, int n, hx_error *
     }
     c->fa_tiles = tiles;
     size_t row = (size_t)nkv * hd;
-    const uint16_t *kc = c->k_cache[layer], *vc = c->v_cache[layer];
+    const uint16_t *kc = (const uint16_t *)slot_rows(c, c->k_cache, layer, seq);
+    const uint16_t *vc = (const uint16_t *)slot_rows(c, c->v_cache, layer, seq);
     for (int h = 0; h < nkv; h++) {
         float *kt = c->fa_kt + (size_t)h * tiles * T * hd, *v = c->fa_v + (size_t)h * tiles * T * hd;
         for (int r = 0; r < tiles * T; r++) {
@@ -478,7 +613,8 @@ static hx_status fa_prepare(hx_cpu_ctx *c, int layer, int pos, int n, hx_error *
     return HX_OK;
 }
 
-/* task = token i * n_head + head h: softmax(q k^T) v over cached positions. */
+/* task = token i * n_head + head h: softmax(q k^T) v over the cached positions
+ * of token i's sequence. */
 static void attn_task(void *ctx, int64_t task, int thread) {
     const attn_job *j = ctx;
     hx_cpu_ctx *c = j->c;
@@ -486,21 +622,21 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     int hd = cfg->head_dim, nh = cfg->n_head, nkv = cfg->n_head_kv;
     int i = (int)(task / nh), h = (int)(task % nh);
     int kvh = h / (nh / nkv);
-    int p = j->pos0 + i;                       /* absolute position of the query */
+    int p = j->pos[i];                          /* position of the query in its sequence */
     int first = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
     const float *q = c->q + ((size_t)i * nh + h) * hd;
     float *acc = c->vacc + (size_t)thread * hd;
+    const uint8_t *kc = slot_rows(c, c->k_cache, j->layer, j->seq[i]) + (size_t)kvh * hd * c->kv_elem;
+    const uint8_t *vc = slot_rows(c, c->v_cache, j->layer, j->seq[i]) + (size_t)kvh * hd * c->kv_elem;
     if (c->kv_type == HX_TYPE_F16 && c->ggml_compat && hd <= 512) {
-        if (j->n >= 64) attn_f16_ggml_tiled(j, q, acc, first, p);
-        else attn_f16_ggml(j, q, acc, first, p);
+        if (j->tiled) attn_f16_ggml_tiled(j, q, kvh, acc, first, p);
+        else attn_f16_ggml(j, q, acc, first, p, (const uint16_t *)kc, (const uint16_t *)vc);
         memcpy(c->att + ((size_t)i * nh + h) * hd, acc, sizeof(float) * hd);
         return;
     }
     /* exact two-pass softmax in f32 over the f16 or f32 cache */
     float *sc = c->scores + (size_t)thread * c->n_ctx;
-    size_t row = (size_t)nkv * hd * c->kv_elem;
-    const uint8_t *kc = (const uint8_t *)c->k_cache[j->layer] + (size_t)kvh * hd * c->kv_elem;
-    const uint8_t *vc = (const uint8_t *)c->v_cache[j->layer] + (size_t)kvh * hd * c->kv_elem;
+    size_t row = c->kv_row;
     int rows = c->kv_rows[j->layer], r0 = first % rows;
     float mx = -INFINITY;
     for (int t = first; t <= p; t++) {
@@ -533,103 +669,110 @@ static void attn_task(void *ctx, int64_t task, int thread) {
 
 #define TRY(x) do { hx_status _s = (x); if (_s) return _s; } while (0)
 
-/* y = W x for n rows: matvec for one token, matmul for a batch. */
-static hx_status linear(hx_cpu_ctx *c, const hx_tensor *W, const float *x, int n, float *y, const hx_tensor *bias,
+static void add_bias(float *y, int n, int64_t rows, const float *b) {
+    if (!b) return;
+    for (int i = 0; i < n; i++)
+        for (int64_t r = 0; r < rows; r++) y[(size_t)i * rows + r] += b[r];
+}
+
+/* y = W x for n rows (+ bias). */
+static hx_status linear(hx_cpu_ctx *c, const hx_tensor *W, const float *x, int n, float *y, const float *bias,
                         hx_error *e) {
-    hx_status st = hx_matmul_ex(c->pool, W, x, n, y, c->ggml_compat ? HX_MM_ROUND_F16_ACT | HX_MM_GGML_ORDER : 0, e);
-    if (st) return st;
-    if (bias && bias->data) {
-        int64_t rows = W->ne[1];
-        float *b = malloc(sizeof(float) * rows);
-        if (!b) return hx_err(e, HX_ERR_NOMEM, "forward: out of memory");
-        hx_dequantize_row(bias->type, bias->data, b, rows);
-        for (int i = 0; i < n; i++)
-            for (int64_t r = 0; r < rows; r++) y[(size_t)i * rows + r] += b[r];
-        free(b);
-    }
+    TRY(hx_matmul_ex(c->pool, W, x, n, y, c->ggml_compat ? HX_MM_ROUND_F16_ACT | HX_MM_GGML_ORDER : 0, e));
+    add_bias(y, n, W->ne[1], bias);
     return HX_OK;
 }
 
 /* Several projections of the same input (q/k/v, gate/up) in one pool run when
  * their types allow it, else one by one; biases added after. */
 static hx_status linear_group(hx_cpu_ctx *c, int count, const hx_tensor *const *Ws, const float *x, int n,
-                              float *const *ys, const hx_tensor *const *biases, hx_error *e) {
+                              float *const *ys, const float *const *biases, hx_error *e) {
     unsigned flags = c->ggml_compat ? HX_MM_ROUND_F16_ACT | HX_MM_GGML_ORDER : 0;
     hx_error e2 = {0};
     if (hx_matmul_multi(c->pool, count, Ws, x, n, ys, flags, &e2) != HX_OK) {
         for (int m = 0; m < count; m++) TRY(hx_matmul_ex(c->pool, Ws[m], x, n, ys[m], flags, e));
     }
-    for (int m = 0; m < count; m++) {
-        const hx_tensor *b = biases[m];
-        if (!b || !b->data) continue;
-        int64_t rows = Ws[m]->ne[1];
-        float *bf = malloc(sizeof(float) * rows);
-        if (!bf) return hx_err(e, HX_ERR_NOMEM, "forward: out of memory");
-        hx_dequantize_row(b->type, b->data, bf, rows);
-        for (int i = 0; i < n; i++)
-            for (int64_t r = 0; r < rows; r++) ys[m][(size_t)i * rows + r] += bf[r];
-        free(bf);
-    }
+    for (int m = 0; m < count; m++) add_bias(ys[m], n, Ws[m]->ne[1], biases[m]);
     return HX_OK;
 }
 
-/* rows of x (n, dim) normed with tensor w (dim) into out. */
-static hx_status norm_rows(float *out, const float *x, int n, int dim, const hx_tensor *w, float eps, hx_error *e) {
-    hx_status st = HX_OK;
-    float *wf = vec_f32(w, dim, e, &st);
-    if (st) return st;
-    if (!wf) return hx_err(e, HX_ERR_FORMAT, "forward: norm tensor '%s' missing", w->name ? w->name : "?");
-    for (int i = 0; i < n; i++) rmsnorm(out + (size_t)i * dim, x + (size_t)i * dim, wf, dim, eps);
-    free(wf);
-    return HX_OK;
+/* rows of x (n, dim) normed with weights w (dim) into out. */
+static void norm_rows(float *out, const float *x, int n, int dim, const float *w, float eps) {
+    for (int i = 0; i < n; i++) rmsnorm(out + (size_t)i * dim, x + (size_t)i * dim, w, dim, eps);
 }
 
-static void store_kv(hx_cpu_ctx *c, int layer, int pos, const float *src, void **cache) {
+static void store_kv(hx_cpu_ctx *c, int layer, int seq, int pos, const float *src, void **cache) {
     const hx_model_config *cfg = &c->m->cfg;
     size_t nkv = (size_t)cfg->n_head_kv * cfg->head_dim;
-    uint8_t *dst = (uint8_t *)cache[layer] + (size_t)(pos % c->kv_rows[layer]) * nkv * c->kv_elem;
+    uint8_t *dst = slot_rows(c, cache, layer, seq) + (size_t)(pos % c->kv_rows[layer]) * c->kv_row;
     if (c->kv_type == HX_TYPE_F16)
         for (size_t d = 0; d < nkv; d++) ((uint16_t *)dst)[d] = hx_fp32_to_fp16(src[d]);
     else
         memcpy(dst, src, nkv * sizeof(float));
 }
 
-static hx_status forward_batch(void *ctx, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
-                               hx_error *e);
-
-hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
-                         hx_error *e) {
+/* Tokens, sequences and positions of a ubatch: each sequence's tokens at
+ * consecutive positions, the first at or below its length; outputs distinct
+ * rows below n_out. */
+static hx_status check_ubatch(hx_cpu_ctx *c, const hx_ubatch *ub, hx_error *e) {
     const hx_model_config *cfg = &c->m->cfg;
-    if (n <= 0) return hx_err(e, HX_ERR_ARG, "forward: empty batch");
-    if (pos < 0 || pos > c->n_past)
-        return hx_err(e, HX_ERR_ARG, "forward: position %d but only %d tokens in the cache", pos, c->n_past);
-    if ((int64_t)pos + n > c->n_ctx)
-        return hx_err(e, HX_ERR_RANGE, "context overflow: %d + %d tokens exceed the context of %d (raise -c)",
-                      pos, n, c->n_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= cfg->n_vocab)
+    if (ub->n <= 0) return hx_err(e, HX_ERR_ARG, "forward: empty batch");
+    if (ub->n > c->ubatch) return hx_err(e, HX_ERR_ARG, "forward: %d tokens exceed the ubatch of %d", ub->n, c->ubatch);
+    if (ub->n_out < 0 || ub->n_out > ub->n) return hx_err(e, HX_ERR_ARG, "forward: n_out %d of %d tokens", ub->n_out, ub->n);
+    for (int s = 0; s < c->n_seq; s++) c->seq_next[s] = -1;
+    int outs = 0;
+    for (int i = 0; i < ub->n; i++) {
+        int s = ub->seq[i], p = ub->pos[i];
+        if (ub->token[i] < 0 || ub->token[i] >= cfg->n_vocab)
             return hx_err(e, HX_ERR_ARG, "forward: token %d at batch index %d outside the vocabulary (%d)",
-                          tokens[i], i, cfg->n_vocab);
-    /* a sliding-window ring holds window + ubatch rows: at most ubatch tokens at a time */
-    return hx_forward_pieces(forward_batch, c, c->piece, cfg->n_vocab, tokens, n, pos, logits, all_logits, e);
+                          ub->token[i], i, cfg->n_vocab);
+        if (s < 0 || s >= c->n_seq)
+            return hx_err(e, HX_ERR_ARG, "forward: sequence %d at batch index %d (the context has %d)", s, i, c->n_seq);
+        if (p < 0 || p >= c->n_ctx)
+            return hx_err(e, HX_ERR_RANGE, "forward: position %d of sequence %d outside its context of %d", p, s, c->n_ctx);
+        int want = c->seq_next[s];
+        if (want < 0 ? p > c->seq_len[s] : p != want)
+            return hx_err(e, HX_ERR_ARG, "forward: sequence %d at position %d, expected %s%d", s, p,
+                          want < 0 ? "at most " : "", want < 0 ? c->seq_len[s] : want);
+        c->seq_next[s] = p + 1;
+        if (ub->out[i] >= 0) {
+            if (ub->out[i] >= ub->n_out)
+                return hx_err(e, HX_ERR_ARG, "forward: output row %d of token %d (n_out %d)", ub->out[i], i, ub->n_out);
+            outs++;
+        }
+    }
+    if (outs != ub->n_out) return hx_err(e, HX_ERR_ARG, "forward: %d tokens ask for output, n_out is %d", outs, ub->n_out);
+    return HX_OK;
 }
 
-/* One batch (at most c->piece tokens when piece > 0), arguments checked. */
-static hx_status forward_batch(void *ctx, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
-                               hx_error *e) {
-    hx_cpu_ctx *c = ctx;
+/* One ubatch (at most c->ubatch tokens), checked by check_ubatch. */
+static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, float *hidden, hx_error *e) {
     const hx_model *m = c->m;
     const hx_model_config *cfg = &m->cfg;
+    int n = ub->n;
     TRY(ensure_scratch(c, n, e));
     int D = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_head, nkvh = cfg->n_head_kv;
     int nkv = nkvh * hd, ff = cfg->n_ff;
-    c->n_past = pos; /* positions >= pos are overwritten */
+    /* each sequence's positions from its first one in the batch on are overwritten */
+    bool one_seq = true;
+    int max_pos = 0;
+    for (int s = 0; s < c->n_seq; s++) c->seq_next[s] = -1;
+    for (int i = 0; i < n; i++) {
+        int s = ub->seq[i], p = ub->pos[i];
+        if (s != ub->seq[0]) one_seq = false;
+        if (p > max_pos) max_pos = p;
+        if (c->seq_next[s] < 0) { /* the sequence's first token in the batch */
+            c->seq_len[s] = p;
+            if (p == 0) c->seq_hw[s] = 0;
+        }
+        c->seq_next[s] = p + 1;
+    }
 
     /* embeddings */
     size_t erow = hx_row_size(m->tok_embd.type, D);
     for (int i = 0; i < n; i++) {
         float *xi = c->x + (size_t)i * D;
-        hx_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * erow, xi, D);
+        hx_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)ub->token[i] * erow, xi, D);
         if (cfg->embd_scale) {
             float s = sqrtf((float)D);
             for (int d = 0; d < D; d++) xi[d] *= s;
@@ -638,47 +781,51 @@ static hx_status forward_batch(void *ctx, const int32_t *tokens, int n, int pos,
 
     float scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)hd);
     hx_vec_dot_fn kdot = hx_get_vec_dot(c->kv_type, hx_isa_current());
-    hx_status st = HX_OK;
     for (int l = 0; l < cfg->n_layer; l++) {
         const hx_layer_weights *L = &m->layers[l];
-        if (c->dump_dir) TRY(dump_rows(c, pos, n, l, "input", c->x, e));
-        TRY(norm_rows(c->h, c->x, n, D, &L->attn_norm, cfg->norm_eps, e));
+        const layer_vecs *V = &c->lv[l];
+        if (c->dump_dir) TRY(dump_rows(c, ub, l, "input", c->x, e));
+        norm_rows(c->h, c->x, n, D, V->attn_norm, cfg->norm_eps);
         {
-            const hx_tensor *W[3] = { &L->wq, &L->wk, &L->wv }, *B[3] = { &L->bq, &L->bk, &L->bv };
+            const hx_tensor *W[3] = { &L->wq, &L->wk, &L->wv };
+            const float *B[3] = { V->bq, V->bk, V->bv };
             float *Y[3] = { c->q, c->k, c->v };
             TRY(linear_group(c, 3, W, c->h, n, Y, B, e));
         }
         if (cfg->qk_norm) {
-            TRY(norm_rows(c->q, c->q, n * nh, hd, &L->q_norm, cfg->norm_eps, e));
-            TRY(norm_rows(c->k, c->k, n * nkvh, hd, &L->k_norm, cfg->norm_eps, e));
+            norm_rows(c->q, c->q, n * nh, hd, V->q_norm, cfg->norm_eps);
+            norm_rows(c->k, c->k, n * nkvh, hd, V->k_norm, cfg->norm_eps);
         }
         bool swa = cfg->layer_is_swa[l];
         double base = swa ? cfg->rope_base_swa : cfg->rope_base;
         double rs = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0;
         for (int i = 0; i < n; i++) {
-            if (c->ggml_compat) rope_table_ggml(c->rope_cs, c->rope_sn, hd, pos + i, (float)(1.0 / rs), (float)base);
-            else rope_table(c->rope_cs, c->rope_sn, hd, (pos + i) / rs, base);
+            int p = ub->pos[i];
+            if (c->ggml_compat) rope_table_ggml(c->rope_cs, c->rope_sn, hd, p, (float)(1.0 / rs), (float)base);
+            else rope_table(c->rope_cs, c->rope_sn, hd, p / rs, base);
             for (int h = 0; h < nh; h++)
                 rope_apply(c->q + ((size_t)i * nh + h) * hd, hd, c->rope_cs, c->rope_sn, cfg->rope_style, c->ggml_compat);
             for (int h = 0; h < nkvh; h++)
                 rope_apply(c->k + ((size_t)i * nkvh + h) * hd, hd, c->rope_cs, c->rope_sn, cfg->rope_style, c->ggml_compat);
-            store_kv(c, l, pos + i, c->k + (size_t)i * nkv, c->k_cache);
-            store_kv(c, l, pos + i, c->v + (size_t)i * nkv, c->v_cache);
+            store_kv(c, l, ub->seq[i], p, c->k + (size_t)i * nkv, c->k_cache);
+            store_kv(c, l, ub->seq[i], p, c->v + (size_t)i * nkv, c->v_cache);
         }
-        attn_job aj = { c, l, n, pos, swa ? cfg->sliding_window : 0, scale, cfg->attn_logit_softcap, kdot,
-                        c->ggml_compat && cfg->arch == HX_ARCH_GEMMA3 };
-        if (c->ggml_compat && c->kv_type == HX_TYPE_F16 && n >= 64 && hd <= 512) TRY(fa_prepare(c, l, pos, n, e));
+        bool ggml_f16 = c->ggml_compat && c->kv_type == HX_TYPE_F16 && hd <= 512;
+        attn_job aj = { c, l, n, ub->pos, ub->seq, ggml_f16 && one_seq && n >= 64, swa ? cfg->sliding_window : 0,
+                        scale, cfg->attn_logit_softcap, kdot, c->ggml_compat && cfg->arch == HX_ARCH_GEMMA3 };
+        if (aj.tiled) TRY(fa_prepare(c, l, ub->seq[0], ub->pos[0], n, e));
         /* threads only pay off when there is enough attention work */
-        bool big = (double)n * nh * hd * (pos + n) >= 65536.0;
+        bool big = (double)n * nh * hd * (max_pos + 1) >= 65536.0;
         hx_pool_run(big ? c->pool : NULL, (int64_t)n * nh, attn_task, &aj);
-        TRY(linear(c, &L->wo, c->att, n, c->o, &L->bo, e));
-        if (cfg->post_norms) TRY(norm_rows(c->o, c->o, n, D, &L->attn_post_norm, cfg->norm_eps, e));
-        if (c->dump_dir) TRY(dump_rows(c, pos, n, l, "attn", c->o, e));
+        TRY(linear(c, &L->wo, c->att, n, c->o, V->bo, e));
+        if (cfg->post_norms) norm_rows(c->o, c->o, n, D, V->attn_post_norm, cfg->norm_eps);
+        if (c->dump_dir) TRY(dump_rows(c, ub, l, "attn", c->o, e));
         for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] += c->o[i];
 
-        TRY(norm_rows(c->h, c->x, n, D, &L->ffn_norm, cfg->norm_eps, e));
+        norm_rows(c->h, c->x, n, D, V->ffn_norm, cfg->norm_eps);
         {
-            const hx_tensor *W[2] = { &L->ffn_gate, &L->ffn_up }, *B[2] = { NULL, &L->ffn_up_b };
+            const hx_tensor *W[2] = { &L->ffn_gate, &L->ffn_up };
+            const float *B[2] = { NULL, V->ffn_up_b };
             float *Y[2] = { c->gate, c->up };
             TRY(linear_group(c, 2, W, c->h, n, Y, B, e));
         }
@@ -696,24 +843,222 @@ static hx_status forward_batch(void *ctx, const int32_t *tokens, int n, int pos,
                 c->gate[i] = (cfg->act == HX_ACT_SILU ? silu(g) : gelu_tanh(g)) * c->up[i];
             }
         }
-        TRY(linear(c, &L->ffn_down, c->gate, n, c->o, &L->ffn_down_b, e));
-        if (cfg->post_norms) TRY(norm_rows(c->o, c->o, n, D, &L->ffn_post_norm, cfg->norm_eps, e));
-        if (c->dump_dir) TRY(dump_rows(c, pos, n, l, "ffn", c->o, e));
+        TRY(linear(c, &L->ffn_down, c->gate, n, c->o, V->ffn_down_b, e));
+        if (cfg->post_norms) norm_rows(c->o, c->o, n, D, V->ffn_post_norm, cfg->norm_eps);
+        if (c->dump_dir) TRY(dump_rows(c, ub, l, "ffn", c->o, e));
         for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] += c->o[i];
     }
-    c->n_past = pos + n;
+    for (int i = 0; i < n; i++) {
+        int s = ub->seq[i], p = ub->pos[i];
+        if (p + 1 > c->seq_len[s]) c->seq_len[s] = p + 1;
+        if (p + 1 > c->seq_hw[s]) c->seq_hw[s] = p + 1;
+    }
 
-    /* output: last row only unless all_logits */
-    int first = all_logits ? 0 : n - 1, nout = n - first;
-    float *xs = c->x + (size_t)first * D;
-    TRY(norm_rows(c->h, xs, nout, D, &m->output_norm, cfg->norm_eps, e));
-    if (c->dump_dir) TRY(dump_rows(c, pos + first, nout, -1, "final", c->h, e));
+    /* outputs: the normed rows of the tokens that ask, in their output order */
+    if (ub->n_out == 0) return HX_OK;
+    for (int i = 0; i < n; i++) {
+        if (ub->out[i] < 0) continue;
+        float *hr = c->h + (size_t)ub->out[i] * D;
+        rmsnorm(hr, c->x + (size_t)i * D, c->out_norm, D, cfg->norm_eps);
+        if (c->dump_dir && ub->seq[i] == 0 && want_dump(c, ub->pos[i]))
+            TRY(dump_vec(c, ub->pos[i], -1, "final", hr, D, e));
+    }
+    if (hidden) memcpy(hidden, c->h, sizeof(float) * (size_t)ub->n_out * D);
     if (logits) {
-        TRY(linear(c, &m->output, c->h, nout, logits, NULL, e));
+        TRY(linear(c, &m->output, c->h, ub->n_out, logits, NULL, e));
         if (cfg->final_logit_softcap > 0) {
             float cap = cfg->final_logit_softcap;
-            for (size_t i = 0; i < (size_t)nout * cfg->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
+            for (size_t i = 0; i < (size_t)ub->n_out * cfg->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
         }
     }
+    return HX_OK;
+}
+
+/* hx_cpu_forward's piece: tokens at pos.. of sequence 0 as a ubatch. */
+static hx_status forward_piece(void *ctx, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
+                               hx_error *e) {
+    hx_cpu_ctx *c = ctx;
+    TRY(ensure_scratch(c, n, e));
+    for (int i = 0; i < n; i++) {
+        c->ub_pos[i] = pos + i;
+        c->ub_seq[i] = 0;
+        c->ub_out[i] = all_logits ? i : i == n - 1 ? 0 : -1;
+    }
+    hx_ubatch ub = { n, tokens, c->ub_pos, c->ub_seq, c->ub_out, all_logits ? n : 1 };
+    return forward_ub(c, &ub, logits, NULL, e);
+}
+
+hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
+                         hx_error *e) {
+    const hx_model_config *cfg = &c->m->cfg;
+    if (n <= 0) return hx_err(e, HX_ERR_ARG, "forward: empty batch");
+    if (pos < 0 || pos > c->seq_len[0])
+        return hx_err(e, HX_ERR_ARG, "forward: position %d but only %d tokens in the cache", pos, c->seq_len[0]);
+    if ((int64_t)pos + n > c->n_ctx)
+        return hx_err(e, HX_ERR_RANGE, "context overflow: %d + %d tokens exceed the context of %d (raise -c)",
+                      pos, n, c->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= cfg->n_vocab)
+            return hx_err(e, HX_ERR_ARG, "forward: token %d at batch index %d outside the vocabulary (%d)",
+                          tokens[i], i, cfg->n_vocab);
+    /* a sliding-window ring holds window + ubatch rows: at most ubatch tokens at a time */
+    return hx_forward_pieces(forward_piece, c, c->piece, cfg->n_vocab, tokens, n, pos, logits, all_logits, e);
+}
+
+/* ---- the backend table (src/api/backend.h) ---- */
+
+static hx_status cpu_ctx_new(const hx_model *m, const hx_backend_params *p, void **out, hx_error *e) {
+    *out = NULL;
+    if (!m || !p) return hx_err(e, HX_ERR_ARG, "cpu backend: model and params are required");
+    ctx_opts co = {
+        .n_seq = p->n_seq,
+        .n_ctx = p->n_ctx_seq,
+        .kv_type = p->kv_f32 ? HX_TYPE_F32 : HX_TYPE_F16,
+        .n_threads = p->n_threads,
+        .ubatch = p->n_ubatch,
+        .ggml_compat = !p->exact,
+        .dump_dir = p->dev.dump_dir,
+        .dump_positions = p->dev.dump_positions,
+        .n_dump_positions = p->dev.n_dump_positions,
+    };
+    hx_cpu_ctx *c = NULL;
+    hx_status st = ctx_create(m, &co, &c, e);
+    *out = c;
     return st;
 }
+
+static void cpu_ctx_free(void *ctx) { hx_cpu_ctx_free(ctx); }
+
+static hx_status cpu_forward(void *ctx, const hx_ubatch *ub, float *logits, float *hidden, hx_error *e) {
+    hx_cpu_ctx *c = ctx;
+    TRY(check_ubatch(c, ub, e));
+    return forward_ub(c, ub, logits, hidden, e);
+}
+
+static int cpu_seq_keep(void *ctx, int seq, int n) { return seq_keep(ctx, seq, n); }
+
+/* The first n positions of slot seq can be read: n <= its length and every
+ * ring still holds the window position n needs. */
+static hx_status check_prefix(const hx_cpu_ctx *c, int seq, int n, const char *what, hx_error *e) {
+    if (seq < 0 || seq >= c->n_seq)
+        return hx_err(e, HX_ERR_ARG, "%s: sequence %d (the context has %d)", what, seq, c->n_seq);
+    if (n < 0 || n > c->seq_len[seq])
+        return hx_err(e, HX_ERR_RANGE, "%s: %d positions of sequence %d, which holds %d", what, n, seq, c->seq_len[seq]);
+    if (n > 0 && hx_kv_rewind(&c->m->cfg, c->kv_rows, c->n_ctx, c->seq_hw[seq], n) != n)
+        return hx_err(e, HX_ERR_RANGE, "%s: sequence %d's sliding-window cache no longer holds the positions "
+                      "before %d (it ran to %d); decode the prefix again", what, seq, n, c->seq_hw[seq]);
+    return HX_OK;
+}
+
+/* First row and count of the positions max(0, n - rows) .. n-1 of layer l. */
+static int prefix_rows(const hx_cpu_ctx *c, int l, int n, int *lo) {
+    int rows = c->kv_rows[l];
+    *lo = n > rows ? n - rows : 0;
+    return n - *lo;
+}
+
+static hx_status cpu_seq_copy(void *ctx, int src, int dst, int n, hx_error *e) {
+    hx_cpu_ctx *c = ctx;
+    TRY(check_prefix(c, src, n, "seq_copy", e));
+    if (dst < 0 || dst >= c->n_seq)
+        return hx_err(e, HX_ERR_ARG, "seq_copy: sequence %d (the context has %d)", dst, c->n_seq);
+    if (src == dst) { seq_keep(c, src, n); return HX_OK; }
+    for (int l = 0; l < c->m->cfg.n_layer; l++) {
+        int lo, cnt = prefix_rows(c, l, n, &lo), rows = c->kv_rows[l];
+        for (int q = lo; q < lo + cnt; q++) {
+            size_t off = (size_t)(q % rows) * c->kv_row;
+            memcpy(slot_rows(c, c->k_cache, l, dst) + off, slot_rows(c, c->k_cache, l, src) + off, c->kv_row);
+            memcpy(slot_rows(c, c->v_cache, l, dst) + off, slot_rows(c, c->v_cache, l, src) + off, c->kv_row);
+        }
+    }
+    /* dst's rings now hold what src's held for those positions (the ones at or
+     * past src's hw - rows intact) */
+    c->seq_len[dst] = n;
+    c->seq_hw[dst] = n == 0 ? 0 : c->seq_hw[src];
+    return HX_OK;
+}
+
+enum { STATE_HEADER = 24 };
+
+static size_t cpu_seq_state_size(void *ctx, int n) {
+    const hx_cpu_ctx *c = ctx;
+    if (n < 0) n = 0;
+    size_t sz = STATE_HEADER;
+    for (int l = 0; l < c->m->cfg.n_layer; l++) {
+        int lo;
+        sz += 2 * (size_t)prefix_rows(c, l, n, &lo) * c->kv_row;
+    }
+    return sz;
+}
+
+static hx_status cpu_seq_read(void *ctx, int seq, int n, void *buf, hx_error *e) {
+    hx_cpu_ctx *c = ctx;
+    TRY(check_prefix(c, seq, n, "seq_read", e));
+    if (!buf) return hx_err(e, HX_ERR_ARG, "seq_read: no buffer");
+    const hx_model_config *cfg = &c->m->cfg;
+    int32_t hdr[5] = { n, c->seq_hw[seq], (int32_t)c->kv_elem, cfg->n_layer, cfg->n_head_kv * cfg->head_dim };
+    uint8_t *at = buf;
+    memcpy(at, "HXS1", 4);
+    memcpy(at + 4, hdr, sizeof hdr);
+    at += STATE_HEADER;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        int lo, cnt = prefix_rows(c, l, n, &lo), rows = c->kv_rows[l];
+        for (int kv = 0; kv < 2; kv++)
+            for (int q = lo; q < lo + cnt; q++) {
+                memcpy(at, slot_rows(c, kv ? c->v_cache : c->k_cache, l, seq) + (size_t)(q % rows) * c->kv_row, c->kv_row);
+                at += c->kv_row;
+            }
+    }
+    return HX_OK;
+}
+
+static hx_status cpu_seq_write(void *ctx, int seq, int n, const void *buf, hx_error *e) {
+    hx_cpu_ctx *c = ctx;
+    const hx_model_config *cfg = &c->m->cfg;
+    if (seq < 0 || seq >= c->n_seq)
+        return hx_err(e, HX_ERR_ARG, "seq_write: sequence %d (the context has %d)", seq, c->n_seq);
+    if (n < 0 || n > c->n_ctx)
+        return hx_err(e, HX_ERR_RANGE, "seq_write: %d positions, a sequence holds at most %d", n, c->n_ctx);
+    if (!buf) return hx_err(e, HX_ERR_ARG, "seq_write: no buffer");
+    const uint8_t *at = buf;
+    int32_t hdr[5];
+    memcpy(hdr, at + 4, sizeof hdr);
+    if (memcmp(at, "HXS1", 4) != 0)
+        return hx_err(e, HX_ERR_FORMAT, "seq_write: not a CPU sequence state (bad magic)");
+    if (hdr[0] != n || hdr[1] < n || hdr[2] != (int32_t)c->kv_elem || hdr[3] != cfg->n_layer ||
+        hdr[4] != cfg->n_head_kv * cfg->head_dim)
+        return hx_err(e, HX_ERR_FORMAT, "seq_write: state of %d positions (mark %d), %d-byte cache elements, %d layers, "
+                      "rows of %d does not fit this context (%d positions, %d-byte elements, %d layers, rows of %d)",
+                      hdr[0], hdr[1], hdr[2], hdr[3], hdr[4], n, (int)c->kv_elem, cfg->n_layer,
+                      cfg->n_head_kv * cfg->head_dim);
+    at += STATE_HEADER;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        int lo, cnt = prefix_rows(c, l, n, &lo), rows = c->kv_rows[l];
+        for (int kv = 0; kv < 2; kv++)
+            for (int q = lo; q < lo + cnt; q++) {
+                memcpy(slot_rows(c, kv ? c->v_cache : c->k_cache, l, seq) + (size_t)(q % rows) * c->kv_row, at, c->kv_row);
+                at += c->kv_row;
+            }
+    }
+    c->seq_len[seq] = n;
+    c->seq_hw[seq] = n == 0 ? 0 : hdr[1];
+    return HX_OK;
+}
+
+static size_t cpu_kv_bytes(void *ctx) { return hx_cpu_kv_bytes(ctx); }
+
+const hx_backend hx_backend_cpu = {
+    .name = "cpu",
+    .ctx_new = cpu_ctx_new,
+    .ctx_free = cpu_ctx_free,
+    .forward = cpu_forward,
+    .seq_keep = cpu_seq_keep,
+    .seq_copy = cpu_seq_copy,
+    .seq_state_size = cpu_seq_state_size,
+    .seq_read = cpu_seq_read,
+    .seq_write = cpu_seq_write,
+    .kv_bytes = cpu_kv_bytes,
+    .decode_greedy = NULL,
+    .finish = NULL,
+    .device_bytes_in_use = NULL,
+};

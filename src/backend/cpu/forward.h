@@ -1,5 +1,7 @@
-/* forward.h — the CPU backend: runs the decoder recipe of hx_model for a batch
- * of tokens at consecutive positions, keeping the KV cache between calls. */
+/* forward.h — the CPU backend: runs the decoder recipe of hx_model, keeping
+ * the KV cache between calls. The public API reaches it through the function
+ * table hx_backend_cpu (api/backend.h: many sequences per forward); the calls
+ * below drive one sequence (slot 0) for the CLI and the tests. */
 #ifndef HX_CPU_FORWARD_H
 #define HX_CPU_FORWARD_H
 
@@ -17,8 +19,8 @@ typedef struct hx_cpu_opts {
                            weights to f16/bf16, and with the f16 cache its flash-attention order
                            (q in f16, online softmax, f16 V accumulator). Off: exact f32 math. */
     int n_threads;      /* 0 = all online CPUs */
-    const char *dump_dir;     /* --dump: write per-layer activations here (NULL = env HX_DUMP, else off);
-                                 file format in forward.c's header comment (shared with the CUDA path) */
+    const char *dump_dir;     /* --dump: write per-layer activations here (NULL = off); file format in
+                                 forward.c's header comment (shared with the CUDA path) */
     const int *dump_positions; int n_dump_positions; /* which positions to dump (NULL = all) */
     int n_ubatch;       /* most tokens per internal batch, 0 = 512; sliding-window layers keep
                            window + n_ubatch cache rows, and longer batches run in pieces */

@@ -1,0 +1,404 @@
+/* context.c — hx_context: a KV cache of n_seq_max sequence slots behind a
+ * backend's function table (backend.h). Every argument is checked here before
+ * a backend runs anything; batches run in ubatches of at most n_ubatch tokens;
+ * each sequence's length and token ids are kept here. */
+#include "api/api.h"
+#include "core/core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+hx_context_params hx_context_default_params(void) {
+    return (hx_context_params){.n_ctx = 0, .n_seq_max = 1, .n_batch = 2048, .n_ubatch = 512};
+}
+
+void hx_context_free(hx_context *c) {
+    if (!c) return;
+    if (c->bctx) c->be->ctx_free(c->bctx);
+    free(c->kv_rows); free(c->seq_len); free(c->seq_tok);
+    free(c->logits); free(c->hidden); free(c->row_of);
+    free(c->ub_out); free(c->first_pos); free(c->next_pos); free(c->orig_len);
+    free(c);
+}
+
+hx_status hx_context_new(hx_model *m, const hx_context_params *p, hx_context **out, hx_error *e) {
+    if (!out) return hx_err(e, HX_ERR_ARG, "hx_context_new: out is NULL");
+    *out = NULL;
+    if (!m || !m->api) return hx_err(e, HX_ERR_ARG, "hx_context_new: the model is NULL or not opened by hx_model_open");
+    if (m->cfg.arch == HX_ARCH_BERT)
+        return hx_err(e, HX_ERR_ARG, "hx_context_new: %s is an encoder (bert): use hx_embedder", m->cfg.name);
+    hx_context_params cp = p ? *p : hx_context_default_params();
+    if (cp.n_seq_max < 1 || cp.n_seq_max > 4096)
+        return hx_err(e, HX_ERR_ARG, "hx_context_new: n_seq_max %d (1..4096)", cp.n_seq_max);
+    if (cp.n_batch < 1) return hx_err(e, HX_ERR_ARG, "hx_context_new: n_batch %d (>= 1)", cp.n_batch);
+    if (cp.n_ubatch < 1) return hx_err(e, HX_ERR_ARG, "hx_context_new: n_ubatch %d (>= 1)", cp.n_ubatch);
+    if (cp.n_ubatch > cp.n_batch) cp.n_ubatch = cp.n_batch;
+    if (cp.n_threads < 0) return hx_err(e, HX_ERR_ARG, "hx_context_new: n_threads %d (0: all CPUs)", cp.n_threads);
+    if (cp.n_ctx < 0) return hx_err(e, HX_ERR_ARG, "hx_context_new: n_ctx %d (0: the default)", cp.n_ctx);
+    int train = m->cfg.n_ctx_train > 0 ? m->cfg.n_ctx_train : 4096;
+    if (cp.n_ctx == 0) {
+        int64_t n = (int64_t)cp.n_seq_max * (train < 4096 ? train : 4096);
+        if (n > INT32_MAX) return hx_err(e, HX_ERR_ARG, "hx_context_new: n_seq_max %d: the default n_ctx overflows", cp.n_seq_max);
+        cp.n_ctx = (int)n;
+    }
+    if (cp.n_ctx < cp.n_seq_max)
+        return hx_err(e, HX_ERR_ARG, "hx_context_new: n_ctx %d is less than one position per sequence (n_seq_max %d)",
+                      cp.n_ctx, cp.n_seq_max);
+    int n_ctx_seq = cp.n_ctx / cp.n_seq_max;
+    if (n_ctx_seq > train) HX_WARN("n_ctx per sequence %d exceeds the model's training context %d", n_ctx_seq, train);
+    const hx_backend *be = &hx_backend_cpu;
+    if (m->api->device == HX_DEVICE_CUDA) {
+#ifdef HX_HAVE_CUDA
+        be = &hx_backend_cuda;
+        if (cp.kv_f32) return hx_err(e, HX_ERR_UNSUPPORTED, "hx_context_new: the CUDA KV cache is f16 (kv_f32 is CPU only)");
+#else
+        return hx_err(e, HX_ERR_UNSUPPORTED, "hx_context_new: this build has no CUDA backend");
+#endif
+    }
+    hx_context *c = calloc(1, sizeof *c);
+    if (!c) return hx_err(e, HX_ERR_NOMEM, "hx_context_new: out of memory");
+    c->m = m; c->be = be; c->p = cp;
+    c->n_seq = cp.n_seq_max; c->n_ctx_seq = n_ctx_seq;
+    c->p.n_ctx = n_ctx_seq * cp.n_seq_max;
+    c->n_vocab = m->cfg.n_vocab; c->n_embd = m->cfg.n_embd;
+    c->last_row = -1;
+    size_t ns = (size_t)c->n_seq;
+    c->kv_rows = calloc((size_t)m->cfg.n_layer, sizeof *c->kv_rows);
+    c->seq_len = calloc(ns, sizeof *c->seq_len);
+    c->seq_tok = calloc(ns * (size_t)n_ctx_seq, sizeof *c->seq_tok);
+    c->row_of = calloc((size_t)cp.n_batch, sizeof *c->row_of);
+    c->ub_out = calloc((size_t)cp.n_ubatch, sizeof *c->ub_out);
+    c->first_pos = calloc(ns, sizeof *c->first_pos);
+    c->next_pos = calloc(ns, sizeof *c->next_pos);
+    c->orig_len = calloc(ns, sizeof *c->orig_len);
+    if (!c->kv_rows || !c->seq_len || !c->seq_tok || !c->row_of || !c->ub_out || !c->first_pos || !c->next_pos ||
+        !c->orig_len) {
+        hx_context_free(c);
+        return hx_err(e, HX_ERR_NOMEM, "hx_context_new: out of memory");
+    }
+    for (int l = 0; l < m->cfg.n_layer; l++) c->kv_rows[l] = hx_kv_layer_rows(&m->cfg, l, n_ctx_seq, cp.n_ubatch);
+    hx_backend_params bp = {.n_seq = c->n_seq, .n_ctx_seq = n_ctx_seq, .n_ubatch = cp.n_ubatch,
+                            .n_threads = cp.n_threads, .kv_f32 = cp.kv_f32, .exact = cp.exact,
+                            .gpu_index = m->api->gpu_index, .progress = m->api->progress,
+                            .progress_user = m->api->progress_user};
+    hx_status st = be->ctx_new(m, &bp, &c->bctx, e);
+    if (st) { c->bctx = NULL; hx_context_free(c); return st; }
+    *out = c;
+    return HX_OK;
+}
+
+const hx_model *hx_context_model(const hx_context *c) { return c ? c->m : NULL; }
+int hx_context_n_ctx(const hx_context *c) { return c ? c->p.n_ctx : 0; }
+int hx_context_n_ctx_seq(const hx_context *c) { return c ? c->n_ctx_seq : 0; }
+int hx_context_n_seq_max(const hx_context *c) { return c ? c->n_seq : 0; }
+size_t hx_context_kv_bytes(const hx_context *c) { return c && c->be->kv_bytes ? c->be->kv_bytes(c->bctx) : 0; }
+
+/* ---- batches ---- */
+
+hx_batch hx_batch_init(int capacity) {
+    hx_batch b = {0};
+    if (capacity <= 0) return b;
+    size_t n = (size_t)capacity;
+    b.token = malloc(n * sizeof *b.token);
+    b.pos = malloc(n * sizeof *b.pos);
+    b.seq_id = malloc(n * sizeof *b.seq_id);
+    b.logits = malloc(n * sizeof *b.logits);
+    if (!b.token || !b.pos || !b.seq_id || !b.logits) { hx_batch_free(&b); return b; }
+    b.capacity = capacity;
+    return b;
+}
+
+void hx_batch_free(hx_batch *b) {
+    if (!b) return;
+    free(b->token); free(b->pos); free(b->seq_id); free(b->logits);
+    *b = (hx_batch){0};
+}
+
+void hx_batch_clear(hx_batch *b) { if (b) b->n_tokens = 0; }
+
+bool hx_batch_add(hx_batch *b, int32_t token, int32_t pos, int32_t seq_id, bool logits) {
+    if (!b || b->n_tokens < 0 || b->n_tokens >= b->capacity) return false;
+    int i = b->n_tokens++;
+    b->token[i] = token; b->pos[i] = pos; b->seq_id[i] = seq_id; b->logits[i] = logits ? 1 : 0;
+    return true;
+}
+
+/* ---- decode ---- */
+
+static bool wants(const hx_batch *b, int i) { return b->logits ? b->logits[i] != 0 : i == b->n_tokens - 1; }
+
+hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e) {
+    if (!c || !b) return hx_err(e, HX_ERR_ARG, "hx_decode: context or batch is NULL");
+    int n = b->n_tokens;
+    if (n <= 0) return hx_err(e, HX_ERR_ARG, "hx_decode: empty batch (n_tokens %d)", n);
+    if (n > c->p.n_batch) return hx_err(e, HX_ERR_RANGE, "hx_decode: %d tokens exceed n_batch %d", n, c->p.n_batch);
+    if (!b->token || !b->pos || !b->seq_id) return hx_err(e, HX_ERR_ARG, "hx_decode: batch arrays are NULL");
+    c->n_last = 0;
+    c->last_row = -1;
+    for (int s = 0; s < c->n_seq; s++) c->first_pos[s] = c->next_pos[s] = -1;
+    for (int i = 0; i < n; i++) {
+        int32_t t = b->token[i], s = b->seq_id[i], p = b->pos[i];
+        if (t < 0 || t >= c->n_vocab)
+            return hx_err(e, HX_ERR_RANGE, "hx_decode: batch token %d: id %d is outside the vocabulary (0..%d)", i, t, c->n_vocab - 1);
+        if (s < 0 || s >= c->n_seq)
+            return hx_err(e, HX_ERR_RANGE, "hx_decode: batch token %d: sequence %d is outside 0..%d (n_seq_max %d)", i, s,
+                          c->n_seq - 1, c->n_seq);
+        if (c->first_pos[s] < 0) {
+            if (p < 0 || p > c->seq_len[s])
+                return hx_err(e, HX_ERR_RANGE, "hx_decode: sequence %d: batch token %d at position %d, but the sequence "
+                              "holds %d positions (its first token must be at a position <= that)", s, i, p, c->seq_len[s]);
+            c->first_pos[s] = p;
+        } else if (p != c->next_pos[s]) {
+            return hx_err(e, HX_ERR_RANGE, "hx_decode: sequence %d: batch token %d at position %d, expected %d (positions "
+                          "of a sequence must be consecutive, in batch order)", s, i, p, c->next_pos[s]);
+        }
+        if (p >= c->n_ctx_seq)
+            return hx_err(e, HX_ERR_RANGE, "hx_decode: sequence %d is full: batch token %d at position %d, the sequence "
+                          "holds %d positions (n_ctx %d / n_seq_max %d)", s, i, p, c->n_ctx_seq, c->p.n_ctx, c->n_seq);
+        c->next_pos[s] = p + 1;
+    }
+    for (int s = 0; s < c->n_seq; s++) {
+        int f = c->first_pos[s];
+        if (f > 0 && f < c->seq_len[s] &&
+            hx_kv_rewind(&c->m->cfg, c->kv_rows, c->n_ctx_seq, c->seq_len[s], f) == 0)
+            return hx_err(e, HX_ERR_RANGE, "hx_decode: sequence %d: cannot go back to position %d of %d: a sliding-window "
+                          "layer no longer holds what it needs (clear the sequence and decode from 0)", s, f, c->seq_len[s]);
+    }
+    /* output rows, in batch order */
+    int n_out = 0;
+    for (int i = 0; i < n; i++) c->row_of[i] = wants(b, i) ? n_out++ : -1;
+    if ((size_t)n_out > c->out_cap) {
+        float *lg = realloc(c->logits, (size_t)n_out * (size_t)c->n_vocab * sizeof *lg);
+        if (!lg) return hx_err(e, HX_ERR_NOMEM, "hx_decode: out of memory for %d rows of logits", n_out);
+        c->logits = lg;
+        if (c->p.embeddings) {
+            float *h = realloc(c->hidden, (size_t)n_out * (size_t)c->n_embd * sizeof *h);
+            if (!h) return hx_err(e, HX_ERR_NOMEM, "hx_decode: out of memory for %d embeddings", n_out);
+            c->hidden = h;
+        }
+        c->out_cap = (size_t)n_out;
+    }
+    memcpy(c->orig_len, c->seq_len, (size_t)c->n_seq * sizeof *c->seq_len);
+    int row_base = 0;
+    for (int at = 0; at < n; at += c->p.n_ubatch) {
+        int k = n - at < c->p.n_ubatch ? n - at : c->p.n_ubatch, k_out = 0;
+        for (int j = 0; j < k; j++) {
+            int r = c->row_of[at + j];
+            c->ub_out[j] = r >= 0 ? r - row_base : -1;
+            k_out += r >= 0;
+        }
+        hx_ubatch ub = {.n = k, .token = b->token + at, .pos = b->pos + at, .seq = b->seq_id + at,
+                        .out = c->ub_out, .n_out = k_out};
+        float *lg = k_out ? c->logits + (size_t)row_base * (size_t)c->n_vocab : NULL;
+        float *hd = k_out && c->p.embeddings ? c->hidden + (size_t)row_base * (size_t)c->n_embd : NULL;
+        hx_status st = c->be->forward(c->bctx, &ub, lg, hd, e);
+        if (st) {
+            /* what ran is dropped again: each sequence keeps what it held before,
+             * or up to the first position this batch overwrote */
+            for (int s = 0; s < c->n_seq; s++) {
+                if (c->first_pos[s] < 0) continue;
+                int keep = c->orig_len[s] < c->first_pos[s] ? c->orig_len[s] : c->first_pos[s];
+                c->seq_len[s] = c->be->seq_keep(c->bctx, s, keep);
+            }
+            return st;
+        }
+        row_base += k_out;
+    }
+    for (int i = 0; i < n; i++) c->seq_tok[(size_t)b->seq_id[i] * (size_t)c->n_ctx_seq + (size_t)b->pos[i]] = b->token[i];
+    for (int s = 0; s < c->n_seq; s++)
+        if (c->first_pos[s] >= 0) c->seq_len[s] = c->next_pos[s];
+    c->n_last = n;
+    for (int i = n - 1; i >= 0 && c->last_row < 0; i--) c->last_row = c->row_of[i];
+    return HX_OK;
+}
+
+static int row(const hx_context *c, int i) {
+    if (!c || c->n_last <= 0) return -1;
+    if (i == -1) return c->last_row;
+    return i >= 0 && i < c->n_last ? c->row_of[i] : -1;
+}
+
+const float *hx_get_logits(hx_context *c, int i) {
+    int r = row(c, i);
+    return r >= 0 ? c->logits + (size_t)r * (size_t)c->n_vocab : NULL;
+}
+
+const float *hx_get_embeddings(hx_context *c, int i) {
+    int r = row(c, i);
+    return r >= 0 && c->p.embeddings ? c->hidden + (size_t)r * (size_t)c->n_embd : NULL;
+}
+
+/* ---- sequences ---- */
+
+static bool seq_ok(const hx_context *c, int seq) { return c && seq >= 0 && seq < c->n_seq; }
+
+int hx_seq_pos(const hx_context *c, int seq) { return seq_ok(c, seq) ? c->seq_len[seq] : 0; }
+
+const int32_t *hx_seq_tokens(const hx_context *c, int seq) {
+    return seq_ok(c, seq) ? c->seq_tok + (size_t)seq * (size_t)c->n_ctx_seq : NULL;
+}
+
+int hx_seq_keep(hx_context *c, int seq, int n) {
+    if (!seq_ok(c, seq)) return 0;
+    if (n < 0) n = 0;
+    if (n >= c->seq_len[seq]) return c->seq_len[seq];
+    c->n_last = 0;  /* the last decode's outputs may belong to dropped positions */
+    c->seq_len[seq] = c->be->seq_keep(c->bctx, seq, n);
+    return c->seq_len[seq];
+}
+
+void hx_seq_clear(hx_context *c, int seq) { hx_seq_keep(c, seq, 0); }
+
+hx_status hx_seq_copy(hx_context *c, int src, int dst, int n, hx_error *e) {
+    if (!c) return hx_err(e, HX_ERR_ARG, "hx_seq_copy: context is NULL");
+    if (!seq_ok(c, src) || !seq_ok(c, dst))
+        return hx_err(e, HX_ERR_RANGE, "hx_seq_copy: sequence %d -> %d: ids are 0..%d", src, dst, c->n_seq - 1);
+    if (n < 0 || n > c->seq_len[src])
+        return hx_err(e, HX_ERR_RANGE, "hx_seq_copy: %d positions of sequence %d, which holds %d", n, src, c->seq_len[src]);
+    if (src == dst) { hx_seq_keep(c, dst, n); return HX_OK; }
+    hx_status st = c->be->seq_copy(c->bctx, src, dst, n, e);
+    if (st) return st;
+    memcpy(c->seq_tok + (size_t)dst * (size_t)c->n_ctx_seq, c->seq_tok + (size_t)src * (size_t)c->n_ctx_seq,
+           (size_t)n * sizeof *c->seq_tok);
+    c->seq_len[dst] = n;
+    return HX_OK;
+}
+
+/* ---- save / load ----
+ * File: "HXSEQ\0\0\0" | u32 version (1) | u32 header bytes (after these 16) |
+ * u32 n | u32 fingerprint length | u32 backend name length | u32 reserved |
+ * u64 state bytes | u64 checksum (FNV-1a 64 of everything after the header) |
+ * fingerprint | backend name | n int32 token ids | state bytes. Little-endian. */
+#define SEQ_MAGIC "HXSEQ\0\0\0"
+#define SEQ_VERSION 1u
+#define SEQ_HDR 40u
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 0x100000001b3ull; }
+    return h;
+}
+
+static void put32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
+static void put64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i)); }
+static uint32_t get32(const unsigned char *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
+static uint64_t get64(const unsigned char *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
+
+static hx_status write_all(int fd, const void *p, size_t n, const char *tmp, hx_error *e) {
+    const char *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return hx_err(e, HX_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+        b += w; n -= (size_t)w;
+    }
+    return HX_OK;
+}
+
+hx_status hx_seq_save(hx_context *c, int seq, const char *path, hx_error *e) {
+    if (!c || !path || !*path) return hx_err(e, HX_ERR_ARG, "hx_seq_save: context or path is NULL");
+    if (!seq_ok(c, seq)) return hx_err(e, HX_ERR_RANGE, "hx_seq_save: sequence %d is outside 0..%d", seq, c->n_seq - 1);
+    int n = c->seq_len[seq];
+    size_t sb = c->be->seq_state_size(c->bctx, n);
+    void *state = malloc(sb ? sb : 1);
+    if (!state) return hx_err(e, HX_ERR_NOMEM, "hx_seq_save: out of memory for %zu bytes", sb);
+    hx_status st = c->be->seq_read(c->bctx, seq, n, state, e);
+    if (st) { free(state); return st; }
+    const char *fp = hx_model_fingerprint(c->m), *bn = c->be->name;
+    const int32_t *toks = hx_seq_tokens(c, seq);
+    unsigned char h[SEQ_HDR];
+    memcpy(h, SEQ_MAGIC, 8);
+    put32(h + 8, SEQ_VERSION); put32(h + 12, SEQ_HDR - 16);
+    put32(h + 16, (uint32_t)n); put32(h + 20, (uint32_t)strlen(fp)); put32(h + 24, (uint32_t)strlen(bn)); put32(h + 28, 0);
+    put64(h + 32, sb);
+    unsigned char *ids = malloc((size_t)n * 4 + 1);
+    if (!ids) { free(state); return hx_err(e, HX_ERR_NOMEM, "hx_seq_save: out of memory"); }
+    for (int i = 0; i < n; i++) put32(ids + 4 * i, (uint32_t)toks[i]);
+    uint64_t ck = 0xcbf29ce484222325ull;
+    ck = fnv(ck, fp, strlen(fp)); ck = fnv(ck, bn, strlen(bn)); ck = fnv(ck, ids, (size_t)n * 4); ck = fnv(ck, state, sb);
+    unsigned char tail[8];
+    put64(tail, ck);
+    size_t tl = strlen(path) + 64;
+    char *tmp = malloc(tl);
+    if (!tmp) { free(ids); free(state); return hx_err(e, HX_ERR_NOMEM, "hx_seq_save: out of memory"); }
+    static unsigned counter;
+    snprintf(tmp, tl, "%s.tmp.%ld.%u", path, (long)getpid(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) st = hx_err(e, HX_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (!st) st = write_all(fd, h, sizeof h, tmp, e);
+    if (!st) st = write_all(fd, tail, 8, tmp, e);
+    if (!st) st = write_all(fd, fp, strlen(fp), tmp, e);
+    if (!st) st = write_all(fd, bn, strlen(bn), tmp, e);
+    if (!st) st = write_all(fd, ids, (size_t)n * 4, tmp, e);
+    if (!st) st = write_all(fd, state, sb, tmp, e);
+    if (!st) st = hx_commit_file(fd, tmp, path, e);
+    else if (fd >= 0) { close(fd); unlink(tmp); }
+    free(tmp); free(ids); free(state);
+    return st;
+}
+
+hx_status hx_seq_load(hx_context *c, int seq, const char *path, hx_error *e) {
+    if (!c || !path || !*path) return hx_err(e, HX_ERR_ARG, "hx_seq_load: context or path is NULL");
+    if (!seq_ok(c, seq)) return hx_err(e, HX_ERR_RANGE, "hx_seq_load: sequence %d is outside 0..%d", seq, c->n_seq - 1);
+    char *buf = NULL;
+    size_t len = 0;
+    hx_status st = hx_read_file(path, &buf, &len, e);
+    if (st) return st;
+    const unsigned char *b = (const unsigned char *)buf;
+    const char *fp = hx_model_fingerprint(c->m), *bn = c->be->name;
+    if (len < SEQ_HDR + 8 || memcmp(b, SEQ_MAGIC, 8)) { st = hx_err(e, HX_ERR_FORMAT, "%s: not a helix sequence file", path); goto out; }
+    if (get32(b + 8) != SEQ_VERSION || get32(b + 12) != SEQ_HDR - 16) {
+        st = hx_err(e, HX_ERR_UNSUPPORTED, "%s: sequence file version %u (this library reads %u)", path, get32(b + 8), SEQ_VERSION);
+        goto out;
+    }
+    uint64_t n = get32(b + 16), lf = get32(b + 20), lb = get32(b + 24), sb = get64(b + 32);
+    uint64_t need = (uint64_t)SEQ_HDR + 8 + lf + lb + 4 * n;
+    if (sb > len || need > len || need + sb != len) {
+        st = hx_err(e, HX_ERR_FORMAT, "%s: %zu bytes, the header says %llu", path, len, (unsigned long long)(need + sb));
+        goto out;
+    }
+    const unsigned char *pf = b + SEQ_HDR + 8, *pb = pf + lf, *pi = pb + lb, *ps = pi + 4 * n;
+    uint64_t ck = fnv(0xcbf29ce484222325ull, pf, (size_t)(len - SEQ_HDR - 8));
+    if (ck != get64(b + SEQ_HDR)) { st = hx_err(e, HX_ERR_FORMAT, "%s: checksum mismatch (damaged file)", path); goto out; }
+    if (lf != strlen(fp) || memcmp(pf, fp, lf)) {
+        st = hx_err(e, HX_ERR_ARG, "%s: saved from model '%.*s', this context's model is '%s'", path, (int)(lf < 300 ? lf : 300),
+                    (const char *)pf, fp);
+        goto out;
+    }
+    if (lb != strlen(bn) || memcmp(pb, bn, lb)) {
+        st = hx_err(e, HX_ERR_ARG, "%s: saved by the %.*s backend, this context runs on %s", path, (int)(lb < 32 ? lb : 32),
+                    (const char *)pb, bn);
+        goto out;
+    }
+    if (n > (uint64_t)c->n_ctx_seq) {
+        st = hx_err(e, HX_ERR_RANGE, "%s: %llu positions, sequence %d holds at most %d", path, (unsigned long long)n, seq, c->n_ctx_seq);
+        goto out;
+    }
+    if (sb != c->be->seq_state_size(c->bctx, (int)n)) {
+        st = hx_err(e, HX_ERR_ARG, "%s: %llu state bytes for %llu positions, this context needs %zu (another KV type or size)",
+                    path, (unsigned long long)sb, (unsigned long long)n, c->be->seq_state_size(c->bctx, (int)n));
+        goto out;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t t = get32(pi + 4 * i);
+        if (t >= (uint32_t)c->n_vocab) {
+            st = hx_err(e, HX_ERR_FORMAT, "%s: token %llu is %u, outside the vocabulary", path, (unsigned long long)i, t);
+            goto out;
+        }
+    }
+    c->n_last = 0;
+    if ((st = c->be->seq_write(c->bctx, seq, (int)n, ps, e))) {
+        c->seq_len[seq] = c->be->seq_keep(c->bctx, seq, 0);
+        goto out;
+    }
+    int32_t *dst = c->seq_tok + (size_t)seq * (size_t)c->n_ctx_seq;
+    for (uint64_t i = 0; i < n; i++) dst[i] = (int32_t)get32(pi + 4 * i);
+    c->seq_len[seq] = (int)n;
+out:
+    free(buf);
+    return st;
+}

@@ -1,0 +1,422 @@
+/* generate.c — hx_generate (prompt -> streamed text on one sequence, reusing
+ * its cached prefix) and hx_classify (labels scored by prefill only). */
+#include "api/api.h"
+#include "core/core.h"
+#include "run/sampler.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+hx_generate_params hx_generate_default_params(void) {
+    hx_generate_params p;
+    memset(&p, 0, sizeof p);
+    p.max_tokens = -1;
+    p.sampling = hx_sampler_greedy();
+    return p;
+}
+
+void hx_generate_result_free(hx_generate_result *r) {
+    if (!r) return;
+    free(r->text); free(r->ids); free(r->prompt_ids);
+    memset(r, 0, sizeof *r);
+}
+
+/* Pieces of token ids to decode: seq at positions pos.. ; want: 0 no logits,
+ * 1 the last token's, 2 every token's. */
+typedef struct seg { int seq, pos, n, want; const int32_t *tok; } seg;
+/* Called with the logits of token k of segment s. */
+typedef hx_status (*seg_fn)(void *user, int s, int k, const float *logits, hx_error *e);
+
+/* Runs the segments in hx_decode calls of at most n_batch tokens. Segments of
+ * one sequence must follow each other in position order. */
+static hx_status run_segs(hx_context *c, hx_batch *b, const seg *sg, int n_seg, seg_fn fn, void *user, hx_error *e) {
+    int *who = malloc(sizeof(int) * 2 * (size_t)b->capacity);
+    if (!who) return hx_err(e, HX_ERR_NOMEM, "out of memory");
+    hx_status st = HX_OK;
+    hx_batch_clear(b);
+    for (int s = 0; s <= n_seg && !st; s++) {
+        for (int k = 0; s < n_seg && k < sg[s].n; k++) {
+            if (b->n_tokens == b->capacity) {
+                if ((st = hx_decode(c, b, e))) break;
+                for (int i = 0; i < b->n_tokens && !st; i++)
+                    if (b->logits[i]) st = fn(user, who[2 * i], who[2 * i + 1], hx_get_logits(c, i), e);
+                hx_batch_clear(b);
+                if (st) break;
+            }
+            bool w = sg[s].want == 2 || (sg[s].want == 1 && k == sg[s].n - 1);
+            who[2 * b->n_tokens] = s;
+            who[2 * b->n_tokens + 1] = k;
+            hx_batch_add(b, sg[s].tok[k], sg[s].pos + k, sg[s].seq, w);
+        }
+        if (s == n_seg && !st && b->n_tokens) {
+            if ((st = hx_decode(c, b, e))) break;
+            for (int i = 0; i < b->n_tokens && !st; i++)
+                if (b->logits[i]) st = fn(user, who[2 * i], who[2 * i + 1], hx_get_logits(c, i), e);
+            hx_batch_clear(b);
+        }
+    }
+    free(who);
+    return st;
+}
+
+static size_t dev_bytes(const hx_context *c) {
+    return c->be->device_bytes_in_use ? c->be->device_bytes_in_use(c->bctx) : 0;
+}
+
+/* ---- generate ---- */
+
+typedef struct tbuf { char *p; size_t n, cap; } tbuf;
+static bool tput(tbuf *t, const char *s, size_t n) {
+    if (t->n + n + 1 > t->cap) {
+        size_t nc = (t->n + n + 1) * 2 < 256 ? 256 : (t->n + n + 1) * 2;
+        char *q = realloc(t->p, nc);
+        if (!q) return false;
+        t->p = q; t->cap = nc;
+    }
+    memcpy(t->p + t->n, s, n);
+    t->n += n;
+    t->p[t->n] = 0;
+    return true;
+}
+
+/* Text handling of one call: the full text, what was streamed, stop strings. */
+typedef struct gtext {
+    tbuf t;
+    size_t sent;
+    const hx_generate_params *p;
+    bool stopped;    /* a stop string matched */
+    bool cancelled;  /* on_text said stop */
+} gtext;
+
+/* After text was appended: cut at the first stop string, else stream what
+ * cannot be the start of one (all of it when final). */
+static void gtext_update(gtext *g, bool final) {
+    size_t end = g->t.n;
+    for (int i = 0; i < g->p->n_stop; i++) {
+        const char *s = g->p->stop[i];
+        size_t ls = strlen(s);
+        if (!ls) continue;
+        const char *hit = g->t.n >= ls ? memmem(g->t.p + g->sent, g->t.n - g->sent, s, ls) : NULL;
+        if (hit && (size_t)(hit - g->t.p) < end) { end = (size_t)(hit - g->t.p); g->stopped = true; }
+    }
+    size_t emit = end;
+    if (!g->stopped && !final) {
+        for (int i = 0; i < g->p->n_stop; i++) {  /* hold back a suffix that starts a stop string */
+            const char *s = g->p->stop[i];
+            size_t ls = strlen(s);
+            for (size_t l = ls ? ls - 1 : 0; l > 0; l--)
+                if (l <= g->t.n - g->sent && !memcmp(g->t.p + g->t.n - l, s, l)) {
+                    if (g->t.n - l < emit) emit = g->t.n - l;
+                    break;
+                }
+        }
+    }
+    if (g->stopped) { g->t.n = end; g->t.p[end] = 0; }
+    if (emit > g->sent && g->p->on_text && !g->cancelled)
+        if (!g->p->on_text(g->t.p + g->sent, emit - g->sent, g->p->user)) g->cancelled = true;
+    if (emit > g->sent) g->sent = emit;
+}
+
+static hx_status gen_prefill_cb(void *user, int s, int k, const float *logits, hx_error *e) {
+    (void)user; (void)s; (void)k; (void)logits; (void)e; /* read later with hx_get_logits(-1) */
+    return HX_OK;
+}
+
+hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_result *r, hx_error *e) {
+    if (!r) return hx_err(e, HX_ERR_ARG, "hx_generate: result is NULL");
+    memset(r, 0, sizeof *r);
+    if (!c || !p) return hx_err(e, HX_ERR_ARG, "hx_generate: context or params is NULL");
+    const hx_model *m = c->m;
+    int n_src = (p->prompt != NULL) + (p->messages != NULL || p->n_messages != 0) + (p->prompt_ids != NULL || p->n_prompt_ids != 0);
+    if (n_src != 1)
+        return hx_err(e, HX_ERR_ARG, "hx_generate: give exactly one of prompt, messages and prompt_ids (%d given)", n_src);
+    if (p->seq < 0 || p->seq >= c->n_seq)
+        return hx_err(e, HX_ERR_RANGE, "hx_generate: sequence %d is outside 0..%d", p->seq, c->n_seq - 1);
+    if (p->max_tokens < -1) return hx_err(e, HX_ERR_ARG, "hx_generate: max_tokens %d (-1: until the end)", p->max_tokens);
+    if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop)) return hx_err(e, HX_ERR_ARG, "hx_generate: %d stop strings at NULL", p->n_stop);
+    for (int i = 0; i < p->n_stop; i++)
+        if (!p->stop[i]) return hx_err(e, HX_ERR_ARG, "hx_generate: stop string %d is NULL", i);
+    if (p->n_stop > 0 && !m->api->tok) return hx_err(e, HX_ERR_ARG, "hx_generate: stop strings need a tokenizer; %s has none", m->cfg.name);
+    if (p->sampling.n_logit_bias < 0 || (p->sampling.n_logit_bias > 0 && !p->sampling.logit_bias))
+        return hx_err(e, HX_ERR_ARG, "hx_generate: %d logit biases at NULL", p->sampling.n_logit_bias);
+    const int V = c->n_vocab, seq = p->seq;
+    hx_status st = HX_OK;
+    int32_t *prompt = NULL;
+    int n_prompt = 0;
+    if (p->prompt) {
+        st = hx_api_tokenize(m, p->prompt, strlen(p->prompt), true, true, &prompt, &n_prompt, e);
+    } else if (p->messages || p->n_messages) {
+        char *txt = NULL;
+        if (!(st = hx_chat_apply(m, p->messages, p->n_messages, true, &txt, e)))
+            st = hx_api_tokenize(m, txt, strlen(txt), true, true, &prompt, &n_prompt, e);
+        free(txt);
+    } else {
+        if (p->n_prompt_ids < 0 || !p->prompt_ids)
+            return hx_err(e, HX_ERR_ARG, "hx_generate: %d prompt ids at NULL", p->n_prompt_ids);
+        for (int i = 0; i < p->n_prompt_ids; i++)
+            if (p->prompt_ids[i] < 0 || p->prompt_ids[i] >= V)
+                return hx_err(e, HX_ERR_RANGE, "hx_generate: prompt_ids[%d] = %d is outside the vocabulary (0..%d)", i,
+                              p->prompt_ids[i], V - 1);
+        n_prompt = p->n_prompt_ids;
+        prompt = malloc(sizeof *prompt * (size_t)(n_prompt ? n_prompt : 1));
+        if (!prompt) return hx_err(e, HX_ERR_NOMEM, "hx_generate: out of memory");
+        if (n_prompt) memcpy(prompt, p->prompt_ids, sizeof *prompt * (size_t)n_prompt);
+    }
+    if (st) return st;
+    if (n_prompt == 0) { free(prompt); return hx_err(e, HX_ERR_ARG, "hx_generate: the prompt has no tokens"); }
+    if (n_prompt > c->n_ctx_seq) {
+        free(prompt);
+        return hx_err(e, HX_ERR_RANGE, "hx_generate: a prompt of %d tokens does not fit sequence %d's %d positions",
+                      n_prompt, seq, c->n_ctx_seq);
+    }
+    hx_sampler *smp = hx_sampler_new(&p->sampling, V);
+    hx_detok *dt = m->api->tok ? hx_detok_new(m, false) : NULL;
+    gtext g = {.p = p};
+    int32_t *ids = malloc(sizeof *ids * 64);
+    int n_ids = 0, cap_ids = 64;
+    hx_batch b = hx_batch_init(c->p.n_batch);
+    if (!smp || (m->api->tok && !dt) || !ids || !b.capacity || !tput(&g.t, "", 0)) {
+        st = hx_err(e, HX_ERR_NOMEM, "hx_generate: out of memory");
+        goto fail;
+    }
+    /* reuse the longest cached prefix; at least the last prompt token runs again for its logits */
+    const int32_t *have = hx_seq_tokens(c, seq);
+    int lcp = 0, held = hx_seq_pos(c, seq);
+    while (lcp < held && lcp < n_prompt && have[lcp] == prompt[lcp]) lcp++;
+    if (lcp == n_prompt) lcp--;
+    int cached = lcp < held ? hx_seq_keep(c, seq, lcp) : lcp;
+    size_t peak = dev_bytes(c);
+    double t0 = hx_now_s();
+    seg s0 = {.seq = seq, .pos = cached, .n = n_prompt - cached, .want = 1, .tok = prompt + cached};
+    if ((st = run_segs(c, &b, &s0, 1, gen_prefill_cb, NULL, e))) goto fail;
+    const float *logits = hx_get_logits(c, -1);
+    double t1 = hx_now_s();
+    if (dev_bytes(c) > peak) peak = dev_bytes(c);
+    for (int i = 0; i < n_prompt; i++) hx_sampler_accept(smp, prompt[i]);
+    bool greedy = p->sampling.temp <= 0 && !hx_sampler_penalizes(&p->sampling) && p->sampling.n_logit_bias == 0;
+    bool fast = greedy && c->be->decode_greedy;
+    int limit = p->max_tokens < 0 ? INT_MAX : p->max_tokens, pos = n_prompt, n_dec = 0;
+    hx_stop_reason why = HX_STOP_LENGTH;
+    int32_t t = limit > 0 ? (greedy ? hx_argmax(logits, V) : hx_sampler_sample(smp, logits)) : -1;
+    bool ran_fast = false;
+    while (limit > 0) {
+        if (!p->ignore_eog && hx_token_is_eog(m, t)) { why = HX_STOP_EOG; break; }
+        if (n_ids == cap_ids) {
+            int32_t *q = realloc(ids, sizeof *ids * (size_t)(cap_ids *= 2));
+            if (!q) { st = hx_err(e, HX_ERR_NOMEM, "hx_generate: out of memory"); goto fail; }
+            ids = q;
+        }
+        ids[n_ids++] = t;
+        hx_sampler_accept(smp, t);
+        if (dt) {
+            const char *piece = hx_detok_push(dt, t);
+            if (!tput(&g.t, piece, strlen(piece))) { st = hx_err(e, HX_ERR_NOMEM, "hx_generate: out of memory"); goto fail; }
+            gtext_update(&g, false);
+            if (g.stopped) { why = HX_STOP_STRING; break; }
+            if (g.cancelled) { why = HX_STOP_CANCELLED; break; }
+        }
+        if (n_ids == limit) { why = HX_STOP_LENGTH; break; }
+        if (p->cancel && *p->cancel) { why = HX_STOP_CANCELLED; break; }
+        if (pos >= c->n_ctx_seq) { why = HX_STOP_CONTEXT; break; }
+        int32_t next;
+        if (fast) {
+            if ((st = c->be->decode_greedy(c->bctx, seq, t, pos, &next, e))) goto fail;
+            ran_fast = true;
+            c->seq_tok[(size_t)seq * (size_t)c->n_ctx_seq + (size_t)pos] = t;
+            c->seq_len[seq] = pos + 1;
+            c->n_last = 0;
+        } else {
+            hx_batch_clear(&b);
+            hx_batch_add(&b, t, pos, seq, true);
+            if ((st = hx_decode(c, &b, e))) goto fail;
+            logits = hx_get_logits(c, 0);
+            next = greedy ? hx_argmax(logits, V) : hx_sampler_sample(smp, logits);
+        }
+        pos++;
+        n_dec++;
+        t = next;
+    }
+    if (ran_fast && c->be->finish && (st = c->be->finish(c->bctx, e))) goto fail;
+    if (dt && why != HX_STOP_STRING) {
+        const char *rest = hx_detok_flush(dt);
+        if (!tput(&g.t, rest, strlen(rest))) { st = hx_err(e, HX_ERR_NOMEM, "hx_generate: out of memory"); goto fail; }
+        gtext_update(&g, true);
+        if (g.stopped) why = HX_STOP_STRING;
+        else if (g.cancelled && why != HX_STOP_CANCELLED) why = HX_STOP_CANCELLED;
+    }
+    double t2 = hx_now_s();
+    if (dev_bytes(c) > peak) peak = dev_bytes(c);
+    r->text = g.t.p;
+    r->ids = ids;
+    r->n_ids = n_ids;
+    r->prompt_ids = prompt;
+    r->n_prompt_ids = n_prompt;
+    r->stop = why;
+    r->metrics = (hx_metrics){.prompt_tokens = n_prompt - cached, .cached_tokens = cached, .gen_tokens = n_ids,
+                              .prefill_s = t1 - t0, .decode_s = t2 - t1, .peak_device_bytes = peak};
+    r->metrics.prefill_tok_per_s = t1 > t0 ? (n_prompt - cached) / (t1 - t0) : 0;
+    r->metrics.decode_tok_per_s = t2 > t1 && n_dec ? n_dec / (t2 - t1) : 0;
+    hx_sampler_free(smp);
+    hx_detok_free(dt);
+    hx_batch_free(&b);
+    return HX_OK;
+fail:
+    hx_sampler_free(smp);
+    hx_detok_free(dt);
+    hx_batch_free(&b);
+    free(g.t.p); free(ids); free(prompt);
+    memset(r, 0, sizeof *r);
+    return st;
+}
+
+/* ---- classify ---- */
+
+typedef struct cls {
+    int n_labels;
+    int32_t **lab;   /* label token ids */
+    int *lab_n;
+    double *score;   /* s_ij, n_prompts x n_labels */
+    int *job_i, *job_j; /* per segment: the prompt and label it scores (-1: prompt prefill) */
+    int g0;          /* first prompt of the group (segments of prefill map to prompt g0 + s) */
+} cls;
+
+static double lse(const float *x, int n) {
+    float mx = x[0];
+    for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
+    double s = 0;
+    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
+    return mx + log(s);
+}
+
+/* The prompt's last logits: the first token of every label. */
+static hx_status cls_first(void *user, int s, int k, const float *logits, hx_error *e) {
+    (void)k; (void)e;
+    cls *C = user;
+    int V = C->lab_n[C->n_labels]; /* stashed vocabulary size */
+    double z = lse(logits, V);
+    for (int j = 0; j < C->n_labels; j++)
+        C->score[(size_t)(C->g0 + s) * (size_t)C->n_labels + (size_t)j] = logits[C->lab[j][0]] - z;
+    return HX_OK;
+}
+
+/* Label token k's logits: the log-probability of label token k + 1. */
+static hx_status cls_next(void *user, int s, int k, const float *logits, hx_error *e) {
+    (void)e;
+    cls *C = user;
+    int V = C->lab_n[C->n_labels], i = C->job_i[s], j = C->job_j[s];
+    C->score[(size_t)i * (size_t)C->n_labels + (size_t)j] += logits[C->lab[j][k + 1]] - lse(logits, V);
+    return HX_OK;
+}
+
+hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, const char *const *labels,
+                      int n_labels, float *probs, float *logprobs, hx_metrics *metrics, hx_error *e) {
+    if (!c || !prompts || !labels || !probs) return hx_err(e, HX_ERR_ARG, "hx_classify: context, prompts, labels or probs is NULL");
+    if (n_prompts < 1 || n_labels < 1) return hx_err(e, HX_ERR_ARG, "hx_classify: %d prompts and %d labels (>= 1 each)", n_prompts, n_labels);
+    if (metrics) memset(metrics, 0, sizeof *metrics);
+    const hx_model *m = c->m;
+    hx_status st = HX_OK;
+    cls C = {.n_labels = n_labels};
+    C.lab = calloc((size_t)n_labels, sizeof *C.lab);
+    C.lab_n = calloc((size_t)n_labels + 1, sizeof *C.lab_n);
+    C.score = calloc((size_t)n_prompts * (size_t)n_labels, sizeof *C.score);
+    int ns = c->n_seq;
+    C.job_i = calloc((size_t)ns * (size_t)n_labels + (size_t)ns, sizeof *C.job_i);
+    C.job_j = calloc((size_t)ns * (size_t)n_labels + (size_t)ns, sizeof *C.job_j);
+    int32_t **pt = calloc((size_t)ns, sizeof *pt);
+    int *pn = calloc((size_t)ns, sizeof *pn);
+    seg *sg = calloc((size_t)ns * (size_t)n_labels + (size_t)ns, sizeof *sg);
+    hx_batch b = hx_batch_init(c->p.n_batch);
+    if (!C.lab || !C.lab_n || !C.score || !C.job_i || !C.job_j || !pt || !pn || !sg || !b.capacity) {
+        st = hx_err(e, HX_ERR_NOMEM, "hx_classify: out of memory");
+        goto out;
+    }
+    int max_l = 0;
+    for (int j = 0; j < n_labels && !st; j++) {
+        if (!labels[j]) { st = hx_err(e, HX_ERR_ARG, "hx_classify: label %d is NULL", j); break; }
+        if ((st = hx_api_tokenize(m, labels[j], strlen(labels[j]), false, false, &C.lab[j], &C.lab_n[j], e))) break;
+        if (C.lab_n[j] == 0) st = hx_err(e, HX_ERR_ARG, "hx_classify: label %d ('%s') has no tokens", j, labels[j]);
+        if (C.lab_n[j] > max_l) max_l = C.lab_n[j];
+    }
+    if (st) goto out;
+    C.lab_n[n_labels] = c->n_vocab;
+    /* with multi-token labels, half the slots hold prompts and the other half forks of them */
+    int group = max_l > 1 && ns > 1 ? (ns + 1) / 2 : ns, spare = ns - group;
+    for (int s = 0; s < ns; s++) hx_seq_clear(c, s);
+    double t0 = hx_now_s();
+    long tokens = 0;
+    for (int g0 = 0; g0 < n_prompts && !st; g0 += group) {
+        int gn = n_prompts - g0 < group ? n_prompts - g0 : group;
+        for (int s = 0; s < gn; s++) {
+            int i = g0 + s;
+            free(pt[s]); pt[s] = NULL;
+            if (!prompts[i]) { st = hx_err(e, HX_ERR_ARG, "hx_classify: prompt %d is NULL", i); break; }
+            if ((st = hx_api_tokenize(m, prompts[i], strlen(prompts[i]), true, true, &pt[s], &pn[s], e))) break;
+            if (pn[s] == 0) { st = hx_err(e, HX_ERR_ARG, "hx_classify: prompt %d has no tokens", i); break; }
+            if (pn[s] + max_l - 1 > c->n_ctx_seq) {
+                st = hx_err(e, HX_ERR_RANGE, "hx_classify: prompt %d: %d tokens and labels of up to %d do not fit a "
+                            "sequence's %d positions", i, pn[s], max_l, c->n_ctx_seq);
+                break;
+            }
+            sg[s] = (seg){.seq = s, .pos = 0, .n = pn[s], .want = 1, .tok = pt[s]};
+            tokens += pn[s];
+        }
+        if (st) break;
+        C.g0 = g0;
+        if ((st = run_segs(c, &b, sg, gn, cls_first, &C, e))) break;
+        /* multi-token labels: the rest of each label after a copy of the prompt */
+        int n_jobs = 0;
+        for (int s = 0; s < gn; s++)
+            for (int j = 0; j < n_labels; j++)
+                if (C.lab_n[j] > 1) { C.job_i[n_jobs] = g0 + s; C.job_j[n_jobs] = j; n_jobs++; }
+        for (int j0 = 0; j0 < n_jobs && !st; j0 += spare ? spare : 1) {
+            int jn = spare ? (n_jobs - j0 < spare ? n_jobs - j0 : spare) : 1;
+            for (int k = 0; k < jn && !st; k++) {
+                int i = C.job_i[j0 + k], j = C.job_j[j0 + k], s = i - g0, slot = spare ? group + k : s;
+                if (spare) st = hx_seq_copy(c, s, slot, pn[s], e);
+                else if (hx_seq_keep(c, slot, pn[s]) != pn[s]) {  /* one slot: back to the prompt (again) */
+                    hx_seq_clear(c, slot);
+                    seg re = {.seq = slot, .pos = 0, .n = pn[s], .want = 0, .tok = pt[s]};
+                    st = run_segs(c, &b, &re, 1, cls_first, &C, e);
+                    tokens += pn[s];
+                }
+                sg[k] = (seg){.seq = slot, .pos = pn[s], .n = C.lab_n[j] - 1, .want = 2, .tok = C.lab[j]};
+                tokens += C.lab_n[j] - 1;
+            }
+            if (st) break;
+            /* cls_next finds the job of segment k at job_i/job_j[k]: shift the window down */
+            int *si = C.job_i, *sj = C.job_j;
+            C.job_i += j0; C.job_j += j0;
+            st = run_segs(c, &b, sg, jn, cls_next, &C, e);
+            C.job_i = si; C.job_j = sj;
+        }
+        for (int s = 0; s < ns; s++) hx_seq_clear(c, s);
+    }
+    if (st) goto out;
+    double t1 = hx_now_s();
+    for (int i = 0; i < n_prompts; i++) {
+        const double *sc = C.score + (size_t)i * (size_t)n_labels;
+        double mx = sc[0];
+        for (int j = 1; j < n_labels; j++) if (sc[j] > mx) mx = sc[j];
+        double sum = 0;
+        for (int j = 0; j < n_labels; j++) sum += exp(sc[j] - mx);
+        for (int j = 0; j < n_labels; j++) {
+            probs[(size_t)i * (size_t)n_labels + (size_t)j] = (float)(exp(sc[j] - mx) / sum);
+            if (logprobs) logprobs[(size_t)i * (size_t)n_labels + (size_t)j] = (float)sc[j];
+        }
+    }
+    if (metrics) {
+        metrics->prompt_tokens = (int)(tokens < INT_MAX ? tokens : INT_MAX);
+        metrics->prefill_s = t1 - t0;
+        metrics->prefill_tok_per_s = t1 > t0 ? tokens / (t1 - t0) : 0;
+        metrics->peak_device_bytes = dev_bytes(c);
+    }
+out:
+    for (int s = 0; s < ns && pt; s++) free(pt[s]);
+    for (int j = 0; j < n_labels && C.lab; j++) free(C.lab[j]);
+    free(pt); free(pn); free(sg); free(C.lab); free(C.lab_n); free(C.score); free(C.job_i); free(C.job_j);
+    hx_batch_free(&b);
+    if (st && c) for (int s = 0; s < c->n_seq; s++) hx_seq_clear(c, s);
+    return st;
+}
