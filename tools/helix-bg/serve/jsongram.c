@@ -144,11 +144,14 @@ static bool string_byte(jg_state *s, unsigned c) {
 static bool feed_byte(jg_state *s, unsigned c) {
     if (s->mode <= M_AFTER && s->mode != M_STRING) {
         if (is_ws(c)) {
-            if (s->ws >= JG_MAX_WS) return false;
+            /* no whitespace before the object; within it short runs with at most two line breaks */
+            if (s->mode == M_START || s->ws >= JG_MAX_WS) return false;
+            if (c == '\n' && ++s->nl > 2) return false;
             s->ws++;
             return true;
         }
         s->ws = 0;
+        s->nl = 0;
     }
     switch (s->mode) {
     case M_START:

@@ -13,8 +13,9 @@
  * Strict RFC 8259: a top-level object; strings hold valid UTF-8 with no
  * control bytes; escapes \" \\ \/ \b \f \n \r \t \uXXXX (no surrogate
  * halves: \uD... is refused); numbers -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?;
- * literals true/false/null; at most JG_MAX_WS whitespace bytes in a row (so
- * a model cannot stall in whitespace); nesting at most JG_MAX_DEPTH.
+ * literals true/false/null; no whitespace before the object and at most
+ * JG_MAX_WS whitespace bytes (two line breaks) in a row (so a model cannot
+ * stall in whitespace); nesting at most JG_MAX_DEPTH.
  */
 #ifndef HX_SERVE_JSONGRAM_H
 #define HX_SERVE_JSONGRAM_H
@@ -35,6 +36,7 @@ typedef struct jg_state {
     uint8_t u8need;   /* UTF-8 continuation bytes still owed inside a string */
     uint8_t u8lo, u8hi; /* range of the next continuation byte */
     uint8_t ws;       /* whitespace bytes in a row */
+    uint8_t nl;       /* line breaks in that run */
     uint8_t is_key;   /* the open string is an object key */
 } jg_state;
 

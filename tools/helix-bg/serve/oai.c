@@ -326,6 +326,7 @@ int oai_parse_chat(srv *s, const char *body, size_t len, srv_req *r, oai_err *er
     sbuf *texts = NULL;
     int n = 0;
     char *prompt = NULL;
+    bool own_prompt = false;
     if ((st = check_model(s, root, err))) goto done;
     cJSON *m = field(root, "messages");
     if (!m || !cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0) {
@@ -365,7 +366,19 @@ int oai_parse_chat(srv *s, const char *body, size_t len, srv_req *r, oai_err *er
     r->logprobs = lp ? (int)top : -1;
     if (s && s->model) {
         hx_error e = {0};
-        if (hx_chat_apply(s->model, msgs, n, true, &prompt, &e) != HX_OK) {
+        hx_status cs = hx_chat_apply(s->model, msgs, n, true, &prompt, &e);
+        if (cs == HX_ERR_UNSUPPORTED) {
+            /* no template the library knows: ChatML, as llama-server falls back to */
+            static int warned;
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                fprintf(stderr, "serve: %s; using ChatML\n", e.msg);
+            sbuf b = {0};
+            for (int k = 0; k < n; k++) sbuf_printf(&b, "<|im_start|>%s\n%s<|im_end|>\n", msgs[k].role, msgs[k].content);
+            sbuf_adds(&b, "<|im_start|>assistant\n");
+            if (b.oom) { sbuf_free(&b); st = fail(err, 500, "out_of_memory", "out of memory"); goto done; }
+            prompt = sbuf_take(&b);
+            own_prompt = true;
+        } else if (cs != HX_OK) {
             st = fail(err, 400, "invalid_value", "chat template: %s", e.msg);
             goto done;
         }
@@ -377,7 +390,8 @@ done:
     if (texts) for (int k = 0; k < n; k++) sbuf_free(&texts[k]);
     free(texts);
     free(msgs);
-    hx_free(prompt);
+    if (own_prompt) free(prompt);
+    else hx_free(prompt);
     cJSON_Delete(root);
     return st;
 }

@@ -258,7 +258,7 @@ static slot *admit(srv *s, sched *sc, srv_req *r) {
     int n_want = r->n_prompt;
     if (r->kind == REQ_EMBED) { want = NULL; n_want = 0; }
     slot *best = NULL, *lru = NULL;
-    int best_l = -1;
+    int best_l = -1;   /* ties: the least recently used */
     for (int i = 0; i < sc->n_slots; i++) {
         slot *sl = &sc->slots[i];
         if (sl->state != S_FREE) continue;
@@ -267,7 +267,7 @@ static slot *admit(srv *s, sched *sc, srv_req *r) {
         if (l > best_l || (l == best_l && sl->last_used < best->last_used)) { best = sl; best_l = l; }
     }
     if (!best) return NULL;
-    if (best_l < 16 && lru) { best = lru; best_l = want ? lcp(hx_seq_tokens(sc->ctx, lru->seq), hx_seq_pos(sc->ctx, lru->seq), want, n_want) : 0; }
+    if (best_l <= 0) best = lru;   /* nothing shared: evict the least recently used cache */
     /* a busy slot may hold a longer prefix (the same system prompt, in flight): copy it */
     int keep = best_l;
     if (want) {
