@@ -306,8 +306,14 @@ srv.close()
 
 # ---- --no-queue, CORS, shutdown with a stream in flight ----
 srv = Server(["-m", model, "-np", "1", "-c", "2048", "-t", "2", "--no-queue", "--cors", "http://example.test",
-              "--shutdown-timeout", "1"])
+              "--shutdown-timeout", "1", "--timeout", "1.5"])
 try:
+    t0 = time.time()
+    st, body = srv.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1900, "temperature": 0})
+    took = time.time() - t0
+    check(st == 200 and body["choices"][0]["finish_reason"] == "length" and body["usage"]["completion_tokens"] < 1900
+          and took < 3, "--timeout 1.5: the answer so far, finish length (%.1f s, %s tokens)" %
+          (took, body.get("usage", {}).get("completion_tokens")))
     st, h, _ = srv.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://example.test"})
     check(st == 204 and h.get("access-control-allow-origin") == "http://example.test", "--cors: preflight 204")
     st, h, _ = srv.request("GET", "/v1/models")

@@ -58,6 +58,17 @@ try:
     cached = (r2.usage.prompt_tokens_details.cached_tokens if r2.usage.prompt_tokens_details else 0) or 0
     check(cached > 0, "the shared system prompt is reused (cached_tokens %s)" % cached)
 
+    # a long system prompt shared by requests running at the same time: the second copies the first's prefix
+    sysmsg = {"role": "system", "content": "You answer in rhymes about the sea, " * 8}
+    stream = client.chat.completions.create(model="smol", messages=[sysmsg, {"role": "user", "content": "One"}],
+                                            max_tokens=400, temperature=0, stream=True)
+    next(iter(stream))   # the first request holds its slot, decoding
+    r3 = client.chat.completions.create(model="smol", messages=[sysmsg, {"role": "user", "content": "Two"}],
+                                        max_tokens=2, temperature=0)
+    stream.close()
+    cached = (r3.usage.prompt_tokens_details.cached_tokens if r3.usage.prompt_tokens_details else 0) or 0
+    check(cached >= 64, "a busy slot's prefix is copied (cached_tokens %s of %s)" % (cached, r3.usage.prompt_tokens))
+
     # ---- completions ----
     r = client.completions.create(model="smol", prompt="Once upon a time", max_tokens=12, temperature=0)
     check(r.object == "text_completion" and isinstance(r.choices[0].text, str) and r.usage.completion_tokens > 0,
