@@ -305,15 +305,20 @@ check(rc == 0, "SIGTERM: exit 0 (got %s)" % rc)
 srv.close()
 
 # ---- --no-queue, CORS, shutdown with a stream in flight ----
-srv = Server(["-m", model, "-np", "1", "-c", "2048", "-t", "2", "--no-queue", "--cors", "http://example.test",
-              "--shutdown-timeout", "1", "--timeout", "1.5"])
+srv = Server(["-m", model, "-np", "1", "-c", "2048", "-t", "2", "--timeout", "1.5"])
 try:
     t0 = time.time()
     st, body = srv.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1900, "temperature": 0})
     took = time.time() - t0
     check(st == 200 and body["choices"][0]["finish_reason"] == "length" and body["usage"]["completion_tokens"] < 1900
-          and took < 3, "--timeout 1.5: the answer so far, finish length (%.1f s, %s tokens)" %
+          and took < 4, "--timeout 1.5: the answer so far, finish length (%.1f s, %s tokens)" %
           (took, body.get("usage", {}).get("completion_tokens")))
+finally:
+    srv.close()
+
+srv = Server(["-m", model, "-np", "1", "-c", "2048", "-t", "2", "--no-queue", "--cors", "http://example.test",
+              "--shutdown-timeout", "1"])
+try:
     st, h, _ = srv.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://example.test"})
     check(st == 204 and h.get("access-control-allow-origin") == "http://example.test", "--cors: preflight 204")
     st, h, _ = srv.request("GET", "/v1/models")
@@ -322,7 +327,7 @@ try:
                           srv.url("/v1/completions")], stdout=subprocess.PIPE)
     first = p.stdout.read(100)
     st, body = srv.json("POST", "/v1/completions", {"prompt": "y", "max_tokens": 4})
-    check(st == 429 and err_shape(body), "--no-queue: 429 when the slot is busy (%s)" % st)
+    check(st == 429 and err_shape(body), "--no-queue: 429 when the slot is busy (%s %s)" % (st, body))
     t0 = time.time()
     srv.proc.send_signal(signal.SIGTERM)
     rest = p.stdout.read()

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "serve/serve.h"
 
@@ -40,6 +41,7 @@ static void usage(FILE *f) {
         "      --device D           auto, cpu or cuda (default auto)\n"
         "  -b, --batch N            most tokens in one decode step (default 512)\n"
         "      --prefill-chunk N    prompt tokens per step while other requests decode (default 256)\n"
+        "      --step-ms MS         ... fewer when such a step would take longer (default 150; 0: off)\n"
         "      --max-body BYTES     largest request body, K/M suffixes (default 8M); larger: 413\n"
         "      --max-tokens N       ceiling on generated tokens per request (default: the context)\n"
         "      --max-prompt N       ceiling on prompt tokens (default: the context); longer: 400\n"
@@ -170,7 +172,7 @@ static bool wait_idle(srv *s, double deadline) {
 
 int cmd_serve(int argc, char **argv) {
     srv_config c = {
-        .host = "127.0.0.1", .port = 8080, .n_parallel = 4, .n_batch = 512, .prefill_chunk = 256,
+        .host = "127.0.0.1", .port = 8080, .n_parallel = 4, .n_batch = 512, .prefill_chunk = 256, .step_target_s = 0.15,
         .device = HX_DEVICE_AUTO, .max_body = 8u << 20, .max_queue = 256, .timeout_s = 600,
         .idle_timeout_s = 30, .max_connections = 16384, .shutdown_s = 10, .decoder_embeddings = true,
     };
@@ -201,6 +203,7 @@ int cmd_serve(int argc, char **argv) {
         else if ((!strcmp(a, "-np") || !strcmp(a, "--parallel")) && more) { if (!parse_int(a, argv[++i], 1, 1024, &v)) goto out_cfg; c.n_parallel = (int)v; }
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && more) { if (!parse_int(a, argv[++i], 0, 1024, &v)) goto out_cfg; c.n_threads = (int)v; }
         else if ((!strcmp(a, "-b") || !strcmp(a, "--batch")) && more) { if (!parse_int(a, argv[++i], 1, 1 << 16, &v)) goto out_cfg; c.n_batch = (int)v; }
+        else if (!strcmp(a, "--step-ms") && more) { if (!parse_int(a, argv[++i], 0, 100000, &v)) goto out_cfg; c.step_target_s = v / 1e3; }
         else if (!strcmp(a, "--prefill-chunk") && more) { if (!parse_int(a, argv[++i], 1, 1 << 16, &v)) goto out_cfg; c.prefill_chunk = (int)v; }
         else if (!strcmp(a, "--device") && more) {
             const char *d = argv[++i];
@@ -222,6 +225,14 @@ int cmd_serve(int argc, char **argv) {
         else { fprintf(stderr, "helix-bg serve: bad or incomplete option '%s'\n", a); usage(stderr); goto out_cfg; }
     }
     if (!c.model_path && !c.embed_path) { fprintf(stderr, "helix-bg serve: -m MODEL (or -e EMBED_MODEL) is required\n"); usage(stderr); goto out_cfg; }
+    /* a missing file is reported before listening (loading reports everything else) */
+    const char *paths[2] = {c.model_path, c.embed_path};
+    for (int i = 0; i < 2; i++)
+        if (paths[i] && access(paths[i], R_OK)) {
+            fprintf(stderr, "helix-bg serve: %s %s: %s\n", i ? "-e" : "-m", paths[i], strerror(errno));
+            rc = 1;
+            goto out_cfg;
+        }
     if (c.no_queue) c.max_queue = c.n_parallel;
     if (c.max_queue < 1) c.max_queue = 1;
     if (c.verbose >= 2) hx_set_log_level(2);

@@ -145,7 +145,7 @@ static int check_model(srv *s, const cJSON *root, oai_err *err) {
     cJSON *m = field(root, "model");
     if (!m) return 0;
     if (!cJSON_IsString(m)) return fail(err, 400, "invalid_type", "'model' must be a string");
-    if (s && !model_matches(m->valuestring, s->model_id, s->cfg.model_path))
+    if (s && m->valuestring[0] && !model_matches(m->valuestring, s->model_id, s->cfg.model_path))   /* "": the default */
         return fail(err, 404, "model_not_found", "the model '%.200s' does not exist; this server has '%.150s'",
                     m->valuestring, s->model_id);
     return 0;
@@ -259,6 +259,7 @@ static int parse_sampling(srv *s, const cJSON *root, srv_req *r, oai_err *err) {
         r->sp.n_logit_bias = k;
     }
 
+    if ((st = get_bool(root, "ignore_eos", &r->ignore_eog, err))) return st;
     bool stream = false;
     if ((st = get_bool(root, "stream", &stream, err))) return st;
     r->stream = stream;

@@ -507,7 +507,7 @@ static void slot_sample(srv *s, sched *sc, slot *sl, const float *logits) {
     s->st.gen_tokens++;
     if (sl->n_gen == 1) r->t_first = util_now();
     pthread_mutex_unlock(&s->mu);
-    if (hx_token_is_eog(s->model, tok)) {
+    if (hx_token_is_eog(s->model, tok) && !(r->ignore_eog && !r->json_mode)) {
         sl->n_gen--;   /* the end-of-generation token is not part of the completion */
         r->usage_gen = sl->n_gen;
         slot_finish(s, sc, sl, FIN_STOP);
@@ -622,7 +622,7 @@ static void update_stats(srv *s, sched *sc, int seqs, int tokens) {
 static void *sched_main(void *arg) {
     srv *s = arg;
     sched *sc = s->sched;
-    int prefill_budget = s->cfg.prefill_chunk;
+    double tok_s = 0;   /* running estimate of decode seconds per batch token */
     for (;;) {
         double now = util_now();
         /* 1-2: cancellations, deadlines, admissions (under the lock), then the hx work outside it */
@@ -715,7 +715,16 @@ static void *sched_main(void *arg) {
             seqs++;
             n_dec++;
         }
-        int budget = n_dec ? prefill_budget : b->capacity;
+        /* While streams decode, a step's prompt tokens are capped so the step stays near
+         * --step-ms (a step is every stream's inter-token gap), and at --prefill-chunk. */
+        int budget = b->capacity;
+        if (n_dec) {
+            budget = s->cfg.prefill_chunk;
+            if (tok_s > 0 && s->cfg.step_target_s > 0) {
+                double fit = s->cfg.step_target_s / tok_s - n_dec;
+                if (fit < budget) budget = fit < 16 ? 16 : (int)fit;
+            }
+        }
         /* prefill in admission order (request serial) so the oldest prompt finishes first */
         for (;;) {
             slot *pick = NULL;
@@ -750,6 +759,8 @@ static void *sched_main(void *arg) {
         hx_error e = {0};
         hx_status st = hx_decode(sc->ctx, b, &e);
         double t1 = util_now();
+        double per = (t1 - t0) / b->n_tokens;
+        tok_s = tok_s > 0 ? 0.8 * tok_s + 0.2 * per : per;
         pthread_mutex_lock(&s->mu);
         s->st.decode_steps++;
         s->st.busy_s += t1 - t0;

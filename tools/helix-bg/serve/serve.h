@@ -48,7 +48,8 @@ typedef struct srv_config {
     int n_parallel;            /* --parallel: sequence slots */
     int n_threads;             /* -t */
     int n_batch;               /* most tokens per hx_decode */
-    int prefill_chunk;         /* prompt tokens per step over all prefilling slots */
+    int prefill_chunk;         /* prompt tokens per step over all prefilling slots (while others decode) */
+    double step_target_s;      /* ... fewer when a step would take longer than this */
     hx_device device;
     size_t max_body;           /* bytes; larger bodies get 413 */
     int max_tokens;            /* ceiling on generated tokens per request (0: the context) */
@@ -95,6 +96,7 @@ typedef struct srv_req {
     int n_stop;
     int logprobs;              /* -1: off; else top_logprobs count (0..20) */
     bool json_mode;            /* response_format json_object / json_schema */
+    bool ignore_eog;           /* llama-server's ignore_eos: keep going (benchmarks) */
 
     /* embedding inputs */
     char **texts;
