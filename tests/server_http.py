@@ -314,7 +314,7 @@ try:
           and took < 4, "--timeout 1.5: the answer so far, finish length (%.1f s, %s tokens)" %
           (took, body.get("usage", {}).get("completion_tokens")))
 finally:
-    srv.close()
+    check(srv.close() == 0, "--timeout server: exit 0")
 
 srv = Server(["-m", model, "-np", "1", "-c", "2048", "-t", "2", "--no-queue", "--cors", "http://example.test",
               "--shutdown-timeout", "1"])
@@ -338,5 +338,5 @@ try:
     check(ev[-1] == "[DONE]", "SIGTERM: the running stream is ended properly")
     check(rc == 0 and took < 6, "SIGTERM: exit 0 within the deadline (%s, %.1f s)" % (rc, took))
 finally:
-    srv.close()
+    check(srv.close() == 0, "exit 0")
 check.finish()

@@ -199,5 +199,5 @@ for name in ["tiny-qwen3-shared.gguf", "tiny-llama3-shared.gguf", "tiny-gemma3-s
         r = cl.completions.create(model=mid, prompt="hello", max_tokens=4, temperature=0, logit_bias={str(z): 100})
         check(r.choices[0].text == "Z" * 4, "%s: logit_bias +100 forces a token (%r)" % (name, r.choices[0].text))
     finally:
-        s.close()
+        check(s.close() == 0, "%s: server exit 0" % name)
 check.finish()

@@ -107,11 +107,15 @@ class Server:
         return self.proc.returncode
 
     def close(self):
-        self.stop()
+        """Stops the server; returns its exit status (sanitizer reports make it nonzero; the log is shown)."""
+        rc = self.stop()
+        if rc != 0:
+            log("server exit status %s; its log ends:\n%s" % (rc, self.log_text()[-3000:]))
         try:
             os.unlink(self.logf.name)
         except OSError:
             pass
+        return rc
 
 
 class Checks:
