@@ -112,7 +112,9 @@ typedef enum hx_device {
 } hx_device;
 
 /* Called during loading with the fraction done (0..1); return false to cancel
- * (hx_model_open then fails with HX_ERR_CANCELLED). */
+ * (hx_model_open then fails with HX_ERR_CANCELLED). hx_model_open reports
+ * reading the weights (one call per 16 MB); on CUDA, hx_context_new reports the
+ * weight upload through the same callback. */
 typedef bool (*hx_progress_fn)(float fraction, void *user);
 
 typedef struct hx_model_params {
@@ -272,21 +274,22 @@ bool hx_batch_add(hx_batch *b, int32_t token, int32_t pos, int32_t seq_id, bool 
  * leaves the cache as it was before it for every sequence. */
 hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e);
 /* Logits (n_vocab floats) of batch token i of the last hx_decode, or NULL when
- * it did not ask for them. Valid until the next hx_decode. i = -1: the last
- * token that asked. */
+ * it did not ask for them (a batch whose logits array is NULL asks for its last
+ * token only). Valid until the next hx_decode or sequence change. i = -1: the
+ * last token that asked. */
 const float *hx_get_logits(hx_context *c, int i);
 /* The final hidden state (n_embd floats) of batch token i, with
  * params.embeddings; NULL otherwise. */
 const float *hx_get_embeddings(hx_context *c, int i);
 
-/* Positions the sequence holds (the next position to decode). */
+/* Positions the sequence holds (the next position to decode); 0 for an invalid seq. */
 int hx_seq_pos(const hx_context *c, int seq);
 /* The token ids the sequence holds (hx_seq_pos of them); owned by c, valid
  * until the next call that changes the sequence. */
 const int32_t *hx_seq_tokens(const hx_context *c, int seq);
 /* Keep the first n positions of seq, drop the rest. Returns the positions kept:
- * n, or 0 when a sliding-window layer no longer holds what position n needs
- * (then the sequence must be decoded again from 0). */
+ * n (the length when n is larger), or 0 when a sliding-window layer no longer
+ * holds what position n needs (then the sequence must be decoded again from 0). */
 int hx_seq_keep(hx_context *c, int seq, int n);
 /* Drop everything of seq. */
 void hx_seq_clear(hx_context *c, int seq);

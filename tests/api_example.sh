@@ -18,8 +18,9 @@ grep -q 'int main' "$tmp/example.c" || { echo "FAIL: no program found in include
 sed -n '/^## The C API/,/^Build against/{/^    /s/^    //p;/^$/p}' README.md > "$tmp/readme.c"
 grep -q 'int main' "$tmp/readme.c" || { echo "FAIL: no program found in README.md's C API section"; exit 1; }
 flags=(-std=c17 -Wall -Wextra -Werror -I include)
-# a sanitizer build's library needs the same runtime
-if nm "$LIB" 2>/dev/null | grep -q '__asan_'; then flags+=(-fsanitize=address,undefined); fi
+# a sanitizer build's library needs the same runtime (grep without -q: with
+# pipefail, nm killed by SIGPIPE would make the test false)
+if nm "$LIB" 2>/dev/null | grep '__asan_' > /dev/null; then flags+=(-fsanitize=address,undefined); fi
 if [ -f "$BUILD/libhelix_cuda.a" ]; then
     "$CC" "${flags[@]}" -c "$tmp/example.c" -o "$tmp/example.o"
     "$CC" "${flags[@]}" -c "$tmp/readme.c" -o "$tmp/readme.o"
@@ -29,7 +30,7 @@ fi
 libs=("$LIB" $(pkg-config --libs libcjson libpcre2-8 libutf8proc) -lm -lpthread)
 "$CC" "${flags[@]}" "$tmp/example.c" -o "$tmp/example" "${libs[@]}"
 "$CC" "${flags[@]}" "$tmp/readme.c" -o "$tmp/readme" "${libs[@]}"
-"$BIN" synth --preset smollm-135m --type q8_0 --layers 2 --vocab 1024 -o "$tmp/m.gguf" -t 2 > /dev/null
+"$BIN" synth --preset smollm-135m --type q8_0 --layers 2 --vocab 1024 -o "$tmp/m.gguf" -t 2 > /dev/null 2>&1
 "$tmp/example" "$tmp/m.gguf" "Hello, world" > "$tmp/out.txt"
 grep -q '[0-9][0-9]* tokens, .* tokens/s' "$tmp/out.txt" || { echo "FAIL: unexpected output:"; cat "$tmp/out.txt"; exit 1; }
 if "$tmp/example" "$tmp/missing.gguf" "x" > /dev/null 2> "$tmp/err.txt"; then echo "FAIL: a missing model succeeded"; exit 1; fi

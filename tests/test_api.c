@@ -371,6 +371,21 @@ static void test_many(hx_model *m, double tol) {
     for (int v = 0; v < V; v++) if (fabs(lr[v] - l15[v]) > d) d = fabs(lr[v] - l15[v]);
     if (tol >= 0) CHECKF(d <= tol, "copy + decode differs from recomputing by %g", d);
 
+    /* context parameters */
+    hx_context_params cp = hx_context_default_params();
+    hx_context *bad = NULL;
+    cp.n_seq_max = 0;
+    CHECK(hx_context_new(m, &cp, &bad, &e) == HX_ERR_ARG && !bad && strstr(e.msg, "n_seq_max"));
+    cp.n_seq_max = 8;
+    cp.n_ctx = 4;
+    CHECK(hx_context_new(m, &cp, &bad, &e) == HX_ERR_ARG && !bad && strstr(e.msg, "n_ctx"));
+    cp.n_ctx = 0;
+    cp.n_threads = 2;
+    CHECKF(hx_context_new(m, &cp, &bad, &e) == HX_OK, "%s", e.msg);  /* 8 x min(n_ctx_train, 4096) */
+    CHECK(bad && hx_context_n_seq_max(bad) == 8 && hx_context_n_ctx_seq(bad) == 4096 && hx_context_n_ctx(bad) == 8 * 4096);
+    CHECK(bad && hx_context_kv_bytes(bad) > 0);
+    hx_context_free(bad);
+
     /* errors leave every sequence as it was */
     int before[NS];
     for (int s = 0; s < NS; s++) before[s] = hx_seq_pos(c, s);
@@ -595,6 +610,118 @@ static void test_chat(hx_model *m) {
     CHECK(hx_chat_apply(m, bad, 1, true, &s, &e) == HX_ERR_ARG);
 }
 
+
+/* ---- Hugging Face folders ---- */
+
+/* A tiny qwen3 folder (1 layer, hidden 32, tied embeddings) with the real Qwen3
+ * tokenizer.json copied from ../shared: config.json + model.safetensors. */
+static bool write_hf(const char *dir, const char *tokenizer_json) {
+    enum { D = 32, NH = 2, KVH = 1, HD = 16, FF = 64, V = 151936 };
+    struct { const char *name; int r, c; } t[] = {
+        {"model.embed_tokens.weight", V, D}, {"model.norm.weight", 0, D},
+        {"model.layers.0.input_layernorm.weight", 0, D}, {"model.layers.0.self_attn.q_proj.weight", NH * HD, D},
+        {"model.layers.0.self_attn.k_proj.weight", KVH * HD, D}, {"model.layers.0.self_attn.v_proj.weight", KVH * HD, D},
+        {"model.layers.0.self_attn.o_proj.weight", D, NH * HD}, {"model.layers.0.self_attn.q_norm.weight", 0, HD},
+        {"model.layers.0.self_attn.k_norm.weight", 0, HD}, {"model.layers.0.post_attention_layernorm.weight", 0, D},
+        {"model.layers.0.mlp.gate_proj.weight", FF, D}, {"model.layers.0.mlp.up_proj.weight", FF, D},
+        {"model.layers.0.mlp.down_proj.weight", D, FF}};
+    const int nt = (int)(sizeof t / sizeof t[0]);
+    char p[512], hdr[4096];
+    mkdir(dir, 0755);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    FILE *f = fopen(p, "w");
+    if (!f) return false;
+    fprintf(f, "{\"model_type\":\"qwen3\",\"hidden_size\":%d,\"intermediate_size\":%d,\"num_attention_heads\":%d,"
+               "\"num_key_value_heads\":%d,\"head_dim\":%d,\"num_hidden_layers\":1,\"vocab_size\":%d,"
+               "\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true,"
+               "\"max_position_embeddings\":4096}", D, FF, NH, KVH, HD, V);
+    fclose(f);
+    size_t off = 0;
+    int k = snprintf(hdr, sizeof hdr, "{");
+    for (int i = 0; i < nt; i++) {
+        size_t n = (size_t)(t[i].r ? t[i].r : 1) * (size_t)t[i].c * 4;
+        if (t[i].r) k += snprintf(hdr + k, sizeof hdr - (size_t)k, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}",
+                                  i ? "," : "", t[i].name, t[i].r, t[i].c, off, off + n);
+        else k += snprintf(hdr + k, sizeof hdr - (size_t)k, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
+                           i ? "," : "", t[i].name, t[i].c, off, off + n);
+        off += n;
+    }
+    k += snprintf(hdr + k, sizeof hdr - (size_t)k, "}");
+    while (k % 8) hdr[k++] = ' ';
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (!(f = fopen(p, "wb"))) return false;
+    uint64_t hl = (uint64_t)k;
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(hl >> (8 * i));
+    fwrite(le, 1, 8, f);
+    fwrite(hdr, 1, (size_t)k, f);
+    unsigned rng = 7;
+    for (int i = 0; i < nt; i++) {
+        size_t n = (size_t)(t[i].r ? t[i].r : 1) * (size_t)t[i].c;
+        for (size_t j = 0; j < n; j++) {
+            rng = rng * 1103515245u + 12345u;
+            float v = t[i].r ? ((float)((rng >> 9) % 2001) - 1000.0f) * 2e-4f : 1.0f;  /* norms: 1 */
+            fwrite(&v, 4, 1, f);
+        }
+    }
+    fclose(f);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/tokenizer.json'", tokenizer_json, dir);
+    return system(cmd) == 0;
+}
+
+static void test_hf(const char *shared) {
+    char tj[600], dir[300], gg[600];
+    snprintf(tj, sizeof tj, "%s/tokenizers/qwen3.tokenizer.json", shared);
+    snprintf(gg, sizeof gg, "%s/models/ref-tiny/tiny-qwen3-shared.gguf", shared);
+    snprintf(dir, sizeof dir, "%s/hf-qwen3", g_tmp);
+    if (access(tj, R_OK) || access(gg, R_OK)) { printf("SKIP part: %s or %s absent (HF folder)\n", tj, gg); return; }
+    CHECK(write_hf(dir, tj));
+    hx_error e = {0};
+    hx_model *m = NULL, *q = NULL, *ref = open_model(gg);
+    hx_model_params mp = hx_model_default_params();
+    int stop_at = -1;
+    mp.device = HX_DEVICE_CPU;
+    mp.progress = on_progress;
+    mp.progress_user = &stop_at;
+    g_calls = 0; g_last = 0; g_monotone = true;
+    CHECKF(hx_model_open(dir, &mp, &m, &e) == HX_OK, "%s", e.msg);
+    if (m) {
+        CHECK(g_calls >= 3 && g_monotone && g_last == 1.0f);
+        CHECKF(!strcmp(hx_model_arch(m), "qwen3") && !strcmp(hx_model_name(m), "hf-qwen3"), "%s %s", hx_model_arch(m), hx_model_name(m));
+        CHECK(!strcmp(hx_model_type_name(m), "f32") && hx_model_n_vocab(m) == 151936);
+        CHECK(!strcmp(hx_chat_template_name(m), "chatml"));  /* no tokenizer_config.json: by the vocabulary */
+        /* the folder's tokenizer.json and the GGUF's tokenizer.ggml.* of the same Qwen3 vocabulary agree */
+        const char *txt = "Hello wörld <|im_start|>user\n12345 👋";
+        int32_t a[64], b[64];
+        int na = 0, nb = 0;
+        CHECK(hx_tokenize(m, txt, -1, true, true, a, 64, &na, &e) == HX_OK);
+        if (ref) CHECK(hx_tokenize(ref, txt, -1, true, true, b, 64, &nb, &e) == HX_OK);
+        CHECKF(ref && na == nb && na > 5 && !memcmp(a, b, sizeof *a * (size_t)na), "%d vs %d ids", na, nb);
+        hx_context *c = new_ctx(m, 64, 1, false);
+        hx_generate_params gp = hx_generate_default_params();
+        hx_chat_message msg[] = {{"user", "Hi"}};
+        gp.messages = msg;
+        gp.n_messages = 1;
+        gp.max_tokens = 4;
+        gp.ignore_eog = true;
+        hx_generate_result r;
+        if (c) CHECKF(hx_generate(c, &gp, &r, &e) == HX_OK && r.n_ids == 4, "%s", e.msg);
+        if (c) hx_generate_result_free(&r);
+        hx_context_free(c);
+    }
+    mp.quantize = "q8_0";
+    CHECKF(hx_model_open(dir, &mp, &q, &e) == HX_OK, "%s", e.msg);
+    if (q) CHECKF(!strcmp(hx_model_type_name(q), "q8_0"), "%s", hx_model_type_name(q));
+    hx_model_free(q);
+    mp.quantize = "q5_k";
+    CHECK(hx_model_open(dir, &mp, &q, &e) == HX_ERR_ARG && strstr(e.msg, "q5_k"));
+    printf("hf: a qwen3 folder opens, tokenizes as its GGUF, generates, quantizes on load\n");
+    hx_model_free(m);
+    hx_model_free(q);
+    hx_model_free(ref);
+}
+
 static void test_shared(const char *shared) {
     char p[1024];
     snprintf(p, sizeof p, "%s/models/stories260K.gguf", shared);
@@ -629,6 +756,39 @@ static void test_shared(const char *shared) {
         CHECK(hx_chat_apply(m, msg, 1, true, &s, &e) == HX_OK && s &&
               !strcmp(s, "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"));
         hx_free(s);
+        /* sliding-window layers (window 8): with ubatches of 4 the ring holds 12 rows, so going back
+         * from 40 positions to 10 is refused by hx_decode and hx_seq_keep returns 0 */
+        hx_context_params cp = hx_context_default_params();
+        cp.n_ctx = 64;
+        cp.n_ubatch = 4;
+        cp.n_threads = 2;
+        hx_context *gc = NULL;
+        CHECKF(hx_context_new(m, &cp, &gc, &e) == HX_OK, "%s", e.msg);
+        hx_batch b = hx_batch_init(64);
+        for (int i = 0; gc && i < 40; i++) hx_batch_add(&b, 100 + i, i, 0, i == 39);
+        if (gc) {
+            CHECKF(hx_decode(gc, &b, &e) == HX_OK, "%s", e.msg);
+            hx_batch_clear(&b);
+            hx_batch_add(&b, 5, 10, 0, true);
+            CHECK(hx_decode(gc, &b, &e) == HX_ERR_RANGE && strstr(e.msg, "sliding-window") && hx_seq_pos(gc, 0) == 40);
+            CHECK(hx_seq_keep(gc, 0, 38) == 38);  /* close to the end: the ring still holds it */
+            CHECK(hx_seq_keep(gc, 0, 10) == 0 && hx_seq_pos(gc, 0) == 0);
+            /* generate falls back to a full prefill when the cached prefix cannot be kept */
+            int32_t ids[40];
+            for (int i = 0; i < 40; i++) ids[i] = 100 + i;
+            hx_generate_params g = hx_generate_default_params();
+            g.prompt_ids = ids;
+            g.n_prompt_ids = 40;
+            g.max_tokens = 2;
+            hx_generate_result r1, r2;
+            CHECK(hx_generate(gc, &g, &r1, &e) == HX_OK);
+            g.n_prompt_ids = 12;  /* shares 12 positions, but position 12 is long gone from the ring */
+            CHECK(hx_generate(gc, &g, &r2, &e) == HX_OK && r2.metrics.cached_tokens == 0 && r2.metrics.prompt_tokens == 12);
+            hx_generate_result_free(&r1);
+            hx_generate_result_free(&r2);
+        }
+        hx_batch_free(&b);
+        hx_context_free(gc);
         hx_model_free(m);
     }
     snprintf(p, sizeof p, "%s/models/ref-tiny/tiny-qwen3-shared.gguf", shared);
@@ -698,7 +858,7 @@ int main(int argc, char **argv) {
     hx_model_free(m2);
     const char *sh = getenv("HX_SHARED") && *getenv("HX_SHARED") ? getenv("HX_SHARED") : "../shared";
     struct stat sb;
-    if (stat(sh, &sb) == 0) test_shared(sh);
+    if (stat(sh, &sb) == 0) { test_shared(sh); test_hf(sh); }
     else printf("SKIP part: %s not found (stories260K, tiny gemma3/qwen3/bert)\n", sh);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);

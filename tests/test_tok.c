@@ -145,6 +145,18 @@ static void run_robust(const char *sh) {
             CHECK(st.n_pend == 0);
             free(ids);
         }
+        if (f == 1) { /* byte-fallback tokens: bytes that never form a character stream as U+FFFD */
+            int32_t a0 = -1, e4 = -1;
+            for (int32_t i = 0; i < hx_tok_n_vocab(t); i++) {
+                if (!strcmp(hx_tok_piece(t, i), "<0xA0>")) a0 = i;
+                if (!strcmp(hx_tok_piece(t, i), "<0xE4>")) e4 = i;
+            }
+            hx_tok_stream st = {0}; char out[16];
+            CHECK(a0 >= 0 && e4 >= 0);
+            CHECK(hx_tok_stream_push(t, &st, a0, out, sizeof out) == 3 && !memcmp(out, "\xEF\xBF\xBD", 3));
+            CHECK(hx_tok_stream_push(t, &st, e4, out, sizeof out) == 0 && st.n_pend == 1);
+            CHECK(hx_tok_stream_push(t, &st, e4, out, sizeof out) == 3 && st.n_pend == 1); /* E4 E4: the first is lost */
+        }
         hx_tok_free(t);
     }
 }

@@ -8,7 +8,6 @@
 #include "backend/cuda/cuda.h"
 #endif
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,41 +26,35 @@ void hx_model_api_free(struct hx_model_api *a) {
     free(a);
 }
 
-/* Touch every page of [p, p+n) in steps, reporting fraction lo..hi. */
-static hx_status touch(const uint8_t *p, uint64_t n, float lo, float hi, const hx_model_params *mp, hx_error *e) {
-    if (!p || !n) return HX_OK;
-    const uint64_t step = 16u << 20;
-    long ps = sysconf(_SC_PAGESIZE);
-    uint64_t page = ps > 0 ? (uint64_t)ps : 4096;
-    volatile uint8_t sink = 0;
-    for (uint64_t at = 0; at < n; at += step) {
-        uint64_t end = n - at < step ? n : at + step;
-        madvise((void *)((uintptr_t)(p + at) & ~(uintptr_t)(page - 1)), (size_t)(end - at), MADV_WILLNEED);
-        for (uint64_t o = at; o < end; o += page) sink ^= p[o];
-        if (mp->progress && !mp->progress(lo + (hi - lo) * (float)((double)end / (double)n), mp->progress_user))
-            return hx_err(e, HX_ERR_CANCELLED, "loading cancelled by the progress callback");
-    }
-    (void)sink;
-    return HX_OK;
+/* Every weight the model binds, as a flat list (hx_layer_weights holds only
+ * hx_tensor members): tensor i of n_tensors(m), NULL for unused slots. */
+static size_t n_tensors(const hx_model *m) {
+    return 8 + (size_t)m->cfg.n_layer * (sizeof(hx_layer_weights) / sizeof(hx_tensor));
+}
+static const hx_tensor *tensor_at(const hx_model *m, size_t i) {
+    const hx_tensor *top[8] = {&m->tok_embd, &m->pos_embd, &m->type_embd, &m->embd_norm, &m->embd_norm_b,
+                               &m->output_norm, &m->output_norm_b, m->cfg.tied_output ? NULL : &m->output};
+    size_t per = sizeof(hx_layer_weights) / sizeof(hx_tensor);
+    const hx_tensor *t = i < 8 ? top[i] : (const hx_tensor *)&m->layers[(i - 8) / per] + (i - 8) % per;
+    return t && t->data ? t : NULL;
+}
+static uint64_t tensor_bytes(const hx_tensor *t) {
+    uint64_t rows = 1;
+    for (int d = 1; d < 4; d++) rows *= (uint64_t)(t->ne[d] > 0 ? t->ne[d] : 1);
+    return rows * hx_row_size(t->type, t->ne[0]);
 }
 
-/* Every weight the model binds, as a flat list (hx_layer_weights holds only hx_tensor members). */
 static void weights_stats(hx_model *m) {
     struct hx_model_api *a = m->api;
     uint64_t by_type[HX_TYPE_COUNT] = {0};
-    const hx_tensor *top[] = {&m->tok_embd, &m->pos_embd, &m->type_embd, &m->embd_norm, &m->embd_norm_b,
-                              &m->output_norm, &m->output_norm_b, m->cfg.tied_output ? NULL : &m->output};
-    size_t per_layer = sizeof(hx_layer_weights) / sizeof(hx_tensor);
-    size_t n_top = sizeof top / sizeof top[0];
-    for (size_t i = 0; i < n_top + (size_t)m->cfg.n_layer * per_layer; i++) {
-        const hx_tensor *t = i < n_top ? top[i] : (const hx_tensor *)&m->layers[(i - n_top) / per_layer] + (i - n_top) % per_layer;
-        if (!t || !t->data) continue;
+    for (size_t i = 0; i < n_tensors(m); i++) {
+        const hx_tensor *t = tensor_at(m, i);
+        if (!t) continue;
         uint64_t rows = 1;
         for (int d = 1; d < 4; d++) rows *= (uint64_t)(t->ne[d] > 0 ? t->ne[d] : 1);
         a->n_params += rows * (uint64_t)t->ne[0];
-        uint64_t bytes = rows * hx_row_size(t->type, t->ne[0]);
-        a->size_bytes += bytes;
-        if (t->type >= 0 && t->type < HX_TYPE_COUNT) by_type[t->type] += bytes;
+        a->size_bytes += tensor_bytes(t);
+        if (t->type >= 0 && t->type < HX_TYPE_COUNT) by_type[t->type] += tensor_bytes(t);
     }
     int best = 0;
     for (int t = 1; t < HX_TYPE_COUNT; t++) if (by_type[t] > by_type[best]) best = t;
@@ -69,53 +62,43 @@ static void weights_stats(hx_model *m) {
     for (char *c = a->type_name; *c; c++) if (*c >= 'A' && *c <= 'Z') *c = (char)(*c - 'A' + 'a');
 }
 
-static bool has_piece(const char *piece, void *user) {
-    const hx_tok *t = user;
-    for (int32_t i = 0; i < hx_tok_n_vocab(t); i++) {
-        const char *p = hx_tok_piece(t, i);
-        if (p && !strcmp(p, piece)) return true;
+/* Read every page of the weights once (so the first forward does not stall on
+ * page faults), reporting lo..hi every 16 MB. */
+static hx_status touch(const hx_model *m, float lo, float hi, const hx_model_params *mp, hx_error *e) {
+    long ps = sysconf(_SC_PAGESIZE);
+    uint64_t page = ps > 0 ? (uint64_t)ps : 4096, total = m->api->size_bytes, done = 0, next = 16u << 20;
+    volatile uint8_t sink = 0;
+    for (size_t i = 0; i < n_tensors(m); i++) {
+        const hx_tensor *t = tensor_at(m, i);
+        if (!t) continue;
+        const uint8_t *p = t->data;
+        uint64_t n = tensor_bytes(t);
+        madvise((void *)((uintptr_t)p & ~(uintptr_t)(page - 1)), (size_t)n, MADV_WILLNEED);
+        for (uint64_t at = 0; at < n;) {
+            uint64_t end = n - at < (4u << 20) ? n : at + (4u << 20);
+            for (uint64_t o = at; o < end; o += page) sink ^= p[o];
+            done += end - at;
+            at = end;
+            if (done < next && done < total) continue;
+            next = done + (16u << 20);
+            if (mp->progress && !mp->progress(lo + (hi - lo) * (float)((double)done / (double)(total ? total : 1)),
+                                              mp->progress_user))
+                return hx_err(e, HX_ERR_CANCELLED, "loading cancelled by the progress callback");
+        }
     }
-    return false;
+    (void)sink;
+    return HX_OK;
 }
 
-/* A Hugging Face folder's tokenizer (tokenizer.json, tokenizer.model or vocab.txt) and the
- * chat_template of its tokenizer_config.json (a string, or a list of {name, template}). */
-static hx_status hf_tokenizer(const char *dir, struct hx_model_api *a, hx_error *e) {
-    char p[4200];
-    struct stat sb;
-    hx_status st = HX_OK;
-    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
-    if (stat(p, &sb) == 0) st = hx_tok_load_hf_json(p, &a->tok, e);
-    else {
-        snprintf(p, sizeof p, "%s/tokenizer.model", dir);
-        if (stat(p, &sb) == 0) st = hx_tok_load_spm_model(p, &a->tok, e);
-        else {
-            snprintf(p, sizeof p, "%s/vocab.txt", dir);
-            if (stat(p, &sb) == 0) st = hx_tok_load_vocab_txt(p, &a->tok, e);
-        }
-    }
-    if (st) return st;
-    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
-    char *txt = NULL;
-    if (stat(p, &sb) != 0 || hx_read_file(p, &txt, NULL, NULL)) return HX_OK;
-    cJSON *j = cJSON_Parse(txt);
-    free(txt);
-    if (!j) return hx_err(e, HX_ERR_FORMAT, "%s: not valid JSON", p);
-    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(j, "chat_template");
-    const char *s = cJSON_IsString(ct) ? ct->valuestring : NULL;
-    if (cJSON_IsArray(ct)) {
-        const cJSON *it;
-        cJSON_ArrayForEach(it, ct) {
-            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
-            const cJSON *tp = cJSON_GetObjectItemCaseSensitive(it, "template");
-            if (cJSON_IsString(tp) && (!s || (cJSON_IsString(nm) && !strcmp(nm->valuestring, "default"))))
-                s = tp->valuestring;
-        }
-    }
-    if (s && !(a->chat_template = strdup(s))) st = hx_err(e, HX_ERR_NOMEM, "%s: out of memory", p);
-    cJSON_Delete(j);
-    return st;
+/* HF folders: conversion progress (bytes of tensors done) as 0..0.5 of the load. */
+typedef struct hf_prog { const hx_model_params *mp; bool cancelled; } hf_prog;
+static void hf_progress(void *user, uint64_t done, uint64_t total) {
+    hf_prog *h = user;
+    if (!h->cancelled && !h->mp->progress(0.5f * (float)((double)done / (double)(total ? total : 1)), h->mp->progress_user))
+        h->cancelled = true;
 }
+
+static bool has_piece(const char *piece, void *user) { return hx_tok_find(user, piece, strlen(piece)) >= 0; }
 
 /* Where contexts of this model run. */
 static hx_status choose_device(hx_model *m, const hx_model_params *mp, const char *path, hx_error *e) {
@@ -184,13 +167,20 @@ hx_status hx_model_open(const char *path, const hx_model_params *p, hx_model **o
         if (strcmp(mp.quantize, "q8_0") && strcmp(mp.quantize, "q4_k_m"))
             return hx_err(e, HX_ERR_ARG, "%s: quantize '%s' (q8_0 or q4_k_m)", path, mp.quantize);
         if (!dir) return hx_err(e, HX_ERR_ARG, "%s: quantize '%s' is for Hugging Face folders; a GGUF loads as stored", path, mp.quantize);
-        return hx_err(e, HX_ERR_UNSUPPORTED, "%s: quantize-on-load is not implemented yet", path);
     }
     if (mp.progress && !mp.progress(0.0f, mp.progress_user)) return hx_err(e, HX_ERR_CANCELLED, "loading cancelled by the progress callback");
     hx_model *m = NULL;
     hx_status st;
-    if (dir) st = hx_model_load_any(path, &m, e);
-    else {
+    hf_prog hp = {.mp = &mp};
+    if (dir) {
+        hx_hf_opts ho = {.quant = !mp.quantize ? 0 : !strcmp(mp.quantize, "q8_0") ? HX_TYPE_Q8_0 : HX_TYPE_Q4_K,
+                         .progress = mp.progress ? hf_progress : NULL, .progress_user = &hp};
+        st = hx_model_load_hf_ex(path, &ho, &m, e);
+        if (!st && hp.cancelled) {
+            hx_model_free(m);
+            return hx_err(e, HX_ERR_CANCELLED, "loading cancelled by the progress callback");
+        }
+    } else {
         hx_gguf_open_opts go = {.prefault = false}; /* touched below, with progress */
         st = hx_model_load(path, &go, &m, e);
     }
@@ -200,9 +190,8 @@ hx_status hx_model_open(const char *path, const hx_model_params *p, hx_model **o
     m->api = a;
     a->progress = mp.progress;
     a->progress_user = mp.progress_user;
-    if (m->gguf) st = touch(m->gguf->map, m->gguf->file_size, 0.0f, 0.9f, &mp, e);
-    else st = touch(m->st_map, m->st_size, 0.0f, 0.9f, &mp, e);
-    if (st) goto fail;
+    weights_stats(m);
+    if ((st = touch(m, dir ? 0.5f : 0.0f, 0.95f, &mp, e))) goto fail;
     /* the tokenizer and chat template */
     hx_error te = {0};
     if (m->gguf) {
@@ -215,7 +204,17 @@ hx_status hx_model_open(const char *path, const hx_model_params *p, hx_model **o
             st = hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
             goto fail;
         }
-    } else if ((st = hf_tokenizer(path, a, e))) goto fail;
+    } else if (m->cfg.arch != HX_ARCH_BERT) {
+        if ((st = hx_hf_tokenizer_load(path, &a->tok, &a->chat_template, &te))) {
+            if (st != HX_ERR_UNSUPPORTED) { *e = te; goto fail; }
+            HX_INFO("%s: no usable tokenizer (%s): token ids only", path, te.msg);  /* no tokenizer.json */
+            st = HX_OK;
+        }
+    } else {
+        char vocab[4200];
+        snprintf(vocab, sizeof vocab, "%s/vocab.txt", path);
+        if ((st = hx_tok_load_vocab_txt(vocab, &a->tok, e))) goto fail;
+    }
     if (a->tok && hx_tok_n_vocab(a->tok) > m->cfg.n_vocab) {
         st = hx_err(e, HX_ERR_FORMAT, "%s: the tokenizer has %d tokens, the model's vocabulary %d", path,
                     hx_tok_n_vocab(a->tok), m->cfg.n_vocab);
@@ -224,15 +223,14 @@ hx_status hx_model_open(const char *path, const hx_model_params *p, hx_model **o
     a->chat_kind = hx_chat_detect(a->chat_template);
     if (a->chat_kind == HX_CHAT_UNKNOWN && m->cfg.arch != HX_ARCH_BERT)
         a->chat_kind = hx_chat_fallback(m->cfg.arch_name, a->tok ? has_piece : NULL, a->tok);
-    weights_stats(m);
     if ((st = choose_device(m, &mp, path, e))) goto fail;
     char base[4096];  /* the path's last component, trailing slashes dropped */
     snprintf(base, sizeof base, "%s", path);
     for (size_t l = strlen(base); l > 1 && base[l - 1] == '/';) base[--l] = 0;
     const char *bn = strrchr(base, '/') ? strrchr(base, '/') + 1 : base;
-    if (!m->cfg.name[0] && dir) snprintf(m->cfg.name, sizeof m->cfg.name, "%s", bn);
+    if (dir) snprintf(m->cfg.name, sizeof m->cfg.name, "%s", bn);  /* HF config.json has no name */
     snprintf(a->fingerprint, sizeof a->fingerprint, "%s:%.100s:%lld:%lld:%d:%d:%d:%d:%s", m->cfg.arch_name, bn,
-             (long long)(m->gguf ? m->gguf->file_size : m->st_size), (long long)sb.st_mtime, m->cfg.n_layer,
+             (long long)(m->gguf ? m->gguf->file_size : a->size_bytes), (long long)sb.st_mtime, m->cfg.n_layer,
              m->cfg.n_embd, m->cfg.n_vocab, m->cfg.n_ctx_train, a->type_name);
     if (mp.progress && !mp.progress(1.0f, mp.progress_user)) {
         st = hx_err(e, HX_ERR_CANCELLED, "loading cancelled by the progress callback");

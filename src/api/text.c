@@ -19,26 +19,6 @@ static void put(hx_utf8_buf *b, const void *s, size_t n) {
     b->p[b->n] = 0;
 }
 
-/* Length of the UTF-8 character starting at s[0..n) (1..4) when valid; 0 when
- * s[0..n) is a valid but incomplete start of one; -k when the first k bytes
- * (k >= 1) can never start a character (the maximal subpart to replace). */
-static int utf8_check(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    int len;
-    unsigned lo = 0x80, hi = 0xBF; /* range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
-    else return -1;
-    for (int k = 1; k < len; k++) {
-        if ((size_t)k >= n) return 0;
-        unsigned lo_k = k == 1 ? lo : 0x80, hi_k = k == 1 ? hi : 0xBF;
-        if (s[k] < lo_k || s[k] > hi_k) return -k;
-    }
-    return len;
-}
-
 void hx_utf8_push(hx_utf8_buf *b, unsigned char *hold, int *n_hold, const char *in, size_t n, bool flush) {
     unsigned char stack[256];
     size_t m = (size_t)*n_hold + n;
@@ -49,10 +29,10 @@ void hx_utf8_push(hx_utf8_buf *b, unsigned char *hold, int *n_hold, const char *
     *n_hold = 0;
     size_t i = 0;
     while (i < m) {
-        int r = utf8_check(all + i, m - i);
+        int r = hx_utf8_char(all + i, m - i);
         if (r > 0) {
             size_t j = i + (size_t)r;  /* runs of valid characters go out in one copy */
-            while (j < m) { int q = utf8_check(all + j, m - j); if (q <= 0) break; j += (size_t)q; }
+            while (j < m) { int q = hx_utf8_char(all + j, m - j); if (q <= 0) break; j += (size_t)q; }
             put(b, all + i, j - i);
             i = j;
         } else if (r == 0 && !flush) {

@@ -14,7 +14,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 const char *hx_arch_name(hx_arch a) {
     switch (a) {
@@ -218,8 +217,7 @@ void hx_model_free(hx_model *m) {
     hx_model_api_free(m->api);
     free(m->layers);
     hx_gguf_close(m->gguf);
-    if (m->st_map) munmap(m->st_map, m->st_size);
-    free(m->st_names);
+    hx_hf_store_free(m->hf);
     free(m);
 }
 

@@ -15,6 +15,9 @@ typedef enum hx_arch { HX_ARCH_LLAMA, HX_ARCH_QWEN2, HX_ARCH_QWEN3, HX_ARCH_GEMM
 typedef enum hx_rope_style { HX_ROPE_NORM /* GGUF llama: adjacent pairs */, HX_ROPE_NEOX /* halves */ } hx_rope_style;
 typedef enum hx_act { HX_ACT_SILU, HX_ACT_GELU_TANH, HX_ACT_GELU_ERF } hx_act;
 
+struct hx_tok;
+struct hx_hf_store;
+
 #define HX_MAX_LAYERS 256
 
 typedef struct hx_model_config {
@@ -79,11 +82,10 @@ typedef struct hx_model {
     hx_tensor output_norm, output_norm_b;
     hx_tensor output;               /* = tok_embd when tied */
     hx_layer_weights *layers;       /* n_layer */
-    /* models loaded from a Hugging Face folder (safetensors) own this mapping
-     * instead of gguf; gguf is NULL then */
-    void *st_map;
-    size_t st_size;
-    char *st_names;                 /* NUL-terminated tensor names, referenced by hx_tensor.name */
+    /* a model loaded from a Hugging Face folder owns its safetensors mappings,
+     * tensor names and converted tensors (norms shifted by +1, quantize-on-load)
+     * here instead of gguf; gguf is NULL then */
+    struct hx_hf_store *hf;
     struct hx_model_api *api;       /* hx_model_open: tokenizer, chat template, device (src/api/api.h);
                                        NULL for models loaded by hx_model_load*; freed by hx_model_free */
 } hx_model;
@@ -114,9 +116,32 @@ typedef hx_status (*hx_batch_fn)(void *ctx, const int32_t *tokens, int n, int po
  * logits of the last token, or of every token (n * n_vocab) with all_logits. */
 hx_status hx_forward_pieces(hx_batch_fn batch, void *ctx, int piece, int n_vocab, const int32_t *tokens, int n,
                             int pos, float *logits, bool all_logits, hx_error *e);
-/* Load a Hugging Face model folder: config.json + model.safetensors (BERT
- * encoders for now: BertModel / all-MiniLM-L6-v2 and the like). */
-hx_status hx_model_load_hf(const char *dir, hx_model **out, hx_error *e);
+/* Options for loading a Hugging Face folder. */
+typedef struct hx_hf_opts {
+    int quant;   /* 0 = keep the stored F32/F16/BF16; HX_TYPE_Q8_0: matrices to Q8_0; HX_TYPE_Q4_K: llama.cpp's
+                    Q4_K_M mix (Q4_K, Q6_K for the output and for attn_v / ffn_down of some layers).
+                    Matrices whose rows do not split into the type's blocks fall back to Q8_0, else stay as stored. */
+    bool prefault; /* read the mappings in at load (MAP_POPULATE) */
+    int n_threads; /* quantize-on-load threads: 0 = all online CPUs, 1 = the calling thread */
+    /* progress: called with bytes done / total while tensors are converted or read; NULL = none */
+    void (*progress)(void *user, uint64_t done, uint64_t total);
+    void *progress_user;
+} hx_hf_opts;
+/* Load a Hugging Face model folder: config.json + model.safetensors, or sharded
+ * model-XXXXX-of-YYYYY.safetensors listed in model.safetensors.index.json.
+ * model_type llama, qwen2, qwen3, gemma3_text (and gemma3's text_config), bert.
+ * Tensors are used in place where the stored layout is the recipe's: HF's
+ * rotary pairs are halves (NEOX), so llama's Q/K rows are not permuted as
+ * llama.cpp's converter does; gemma's norms (1 + w) are shifted once at load
+ * into owned f32 copies. opts may be NULL (defaults). */
+hx_status hx_model_load_hf_ex(const char *dir, const hx_hf_opts *opts, hx_model **out, hx_error *e);
+hx_status hx_model_load_hf(const char *dir, hx_model **out, hx_error *e); /* default options */
+/* The folder's tokenizer: tokenizer.json, with tokenizer_config.json's bos/eos
+ * tokens, add_bos_token / add_eos_token and chat template (chat_template.jinja
+ * when present wins), and generation_config.json's eos ids. *chat_template is
+ * malloc'ed (NULL when the folder carries none); chat_template may be NULL. */
+hx_status hx_hf_tokenizer_load(const char *dir, struct hx_tok **tok, char **chat_template, hx_error *e);
+void hx_hf_store_free(struct hx_hf_store *s);
 /* hx_model_load for a .gguf file, hx_model_load_hf for a directory. */
 hx_status hx_model_load_any(const char *path, hx_model **out, hx_error *e);
 const char *hx_arch_name(hx_arch a);

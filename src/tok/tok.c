@@ -83,6 +83,18 @@ size_t hx_tok_truncate(const hx_tok *t, int32_t *ids, size_t n, size_t max_len) 
 hx_tok_kind hx_tok_kind_of(const hx_tok *t) { return t->kind; }
 int hx_tok_type(const hx_tok *t, int32_t id) { return id >= 0 && id < t->n ? t->type[id] : 0; }
 const char *hx_tok_piece(const hx_tok *t, int32_t id) { return id >= 0 && id < t->n ? t->piece[id] : NULL; }
+int32_t hx_tok_find(const hx_tok *t, const char *piece, size_t n) { return smap_get(&t->vocab, piece, n); }
+void hx_tok_set_special(hx_tok *t, hx_tok_special which, int32_t id) {
+    if (id < -1 || id >= t->n) id = -1;
+    switch (which) {
+    case HX_TOK_SPECIAL_BOS: t->bos = id; break;
+    case HX_TOK_SPECIAL_EOS: t->eos = id; break;
+    case HX_TOK_SPECIAL_EOT: t->eot = id; break;
+    case HX_TOK_SPECIAL_UNK: t->unk = id; break;
+    case HX_TOK_SPECIAL_PAD: t->pad = id; break;
+    }
+}
+void hx_tok_set_add(hx_tok *t, bool add_bos, bool add_eos) { t->add_bos = add_bos; t->add_eos = add_eos; }
 
 void hx_tok_free(hx_tok *t) {
     if (!t) return;
@@ -493,6 +505,21 @@ hx_status hx_tok_load_hf_json(const char *path, hx_tok **out, hx_error *e) {
     }
     t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges"));
     t->spbpe = spbpe;
+    {   /* TemplateProcessing: [SpecialToken BOS] $A [SpecialToken EOS] */
+        cJSON *pp = cJSON_GetObjectItem(root, "post_processor");
+        const char *pty = cJSON_GetStringValue(cJSON_GetObjectItem(pp, "type"));
+        cJSON *single = cJSON_GetObjectItem(pp, "single");
+        int ns = cJSON_GetArraySize(single);
+        for (int end = 0; pty && !strcmp(pty, "TemplateProcessing") && ns >= 2 && end < 2; end++) {
+            const char *tokname = cJSON_GetStringValue(cJSON_GetObjectItem(
+                cJSON_GetObjectItem(cJSON_GetArrayItem(single, end ? ns - 1 : 0), "SpecialToken"), "id"));
+            cJSON *sp = tokname ? cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(pp, "special_tokens"), tokname), "ids") : NULL;
+            cJSON *id0 = cJSON_GetArrayItem(sp, 0);
+            if (!cJSON_IsNumber(id0) || id0->valuedouble < 0 || id0->valuedouble >= t->n) continue;
+            if (end) { t->eos = (int32_t)id0->valuedouble; t->add_eos = true; }
+            else { t->bos = (int32_t)id0->valuedouble; t->add_bos = true; }
+        }
+    }
     if (spbpe) { st = tok_finish(t, path, e); goto done; }
     int ec; PCRE2_SIZE eo;
     t->re[0] = pcre2_compile((PCRE2_SPTR)rx, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
@@ -785,22 +812,45 @@ size_t hx_tok_decode_token(const hx_tok *t, int32_t id, char *buf, size_t cap) {
     return w;
 }
 
+int hx_utf8_char(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    int len;
+    unsigned lo = 0x80, hi = 0xBF; /* range of the second byte (no overlongs, surrogates, > U+10FFFF) */
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    else return -1;
+    for (int k = 1; k < len; k++) {
+        if ((size_t)k >= n) return 0;
+        if (s[k] < (k == 1 ? lo : 0x80) || s[k] > (k == 1 ? hi : 0xBF)) return -k;
+    }
+    return len;
+}
+
 size_t hx_tok_stream_push(const hx_tok *t, hx_tok_stream *s, int32_t id, char *out, size_t cap) {
     char tmp[512];
     size_t n = hx_tok_decode_token(t, id, tmp, sizeof tmp);
     if (n > sizeof tmp) n = sizeof tmp;
-    char all[8 + 512]; size_t m = 0;
-    memcpy(all, s->pend, (size_t)s->n_pend); m = (size_t)s->n_pend; memcpy(all + m, tmp, n); m += n;
-    /* find the start of a trailing incomplete sequence */
-    size_t keep = m;
-    for (size_t back = 1; back <= 4 && back <= m; back++) {
-        unsigned char c = (unsigned char)all[m - back];
-        if ((c & 0xC0) == 0x80) continue;
-        if (c >= 0xC0 && (size_t)utf8_len(c) > back) keep = m - back;
-        break;
+    unsigned char all[8 + 512];
+    size_t m = (size_t)s->n_pend, w = 0;
+    memcpy(all, s->pend, m);
+    memcpy(all + m, tmp, n);
+    m += n;
+    s->n_pend = 0;
+    for (size_t i = 0; i < m;) {
+        int r = hx_utf8_char(all + i, m - i);
+        if (r == 0) { /* an incomplete character: held back until the next token */
+            s->n_pend = (int)(m - i);
+            memcpy(s->pend, all + i, m - i);
+            break;
+        }
+        const unsigned char *src = r > 0 ? all + i : (const unsigned char *)"\xEF\xBF\xBD";
+        size_t k = r > 0 ? (size_t)r : 3;
+        if (w + k > cap) break; /* whole characters only */
+        memcpy(out + w, src, k);
+        w += k;
+        i += r > 0 ? (size_t)r : (size_t)-r;
     }
-    s->n_pend = (int)(m - keep); memcpy(s->pend, all + keep, m - keep);
-    size_t w = keep < cap ? keep : cap;
-    memcpy(out, all, w);
     return w;
 }

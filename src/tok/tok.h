@@ -18,10 +18,18 @@ hx_status hx_tok_load_gguf(const char *path, hx_tok **out, hx_error *e);
 hx_status hx_tok_load_spm_model(const char *path, hx_tok **out, hx_error *e);
 /* Load a BERT WordPiece vocab.txt (lowercasing, accent stripping, [CLS]/[SEP]). */
 hx_status hx_tok_load_vocab_txt(const char *path, hx_tok **out, hx_error *e);
-/* Load a Hugging Face tokenizer.json (byte-level BPE: Llama 3, Qwen); added_tokens always matched
- * as HF does when parse_special is set. */
+/* Load a Hugging Face tokenizer.json (byte-level BPE: Llama 3, Qwen; byte-fallback BPE with U+2581
+ * spaces: Gemma); added_tokens always matched as HF does when parse_special is set. A TemplateProcessing
+ * post_processor that opens (closes) the single sequence with a special token sets BOS (EOS) and
+ * add_bos (add_eos); tokenizer_config.json's settings are applied by the caller (hx_tok_set_*). */
 hx_status hx_tok_load_hf_json(const char *path, hx_tok **out, hx_error *e);
 void hx_tok_free(hx_tok *t);
+/* Id of the vocabulary piece (raw, as stored) of n bytes, -1 when absent. */
+int32_t hx_tok_find(const hx_tok *t, const char *piece, size_t n);
+/* Override special ids (-1 clears) and whether encode adds BOS / EOS (from tokenizer_config.json). */
+typedef enum { HX_TOK_SPECIAL_BOS, HX_TOK_SPECIAL_EOS, HX_TOK_SPECIAL_EOT, HX_TOK_SPECIAL_UNK, HX_TOK_SPECIAL_PAD } hx_tok_special;
+void hx_tok_set_special(hx_tok *t, hx_tok_special which, int32_t id);
+void hx_tok_set_add(hx_tok *t, bool add_bos, bool add_eos);
 
 /* Encode text (n bytes) into ids. *ids is malloc'ed (caller frees), *n_ids its length.
  * add_special: BOS/EOS as the vocab asks; parse_special: control tokens in the text become their ids. */
@@ -51,6 +59,10 @@ int hx_tok_type(const hx_tok *t, int32_t id);
 
 /* Streaming decode: holds back an incomplete UTF-8 tail between tokens. */
 typedef struct { char pend[8]; int n_pend; } hx_tok_stream;
-/* Appends the decoded text of id to out (cap bytes), returns bytes written (complete UTF-8 only). */
+/* Appends the decoded text of id to out (cap bytes), returns bytes written: complete, valid UTF-8 only
+ * (bytes that can never form a character become U+FFFD). */
 size_t hx_tok_stream_push(const hx_tok *t, hx_tok_stream *s, int32_t id, char *out, size_t cap);
+/* UTF-8 at s[0..n): the length (1..4) of a valid character; 0 when s is a valid but incomplete
+ * start of one; -k when its first k bytes can never form one (replace them by one U+FFFD). */
+int hx_utf8_char(const unsigned char *s, size_t n);
 #endif
