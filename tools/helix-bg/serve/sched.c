@@ -226,7 +226,12 @@ typedef struct sched {
     double last_poll;
 } sched;
 
-static void slot_release(sched *sc, slot *sl) {
+static void slot_release(srv *s, sched *sc, slot *sl) {
+    if (sl->req) {   /* exact at once: --no-queue decides on it */
+        pthread_mutex_lock(&s->mu);
+        s->st.slots_busy--;
+        pthread_mutex_unlock(&s->mu);
+    }
     hx_sampler_free(sl->smp);
     sl->smp = NULL;
     hx_detok_free(sl->dt);
@@ -409,7 +414,7 @@ static void slot_finish(srv *s, sched *sc, slot *sl, fin_reason fin) {
         pthread_mutex_unlock(&s->mu);
         free(body);
     }
-    slot_release(sc, sl);
+    slot_release(s, sc, sl);
     req_finish(s, r, fin);
 }
 
@@ -538,7 +543,7 @@ static void slot_embed_done(srv *s, sched *sc, slot *sl) {
     s->st.embeddings += (uint64_t)r->n_texts;
     pthread_mutex_unlock(&s->mu);
     free(body);
-    slot_release(sc, sl);
+    slot_release(s, sc, sl);
     req_finish(s, r, FIN_STOP);
 }
 
@@ -599,7 +604,6 @@ static void update_stats(srv *s, sched *sc, int seqs, int tokens) {
     }
     double now = util_now();
     pthread_mutex_lock(&s->mu);
-    s->st.slots_busy = busy;
     s->st.kv_used = kv;
     s->st.queue_depth = s->n_queue;
     if (tokens) { s->st.last_batch_seqs = seqs; s->st.last_batch_tokens = tokens; }
@@ -643,6 +647,7 @@ static void *sched_main(void *arg) {
         }
         s->n_queue = w;
         s->st.queue_depth = w;
+        s->st.slots_busy += n_admit;   /* counted before the lock is let go (srv_submit reads it) */
         bool any_busy = false;
         for (int i = 0; i < sc->n_slots; i++) if (sc->slots[i].state != S_FREE) any_busy = true;
         if (!any_busy && !n_admit && !n_drop) {
@@ -669,9 +674,14 @@ static void *sched_main(void *arg) {
                 continue;
             }
             slot *sl = admit(s, sc, r);
+            if (!sl) {
+                pthread_mutex_lock(&s->mu);
+                s->st.slots_busy--;
+                pthread_mutex_unlock(&s->mu);
+            }
             if (!sl || (sl->state == S_PREFILL && (!sl->smp || !sl->dt)) ||
                 (sl->state == S_EMBED && (!sl->emb_sum || !sl->emb_out))) {
-                if (sl) slot_release(sc, sl);
+                if (sl) slot_release(s, sc, sl);
                 req_fail(s, r, 500, "out_of_memory", "out of memory starting the request", FIN_ERROR);
                 continue;
             }
@@ -690,12 +700,12 @@ static void *sched_main(void *arg) {
             if (cancelled) {
                 srv_req *r = sl->req;
                 r->usage_gen = sl->n_gen;
-                slot_release(sc, sl);
+                slot_release(s, sc, sl);
                 req_fail(s, r, 503, "cancelled", "the request was cancelled", FIN_CANCELLED);
             } else if (now > sl->req->deadline) {
                 if (sl->state == S_EMBED) {
                     srv_req *r = sl->req;
-                    slot_release(sc, sl);
+                    slot_release(s, sc, sl);
                     req_fail(s, r, 503, "timeout", "the request timed out", FIN_CANCELLED);
                 } else slot_finish(s, sc, sl, FIN_LENGTH);
             }
@@ -772,7 +782,7 @@ static void *sched_main(void *arg) {
                 if (sl->state == S_FREE || sl->batch_n == 0) continue;
                 srv_req *r = sl->req;
                 hx_seq_clear(sc->ctx, sl->seq);
-                slot_release(sc, sl);
+                slot_release(s, sc, sl);
                 req_fail(s, r, 500, "decode_failed", e.msg, FIN_ERROR);
             }
             update_stats(s, sc, 0, 0);
@@ -806,7 +816,7 @@ static void *sched_main(void *arg) {
         slot *sl = &sc->slots[i];
         if (sl->state == S_FREE) continue;
         srv_req *r = sl->req;
-        slot_release(sc, sl);
+        slot_release(s, sc, sl);
         req_fail(s, r, 503, "shutting_down", "the server is shutting down", FIN_CANCELLED);
     }
     return NULL;
