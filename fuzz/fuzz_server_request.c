@@ -27,13 +27,42 @@ static void req_clear(srv_req *r) {
     free(r->texts);
     free(r->text_ids);
     free(r->n_text_ids);
+    free(r->schema);
     memset(r, 0, sizeof *r);
 }
 
-static int check_grammar(const uint8_t *data, size_t size) {
+/* A schema for the grammar checks: {"name": string, "n": integer, "tags": array|null, "ok": boolean} */
+static jg_schema test_schema;
+
+static void schema_init(void) {
+    static const char *keys[] = {"name", "n", "tags", "ok"};
+    static const uint8_t types[] = {JG_T_STRING, JG_T_INTEGER, JG_T_ARRAY | JG_T_NULL, JG_T_BOOLEAN};
+    for (int i = 0; i < 4; i++) {
+        strcpy(test_schema.key[i], keys[i]);
+        test_schema.klen[i] = (uint8_t)strlen(keys[i]);
+        test_schema.types[i] = types[i];
+        test_schema.tail += test_schema.klen[i] + 8;
+    }
+    test_schema.n = 4;
+}
+
+/* The parsed object has the schema's keys in order, with values of their types. */
+static bool follows_schema(const cJSON *o, const jg_schema *g) {
+    int i = 0;
+    for (const cJSON *e = o->child; e; e = e->next, i++) {
+        if (i >= g->n || strcmp(e->string, g->key[i])) return false;
+        unsigned t = g->types[i], bit = cJSON_IsString(e) ? JG_T_STRING : cJSON_IsBool(e) ? JG_T_BOOLEAN
+                   : cJSON_IsNull(e) ? JG_T_NULL : cJSON_IsArray(e) ? JG_T_ARRAY : cJSON_IsObject(e) ? JG_T_OBJECT : 0;
+        if (cJSON_IsNumber(e)) bit = e->valuedouble == (double)(long long)e->valuedouble ? JG_T_INTEGER | JG_T_NUMBER : JG_T_NUMBER;
+        if (t && !(t & bit)) return false;
+    }
+    return i == g->n;
+}
+
+static int check_grammar_with(const uint8_t *data, size_t size, const jg_schema *sch) {
     jg_state s;
-    jg_init(&s);
-    char prefix[4096];
+    jg_init(&s, sch);
+    char prefix[4096 + JG_MAX_COMPLETION];
     size_t n = 0;
     for (size_t i = 0; i < size && n < sizeof prefix - 200; i++) {
         jg_state t = s;
@@ -41,7 +70,7 @@ static int check_grammar(const uint8_t *data, size_t size) {
         s = t;
         prefix[n++] = (char)data[i];
     }
-    char comp[JG_MAX_DEPTH + 40];
+    char comp[JG_MAX_COMPLETION];
     int k = jg_completion(&s, comp, (int)sizeof comp);
     if (k != jg_dist(&s) || k >= (int)sizeof comp) { fprintf(stderr, "jg_dist %d != completion %d\n", jg_dist(&s), k); return 1; }
     memcpy(prefix + n, comp, (size_t)k);
@@ -55,10 +84,15 @@ static int check_grammar(const uint8_t *data, size_t size) {
     if (!utf8_valid(prefix, total)) { fprintf(stderr, "accepted invalid UTF-8: '%s'\n", prefix); return 1; }
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(prefix, total, &end, false);
-    bool ok = j && cJSON_IsObject(j) && end == prefix + total;
+    bool ok = j && cJSON_IsObject(j) && end == prefix + total && (!sch || follows_schema(j, sch));
     cJSON_Delete(j);
-    if (!ok) { fprintf(stderr, "accepted + completion is not one JSON object: '%s'\n", prefix); return 1; }
+    if (!ok) { fprintf(stderr, "accepted + completion is not one JSON object%s: '%s'\n", sch ? " of the schema" : "", prefix); return 1; }
     return 0;
+}
+
+static int check_grammar(const uint8_t *data, size_t size) {
+    if (!test_schema.n) schema_init();
+    return check_grammar_with(data, size, NULL) || check_grammar_with(data, size, &test_schema);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -104,8 +138,13 @@ int main(int argc, char **argv) {
         "\x02{\"input\":[\"a\",\"b\"],\"encoding_format\":\"base64\"}",
         "\x02{\"input\":\"x\",\"model\":\"e\"}",
         "\x00{\"a\":[1,-2.5e+3,true,false,null,{\"b\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u0041\"}],\"c\":{}}",
+        "\x00{\"name\":\"bo\",\"n\":-12,\"tags\":[\"x\",{}],\"ok\":false}",
+        "\x00{\"name\":\"\\u00e9\",\"n\":1.5e3,\"tags\":null,\"ok\":true}",
+        "\x01{\"prompt\":\"p\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\","
+        "\"properties\":{\"a\":{\"type\":[\"string\",\"null\"]},\"b\":{\"type\":\"integer\"}},\"required\":[\"b\"]}}}}",
     };
-    static const char alphabet[] = "{}[]\":,0123456789-+.eEtrufalsn \n\t\\/bu\x80\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80x";
+    static const char alphabet[] = "{}[]\":,0123456789-+.eEtrufalsn \n\t\\/bu\x80\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80xmgko";
+    schema_init();
     uint8_t buf[2048];
     int fails = 0;
     for (long it = 0; it < iters && !fails; it++) {
@@ -130,7 +169,7 @@ int main(int argc, char **argv) {
             n = 1;
             buf[0] = 0;
             jg_state s;
-            jg_init(&s);
+            jg_init(&s, it % 4 == 1 ? &test_schema : NULL);
             size_t want = 1 + rnd() % 300;
             while (n < want) {
                 uint8_t c = (uint8_t)alphabet[rnd() % (sizeof alphabet - 1)];

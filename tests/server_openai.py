@@ -20,6 +20,22 @@ except ImportError:
 
 check = Checks()
 KEY = "sk-openai-test"
+SCHEMA = {"type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": {
+    "type": "object", "additionalProperties": False, "required": ["name", "age", "ok", "tags"],
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "ok": {"type": "boolean"},
+                   "tags": {"type": ["array", "null"]}, "unused": {"type": "string"}}}}}
+
+
+def follows(text):
+    """The text is one object with SCHEMA's required keys, in order, of their types."""
+    try:
+        o = json.loads(text)
+    except ValueError:
+        return False
+    return (isinstance(o, dict) and list(o) == ["name", "age", "ok", "tags"] and isinstance(o["name"], str)
+            and isinstance(o["age"], int) and not isinstance(o["age"], bool) and isinstance(o["ok"], bool)
+            and (o["tags"] is None or isinstance(o["tags"], list)))
+
 bert = os.path.join(SHARED, "models/ref-tiny/tiny-bert-shared.gguf")
 args = ["-m", synth_model(), "-np", "4", "-c", "4096", "-t", "2", "--api-key", KEY, "--alias", "smol"]
 if os.path.exists(bert):
@@ -114,14 +130,20 @@ try:
         except ValueError:
             bad.append(out)
     check(not bad, "json_object outputs parse as objects (bad: %r)" % bad[:3])
-    r = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "JSON"}], max_tokens=40,
-                                       response_format={"type": "json_schema", "json_schema": {
-                                           "name": "x", "schema": {"type": "object"}}})
+    # json_schema: the top-level keys in order, each of its type (nested schemas are not enforced)
+    bad = []
+    for i, mt in enumerate([45, 80, 80, 120]):
+        r = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "JSON"}], max_tokens=mt,
+                                           temperature=1.0, seed=10 + i, response_format=SCHEMA)
+        if not follows(r.choices[0].message.content):
+            bad.append(r.choices[0].message.content)
+    check(not bad, "json_schema outputs have the keys and types (bad: %r)" % bad[:2])
     try:
-        ok = isinstance(json.loads(r.choices[0].message.content), dict)
-    except ValueError:
-        ok = False
-    check(ok, "json_schema: an object")
+        client.chat.completions.create(model="smol", messages=msgs, max_tokens=5, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array"}}})
+        check(False, "a top-level array schema accepted")
+    except openai.BadRequestError as x:
+        check(x.status_code == 400, "json_schema: a top-level array is refused (400)")
 
     # ---- stop strings ----
     base = client.completions.create(model="smol", prompt="abc", max_tokens=30, temperature=0).choices[0].text
@@ -195,6 +217,10 @@ for name in ["tiny-qwen3-shared.gguf", "tiny-llama3-shared.gguf", "tiny-gemma3-s
         except ValueError:
             ok = False
         check(ok, "%s: json_object parses (%r)" % (name, r.choices[0].message.content))
+        r = cl.chat.completions.create(model=mid, messages=[{"role": "user", "content": "JSON"}], max_tokens=120,
+                                       response_format=SCHEMA, seed=4)
+        check(follows(r.choices[0].message.content), "%s: json_schema keys and types (%r)" %
+              (name, r.choices[0].message.content))
         z = s.json("POST", "/tokenize", {"content": "Z"})[1]["tokens"][-1]
         r = cl.completions.create(model=mid, prompt="hello", max_tokens=4, temperature=0, logit_bias={str(z): 100})
         check(r.choices[0].text == "Z" * 4, "%s: logit_bias +100 forces a token (%r)" % (name, r.choices[0].text))

@@ -23,9 +23,23 @@ enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 
 static const char *const literals[3] = {"true", "false", "null"};
 
-void jg_init(jg_state *s) {
+void jg_init(jg_state *s, const jg_schema *sch) {
     memset(s, 0, sizeof *s);
     s->mode = M_START;
+    s->sch = sch;
+}
+
+/* The schema applies here: the top-level object of a schema'd output. */
+static bool schema_here(const jg_state *s) { return s->sch && s->depth == 1; }
+
+/* The shortest value of a property's types. */
+static const char *min_value(unsigned types) {
+    if (!types || (types & (JG_T_NUMBER | JG_T_INTEGER))) return "0";
+    if (types & JG_T_STRING) return "\"\"";
+    if (types & JG_T_ARRAY) return "[]";
+    if (types & JG_T_OBJECT) return "{}";
+    if (types & JG_T_NULL) return "null";
+    return "true";
 }
 
 bool jg_done(const jg_state *s) { return s->mode == M_DONE; }
@@ -56,6 +70,15 @@ static bool close_container(jg_state *s, unsigned c) {
 
 /* Start of a value in M_VALUE / M_ARR_FIRST. */
 static bool start_value(jg_state *s, unsigned c) {
+    unsigned types = schema_here(s) && s->mode == M_VALUE ? s->sch->types[s->kcount - 1] : 0;
+    s->num_int = 0;
+    if (types) {
+        unsigned need = c == '{' ? JG_T_OBJECT : c == '[' ? JG_T_ARRAY : c == '"' ? JG_T_STRING
+                      : (c == 't' || c == 'f') ? JG_T_BOOLEAN : c == 'n' ? JG_T_NULL
+                      : (c == '-' || is_digit(c)) ? (JG_T_NUMBER | JG_T_INTEGER) : 0;
+        if (!(types & need)) return false;
+        if ((need & JG_T_INTEGER) && !(types & JG_T_NUMBER)) s->num_int = 1;
+    }
     switch (c) {
     case '{': return push(s, true);
     case '[': return push(s, false);
@@ -85,6 +108,7 @@ static int number_byte(jg_state *s, unsigned c) {
     case N_ZERO:
     case N_INT:
         if (s->sub == N_INT && is_digit(c)) return 1;
+        if (s->num_int && (c == '.' || c == 'e' || c == 'E')) return -1;
         if (c == '.') { s->sub = N_DOT; return 1; }
         if (c == 'e' || c == 'E') { s->sub = N_E; return 1; }
         return 0;
@@ -111,6 +135,19 @@ static int number_byte(jg_state *s, unsigned c) {
 
 /* One byte inside a string (M_STRING). */
 static bool string_byte(jg_state *s, unsigned c) {
+    if (s->is_key && schema_here(s)) {   /* the key is fixed: its bytes, then the quote */
+        const jg_schema *k = s->sch;
+        int i = s->kcount - 1;
+        if (s->kpos < k->klen[i]) {
+            if (c != (unsigned char)k->key[i][s->kpos]) return false;
+            s->kpos++;
+            return true;
+        }
+        if (c != '"') return false;
+        s->mode = M_COLON;
+        s->is_key = 0;
+        return true;
+    }
     if (s->u8need) {
         if (c < s->u8lo || c > s->u8hi) return false;
         s->u8need--;
@@ -162,10 +199,15 @@ static bool feed_byte(jg_state *s, unsigned c) {
         if (c == ']') return close_container(s, c);
         return start_value(s, c);
     case M_OBJ_FIRST:
-        if (c == '}') return close_container(s, c);
+        if (c == '}') return !(schema_here(s) && s->sch->n > 0) && close_container(s, c);
         /* fallthrough */
     case M_OBJ_KEY:
         if (c != '"') return false;
+        if (schema_here(s)) {
+            if (s->kcount >= s->sch->n) return false;
+            s->kcount++;
+            s->kpos = 0;
+        }
         s->mode = M_STRING;
         s->is_key = 1;
         s->u8need = 0;
@@ -175,6 +217,10 @@ static bool feed_byte(jg_state *s, unsigned c) {
         s->mode = M_VALUE;
         return true;
     case M_AFTER:
+        if (schema_here(s)) {   /* every key, then the end */
+            if (c == ',') { if (s->kcount >= s->sch->n) return false; s->mode = M_OBJ_KEY; return true; }
+            return c == '}' && s->kcount == s->sch->n && close_container(s, c);
+        }
         if (c == ',') { s->mode = top_is_object(s) ? M_OBJ_KEY : M_VALUE; return true; }
         if (c == '}' || c == ']') return close_container(s, c);
         return false;
@@ -213,21 +259,66 @@ bool jg_feed(jg_state *s, const char *p, size_t n) {
     return true;
 }
 
+/* Appends str to tmp at *n. */
+static void put(char *tmp, int *n, const char *str) {
+    size_t l = strlen(str);
+    memcpy(tmp + *n, str, l);
+    *n += (int)l;
+}
+
+/* "key":value, the shortest value of its types. */
+static void put_key(const jg_schema *sch, int k, char *tmp, int *n) {
+    tmp[(*n)++] = '"';
+    memcpy(tmp + *n, sch->key[k], sch->klen[k]);
+    *n += sch->klen[k];
+    put(tmp, n, "\":");
+    put(tmp, n, min_value(sch->types[k]));
+}
+
+/* The schema keys from k on (a comma before all but key 0). */
+static void put_keys(const jg_schema *sch, int k, char *tmp, int *n) {
+    for (; k < sch->n; k++) {
+        if (k > 0) tmp[(*n)++] = ',';
+        put_key(sch, k, tmp, n);
+    }
+}
+
 int jg_completion(const jg_state *s, char *buf, int cap) {
-    char tmp[JG_MAX_DEPTH + 32];
+    char tmp[JG_MAX_COMPLETION];
     int n = 0;
     int depth = s->depth;
+    bool sch = schema_here(s);
+    int next_key = s->kcount;   /* schema: the first key the tail must still write */
+    const char *cur_min = sch && s->kcount ? min_value(s->sch->types[s->kcount - 1]) : "0";
     switch (s->mode) {
-    case M_START: tmp[n++] = '{'; tmp[n++] = '}'; break;
-    case M_VALUE: tmp[n++] = '0'; break;
+    case M_START:
+        tmp[n++] = '{';
+        if (s->sch) put_keys(s->sch, 0, tmp, &n);
+        tmp[n++] = '}';
+        break;
+    case M_VALUE: put(tmp, &n, cur_min); break;
     case M_ARR_FIRST: case M_OBJ_FIRST: case M_AFTER: break;
-    case M_OBJ_KEY: memcpy(tmp + n, "\"\":0", 4); n += 4; break;
-    case M_COLON: tmp[n++] = ':'; tmp[n++] = '0'; break;
+    case M_OBJ_KEY:
+        if (sch) {   /* after a comma: the next key */
+            put_key(s->sch, s->kcount, tmp, &n);
+            next_key = s->kcount + 1;
+        } else put(tmp, &n, "\"\":0");
+        break;
+    case M_COLON: tmp[n++] = ':'; put(tmp, &n, cur_min); break;
     case M_STR_ESC: tmp[n++] = 'n'; /* fallthrough */
     case M_STR_HEX:
         if (s->mode == M_STR_HEX) for (int i = s->sub; i < 4; i++) tmp[n++] = '0';
         /* fallthrough */
     case M_STRING:
+        if (s->is_key && sch) {
+            int i = s->kcount - 1;
+            memcpy(tmp + n, s->sch->key[i] + s->kpos, (size_t)(s->sch->klen[i] - s->kpos));
+            n += s->sch->klen[i] - s->kpos;
+            tmp[n++] = '"';
+            tmp[n++] = ':';
+            put(tmp, &n, cur_min);
+            break;
+        }
         if (s->mode == M_STRING && s->u8need) {
             tmp[n++] = (char)s->u8lo;
             for (int i = 1; i < s->u8need; i++) tmp[n++] = (char)0x80;
@@ -238,15 +329,14 @@ int jg_completion(const jg_state *s, char *buf, int cap) {
     case M_NUMBER:
         if (!number_terminal(s->sub)) tmp[n++] = '0';
         break;
-    case M_LITERAL: {
-        const char *l = literals[s->lit] + s->sub;
-        while (*l) tmp[n++] = *l++;
-        break;
-    }
+    case M_LITERAL: put(tmp, &n, literals[s->lit] + s->sub); break;
     default: break;
     }
     if (s->mode != M_START && s->mode != M_DONE)
-        for (int d = depth; d > 0; d--) tmp[n++] = ((s->stack >> (d - 1)) & 1) ? '}' : ']';
+        for (int d = depth; d > 0; d--) {
+            if (d == 1 && s->sch) put_keys(s->sch, next_key, tmp, &n);
+            tmp[n++] = ((s->stack >> (d - 1)) & 1) ? '}' : ']';
+        }
     if (cap > 0) {
         int k = n < cap - 1 ? n : cap - 1;
         memcpy(buf, tmp, (size_t)k);
@@ -256,6 +346,6 @@ int jg_completion(const jg_state *s, char *buf, int cap) {
 }
 
 int jg_dist(const jg_state *s) {
-    char buf[JG_MAX_DEPTH + 32];
+    char buf[JG_MAX_COMPLETION];
     return jg_completion(s, buf, (int)sizeof buf);
 }

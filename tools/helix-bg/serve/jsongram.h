@@ -26,6 +26,26 @@
 
 #define JG_MAX_DEPTH 64
 #define JG_MAX_WS 16
+#define JG_MAX_KEYS 32
+#define JG_MAX_KEY 64
+/* room for any completion (jg_completion's cap) */
+#define JG_MAX_COMPLETION (JG_MAX_DEPTH + 48 + JG_MAX_KEYS * (JG_MAX_KEY + 8))
+
+/* Value types a schema property may take (bits); 0: any. */
+enum { JG_T_STRING = 1, JG_T_NUMBER = 2, JG_T_INTEGER = 4, JG_T_BOOLEAN = 8, JG_T_NULL = 16, JG_T_ARRAY = 32,
+       JG_T_OBJECT = 64 };
+
+/* response_format json_schema, the part enforced: the top-level object has
+ * exactly these keys, in this order, each with a value of its types. What
+ * is inside nested arrays and objects, enums, formats, lengths, ranges and
+ * optional keys are not enforced. */
+typedef struct jg_schema {
+    int n;
+    char key[JG_MAX_KEYS][JG_MAX_KEY + 1]; /* as written between the quotes: no '"', '\\' or control bytes */
+    uint8_t klen[JG_MAX_KEYS];
+    uint8_t types[JG_MAX_KEYS];
+    int tail;                              /* bytes of the shortest text of all keys and values */
+} jg_schema;
 
 typedef struct jg_state {
     uint64_t stack;   /* bit i: container at depth i+1 is an object (1) or an array (0) */
@@ -38,10 +58,14 @@ typedef struct jg_state {
     uint8_t ws;       /* whitespace bytes in a row */
     uint8_t nl;       /* line breaks in that run */
     uint8_t is_key;   /* the open string is an object key */
+    uint8_t num_int;  /* the open number must be an integer (schema) */
+    uint8_t kcount;   /* schema: top-level keys started */
+    uint8_t kpos;     /* schema: bytes of the open key written */
+    const jg_schema *sch; /* NULL: any object */
 } jg_state;
 
-/* The state before any output. */
-void jg_init(jg_state *s);
+/* The state before any output; sch (may be NULL; must outlive the state) constrains the keys. */
+void jg_init(jg_state *s, const jg_schema *sch);
 /* Feeds n bytes; false (s then undefined) when they cannot continue a JSON object. */
 bool jg_feed(jg_state *s, const char *p, size_t n);
 /* The top-level object is complete: only the end of generation may follow. */

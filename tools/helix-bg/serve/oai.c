@@ -170,6 +170,71 @@ static int tokenize(const hx_model *m, const char *text, bool add_special, int32
     return fail(err, 500, "server_error", "tokenizing failed");
 }
 
+static const struct { const char *name; unsigned bit; } json_types[] = {
+    {"string", JG_T_STRING}, {"number", JG_T_NUMBER}, {"integer", JG_T_INTEGER}, {"boolean", JG_T_BOOLEAN},
+    {"null", JG_T_NULL}, {"array", JG_T_ARRAY}, {"object", JG_T_OBJECT},
+};
+
+static int type_bits(const cJSON *ty, const char *key, unsigned *out, oai_err *err) {
+    *out = 0;
+    if (!ty) return 0;
+    int n = cJSON_IsString(ty) ? 1 : cJSON_IsArray(ty) ? cJSON_GetArraySize(ty) : -1;
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_IsString(ty) ? ty : cJSON_GetArrayItem(ty, i);
+        unsigned bit = 0;
+        for (size_t k = 0; cJSON_IsString(e) && k < sizeof json_types / sizeof json_types[0]; k++)
+            if (!strcmp(e->valuestring, json_types[k].name)) bit = json_types[k].bit;
+        if (!bit) n = -1;
+        else *out |= bit;
+    }
+    if (n < 0) return fail(err, 400, "invalid_value", "json_schema: the type of '%.64s' is not a JSON type or a list of them", key);
+    return 0;
+}
+
+/* response_format.json_schema: the top-level keys (the required ones when
+ * "required" is given, else all, in the order of "properties") and their
+ * types become the grammar's schema. Nested schemas are not enforced. */
+static int parse_schema(const cJSON *js, srv_req *r, oai_err *err) {
+    const cJSON *sc = js && cJSON_IsObject(js) ? field(js, "schema") : NULL;
+    if (!sc) return 0;
+    if (!cJSON_IsObject(sc)) return fail(err, 400, "invalid_type", "'response_format.json_schema.schema' must be an object");
+    const cJSON *ty = field(sc, "type");
+    if (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "object")))
+        return fail(err, 400, "unsupported_value", "json_schema: only an object at the top level is supported");
+    const cJSON *props = field(sc, "properties"), *req = field(sc, "required");
+    if (!props) return 0;
+    if (!cJSON_IsObject(props)) return fail(err, 400, "invalid_type", "json_schema: 'properties' must be an object");
+    if (req && !cJSON_IsArray(req)) return fail(err, 400, "invalid_type", "json_schema: 'required' must be an array");
+    jg_schema *g = calloc(1, sizeof *g);
+    if (!g) return fail(err, 500, "out_of_memory", "out of memory");
+    r->schema = g;
+    for (const cJSON *p = props->child; p; p = p->next) {
+        const char *k = p->string ? p->string : "";
+        bool wanted = !req;
+        for (const cJSON *q = req ? req->child : NULL; q; q = q->next)
+            if (cJSON_IsString(q) && !strcmp(q->valuestring, k)) wanted = true;
+        if (!wanted) continue;
+        size_t l = strlen(k);
+        bool plain = l > 0 && l <= JG_MAX_KEY && utf8_valid(k, l);
+        for (size_t i = 0; i < l; i++)
+            if ((unsigned char)k[i] < 0x20 || k[i] == '"' || k[i] == '\\') plain = false;
+        if (!plain)
+            return fail(err, 400, "unsupported_value",
+                        "json_schema: key '%.64s' must be 1..%d bytes without quotes, backslashes or control characters",
+                        k, JG_MAX_KEY);
+        if (g->n == JG_MAX_KEYS) return fail(err, 400, "unsupported_value", "json_schema: at most %d keys", JG_MAX_KEYS);
+        unsigned bits;
+        int st = type_bits(cJSON_IsObject(p) ? field(p, "type") : NULL, k, &bits, err);
+        if (st) return st;
+        memcpy(g->key[g->n], k, l + 1);
+        g->klen[g->n] = (uint8_t)l;
+        g->types[g->n] = (uint8_t)bits;
+        g->tail += (int)l + 8;   /* ,"key":value with a value of at most 4 bytes */
+        g->n++;
+    }
+    return 0;
+}
+
 /* Sampling, limits, stop strings, logit bias: the fields chat and completions share. */
 static int parse_sampling(srv *s, const cJSON *root, srv_req *r, oai_err *err) {
     int st;
@@ -275,7 +340,11 @@ static int parse_sampling(srv *s, const cJSON *root, srv_req *r, oai_err *err) {
         cJSON *t = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
         if (!t || !cJSON_IsString(t))
             return fail(err, 400, "invalid_type", "'response_format' must be an object with a string 'type'");
-        if (!strcmp(t->valuestring, "json_object") || !strcmp(t->valuestring, "json_schema")) r->json_mode = true;
+        if (!strcmp(t->valuestring, "json_object")) r->json_mode = true;
+        else if (!strcmp(t->valuestring, "json_schema")) {
+            r->json_mode = true;
+            if ((st = parse_schema(field(rf, "json_schema"), r, err))) return st;
+        }
         else if (strcmp(t->valuestring, "text"))
             return fail(err, 400, "invalid_value", "'response_format.type' '%.40s' is not text, json_object or json_schema",
                         t->valuestring);

@@ -68,6 +68,7 @@ static void req_free(srv_req *r) {
         for (int i = 0; i < r->n_texts; i++) free(r->text_ids[i]);
     free(r->text_ids);
     free(r->n_text_ids);
+    free(r->schema);
     sbuf_free(&r->out);
     free(r);
 }
@@ -317,7 +318,7 @@ static slot *admit(srv *s, sched *sc, srv_req *r) {
         best->dt = hx_detok_new(s->model, false);
         if (best->smp)
             for (int i = 0; i < r->n_prompt; i++) hx_sampler_accept(best->smp, r->prompt[i]);
-        jg_init(&best->jg);
+        jg_init(&best->jg, r->schema);
     }
     return best;
 }
@@ -457,7 +458,8 @@ static void json_mask(sched *sc, const slot *sl, int left) {
         jg_state st = sl->jg;
         if (!jg_feed(&st, sc->pieces + a, (size_t)(b - a))) continue;
         /* the shortest completion must still fit, one byte per token at worst */
-        if (left < st.depth + 8 && jg_dist(&st) > left) continue;
+        int bound = st.depth + 8 + (st.sch ? st.sch->tail : 0);   /* jg_dist is never more */
+        if (left < bound && jg_dist(&st) > left) continue;
         sc->allowed[t] = 1;
     }
 }

@@ -96,6 +96,7 @@ typedef struct srv_req {
     int n_stop;
     int logprobs;              /* -1: off; else top_logprobs count (0..20) */
     bool json_mode;            /* response_format json_object / json_schema */
+    jg_schema *schema;         /* json_schema: the top-level keys and types enforced (NULL: any object) */
     bool ignore_eog;           /* llama-server's ignore_eos: keep going (benchmarks) */
 
     /* embedding inputs */
