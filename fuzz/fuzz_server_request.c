@@ -140,8 +140,8 @@ int main(int argc, char **argv) {
         "\x00{\"a\":[1,-2.5e+3,true,false,null,{\"b\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u0041\"}],\"c\":{}}",
         "\x00{\"name\":\"bo\",\"n\":-12,\"tags\":[\"x\",{}],\"ok\":false}",
         "\x00{\"name\":\"\\u00e9\",\"n\":1.5e3,\"tags\":null,\"ok\":true}",
-        "\x01{\"prompt\":\"p\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\","
-        "\"properties\":{\"a\":{\"type\":[\"string\",\"null\"]},\"b\":{\"type\":\"integer\"}},\"required\":[\"b\"]}}}}",
+        ("\x01{\"prompt\":\"p\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\","
+        "\"properties\":{\"a\":{\"type\":[\"string\",\"null\"]},\"b\":{\"type\":\"integer\"}},\"required\":[\"b\"]}}}}"),
     };
     static const char alphabet[] = "{}[]\":,0123456789-+.eEtrufalsn \n\t\\/bu\x80\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80xmgko";
     schema_init();
