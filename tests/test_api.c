@@ -185,6 +185,34 @@ static void test_generate(const char *path, hx_model *m) {
     int nc = cli_greedy(path, prompt, np, N, want);
     if (nc < 0) printf("note: HX_BIN not set or not runnable: greedy ids not compared with the CLI\n");
     else CHECKF(nc == N && !memcmp(r.ids, want, sizeof *want * N), "generate differs from helix-bg generate (%d ids)", nc);
+    /* sampling (temp 0.9, top-k 20, a repeat penalty, seed 42) equals the chain run by hand */
+    {
+        hx_generate_params sp = gp;
+        sp.sampling = hx_sampler_defaults();
+        sp.sampling.temp = 0.9f;
+        sp.sampling.top_k = 20;
+        sp.sampling.repeat_penalty = 1.3f;
+        sp.sampling.seed = 42;
+        hx_generate_result rs;
+        CHECKF(hx_generate(c, &sp, &rs, &e) == HX_OK && rs.n_ids == N, "%s", e.msg);
+        hx_sampler *smp = hx_sampler_new(&sp.sampling, hx_model_n_vocab(m));
+        hx_batch sb = hx_batch_init(64);
+        hx_seq_clear(cb, 0);
+        for (int i = 0; i < np; i++) { hx_batch_add(&sb, prompt[i], i, 0, i == np - 1); hx_sampler_accept(smp, prompt[i]); }
+        int same = 0;
+        for (int g = 0; g < N && !hx_decode(cb, &sb, &e); g++) {
+            int32_t t = hx_sampler_sample(smp, hx_get_logits(cb, -1));
+            hx_sampler_accept(smp, t);
+            same += g < rs.n_ids && rs.ids[g] == t;
+            hx_batch_clear(&sb);
+            hx_batch_add(&sb, t, np + g, 0, true);
+        }
+        CHECKF(same == N, "sampled ids: %d of %d as the hand-run chain", same, N);
+        hx_sampler_free(smp);
+        hx_batch_free(&sb);
+        hx_generate_result_free(&rs);
+        hx_seq_clear(cb, 0);
+    }
     /* the text is the detokenized ids */
     char *txt = NULL;
     CHECK(hx_detokenize(m, r.ids, r.n_ids, false, &txt, &e) == HX_OK && !strcmp(txt, r.text));

@@ -9,7 +9,10 @@
  *     the HF folders llama.cpp's converter made them from (Q/K rows
  *     un-permuted, gemma norms minus 1, transformers-4 style config) load and
  *     reproduce the transformers float64 refs (last logits within 1e-3, 32
- *     greedy ids) and the GGUF's own logits within 1e-4.
+ *     greedy ids) and the GGUF's own logits within 1e-4; folders holding
+ *     the real qwen3 / llama3 / gemma3 tokenizer.json (+ tokenizer_config)
+ *     and llama2's tokenizer.model give their special ids, add_bos and chat
+ *     template family.
  * (b) With HX_HF_TINY=DIR (tests/hf_decoders.sh makes DIR with transformers,
  *     tests/hf_make_tiny.py): for each of llama, qwen2, qwen3, gemma3 the
  *     folder loads, the exact-mode CPU forward (f32 KV) matches transformers'
@@ -30,6 +33,7 @@
 #include "core/core.h"
 #include "model/model.h"
 #include "quant/quant.h"
+#include "tok/chat.h"
 #include "tok/tok.h"
 
 static int argmax(const float *x, int n) {
@@ -121,18 +125,27 @@ static void write_folder(const char *dir, bool gemma, bool sharded, const char *
         "{\"model_type\":\"qwen3\",\"hidden_size\":8,\"intermediate_size\":16,\"num_attention_heads\":2,"
         "\"num_key_value_heads\":1,\"head_dim\":4,\"num_hidden_layers\":2,\"vocab_size\":10,\"rms_norm_eps\":1e-6,"
         "\"rope_theta\":5000.0,\"rope_scaling\":null,\"tie_word_embeddings\":false,\"sliding_window\":null}";
+    /* bad = "mm": Gemma3ForConditionalGeneration's layout (text_config, model.language_model. names) */
+    bool mm = bad && !strcmp(bad, "mm");
+    const char *P = mm ? "model.language_model." : "model.";
+    char cfg_mm[1024];
+    snprintf(cfg_mm, sizeof cfg_mm, "{\"model_type\":\"gemma3\",\"vision_config\":{\"hidden_size\":4},\"text_config\":%s}", cfg_g);
     snprintf(p, sizeof p, "%s/config.json", dir);
-    write_text(p, gemma ? cfg_g : cfg_q);
+    write_text(p, mm ? cfg_mm : gemma ? cfg_g : cfg_q);
+    if (mm) bad = NULL;
     st_t top[4];
     int nt = 0;
-    top[nt++] = (st_t){"model.embed_tokens.weight", gemma ? "BF16" : "F32", V, D, gemma ? (const void *)g_bf : g_big};
-    top[nt++] = (st_t){"model.norm.weight", "F32", 0, D, g_norm};
+    static char n_embd[64], n_norm[64];
+    snprintf(n_embd, sizeof n_embd, "%sembed_tokens.weight", P);
+    snprintf(n_norm, sizeof n_norm, "%snorm.weight", P);
+    top[nt++] = (st_t){n_embd, gemma ? "BF16" : "F32", V, D, gemma ? (const void *)g_bf : g_big};
+    top[nt++] = (st_t){n_norm, "F32", 0, D, g_norm};
     if (!gemma) top[nt++] = (st_t){"lm_head.weight", "F32", V, D, g_big};
     st_t lay[NL][16];
     char names[NL][16][96];
     int nl[NL] = {0};
     for (int l = 0; l < NL; l++) {
-#define T(nm, dt, r, c, d) do { snprintf(names[l][nl[l]], 96, "model.layers.%d.%s", l, nm); \
+#define T(nm, dt, r, c, d) do { snprintf(names[l][nl[l]], 96, "%slayers.%d.%s", P, l, nm); \
         lay[l][nl[l]] = (st_t){names[l][nl[l]], dt, r, c, d}; nl[l]++; } while (0)
         T("input_layernorm.weight", "F32", 0, D, g_norm);
         T("self_attn.q_proj.weight", "F32", NH * HD, D, g_q);
@@ -219,6 +232,7 @@ static void test_contract(void) {
         CHECK(c->act == HX_ACT_GELU_TANH && c->tied_output && c->n_vocab == V);
         CHECK(c->sliding_window == 3 && c->layer_is_swa[0] && !c->layer_is_swa[1]);
         CHECK_NEAR(c->rope_base, 1e6, 1e-3); CHECK_NEAR(c->rope_base_swa, 1e4, 1e-3); CHECK_NEAR(c->rope_scale, 4, 0);
+        CHECK_NEAR(c->rope_scale_swa, 1, 0);  /* the sliding layers are not scaled */
         CHECK_NEAR(c->attn_scale, 0.25, 1e-7);   /* query_pre_attn_scalar 16 */
         CHECK_NEAR(c->final_logit_softcap, 30, 0); CHECK(c->attn_logit_softcap == 0);
         CHECK(m->tok_embd.type == HX_TYPE_BF16 && m->output.data == m->tok_embd.data);
@@ -241,6 +255,17 @@ static void test_contract(void) {
     }
     rm_folder(dir);
 
+    /* the multimodal checkpoint's language model loads the same way */
+    write_folder(dir, true, false, "mm");
+    CHECKF(load_dir(dir, NULL, &m, &e) == HX_OK, "%s", e.msg);
+    if (m) {
+        CHECK(m->cfg.arch == HX_ARCH_GEMMA3 && m->cfg.sliding_window == 3 && m->cfg.tied_output);
+        CHECK(m->layers[1].ffn_post_norm.data && ((const float *)m->layers[1].ffn_post_norm.data)[2] == g_norm[2] + 1.0f);
+        CHECK(m->layers[1].ffn_post_norm.name && strstr(m->layers[1].ffn_post_norm.name, "model.language_model.layers.1."));
+        hx_model_free(m); m = NULL;
+    }
+    rm_folder(dir);
+
     /* qwen3, one file: untied output, rope theta, no window; quantize-on-load */
     write_folder(dir, false, false, NULL);
     CHECKF(load_dir(dir, NULL, &m, &e) == HX_OK, "%s", e.msg);
@@ -249,6 +274,7 @@ static void test_contract(void) {
         CHECK(c->arch == HX_ARCH_QWEN3 && !c->tied_output && c->sliding_window == 0 && !c->layer_is_swa[0]);
         CHECK(c->rope_style == HX_ROPE_NEOX && !c->post_norms && !c->embd_scale && c->act == HX_ACT_SILU);
         CHECK_NEAR(c->rope_base, 5000, 0); CHECK_NEAR(c->rope_base_swa, 5000, 0); CHECK_NEAR(c->rope_scale, 1, 0);
+        CHECK_NEAR(c->rope_scale_swa, 1, 0);
         CHECK_NEAR(c->attn_scale, 0.5, 1e-7);
         CHECK(m->layers[0].attn_norm.data == (const void *)m->layers[0].attn_norm.data && m->output.data != m->tok_embd.data);
         CHECK(((const float *)m->layers[0].ffn_norm.data)[3] == g_norm[3]);  /* no +1 outside gemma */
@@ -260,6 +286,39 @@ static void test_contract(void) {
     if (m) { CHECK(m->layers[0].wq.type == HX_TYPE_F32); hx_model_free(m); m = NULL; }
     hx_hf_opts bad_q = {.quant = HX_TYPE_Q5_1};
     CHECK(load_dir(dir, &bad_q, &m, &e) == HX_ERR_ARG && strstr(e.msg, "q8_0") && !m);
+    /* damaged files: random byte flips in the header and truncations load or fail with a message, never crash
+     * (under ASan this also checks every read stays inside the mapping) */
+    {
+        char sp[600];
+        snprintf(sp, sizeof sp, "%s/model.safetensors", dir);
+        size_t n = 0;
+        char *orig = slurp(sp, &n);
+        uint64_t hl = 0;
+        if (orig && n > 8) memcpy(&hl, orig, 8);
+        CHECK(orig && hl > 0 && hl < n);
+        uint64_t x = 0x9E3779B97F4A7C15ull;
+        int ok = 0, failed = 0;
+        for (int it = 0; orig && it < 300; it++) {
+            char *b = malloc(n);
+            memcpy(b, orig, n);
+            size_t len = n;
+            for (int k = 0; k < 1 + it % 4; k++) {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                size_t at = (size_t)(x % (8 + hl));
+                b[at] = (char)(x >> 32);
+            }
+            if (it % 10 == 9) len = (size_t)((x >> 20) % n);
+            FILE *f = fopen(sp, "wb");
+            fwrite(b, 1, len, f);
+            fclose(f);
+            free(b);
+            hx_status st = load_dir(dir, NULL, &m, &e);
+            if (st == HX_OK) { ok++; hx_model_free(m); m = NULL; }
+            else { failed++; CHECKF(e.msg[0] && !m, "mutation %d: status %d without a message", it, st); }
+        }
+        printf("damaged safetensors: %d loaded, %d refused with a message\n", ok, failed);
+        free(orig);
+    }
     rm_folder(dir);
 
     /* bad folders: each error names the file and what is wrong */
@@ -452,6 +511,67 @@ static void test_shared_roundtrip(const char *sh) {
     }
 }
 
+/* Folders holding the shared real tokenizers (symlinked into /tmp): special ids, add_bos, the chat
+ * template's family, and an encode with specials. Expected values from transformers 5.24's
+ * AutoTokenizer on the same two files (qwen3 [151644, 872], llama3 [128006, 882], gemma3 [2, 105, 2364])
+ * and sentencepiece 0.2 for llama2 ("Hello" -> 15043, bos 1, eos 2); BERT's vocab.txt adds [CLS] 101
+ * and [SEP] 102. */
+static void test_shared_tokenizers(const char *sh) {
+    static const struct {
+        const char *json, *model, *config; int32_t bos, eos; bool add_bos; hx_chat_kind chat;
+        const char *text; int32_t first, last;
+    } cases[] = {
+        {"qwen3.tokenizer.json", NULL, "qwen3.tokenizer_config.json", -1, 151645, false, HX_CHAT_CHATML,
+         "<|im_start|>user", 151644, 872},
+        {"llama3.tokenizer.json", NULL, "llama3.tokenizer_config.json", 128000, 128001, false, HX_CHAT_LLAMA3,
+         "<|start_header_id|>user", 128006, 882},
+        {"gemma3.tokenizer.json", NULL, "gemma3.tokenizer_config.json", 2, 106, true, HX_CHAT_GEMMA,
+         "<start_of_turn>user", 2, 2364},
+        {NULL, "llama2.tokenizer.model", NULL, 1, 2, true, HX_CHAT_UNKNOWN, "Hello", 1, 15043},
+        {NULL, "bert-base-uncased.vocab.txt", NULL, 101, -1, true, HX_CHAT_UNKNOWN, "Hello world", 101, 102},
+    };
+    char dir[256], a[700], b[700];
+    snprintf(dir, sizeof dir, "/tmp/hx-test-hf-tok-%d", (int)getpid());
+    char abs_sh[512];
+    if (!realpath(sh, abs_sh)) { CHECKF(0, "realpath %s", sh); return; }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mkdir(dir, 0755);
+        const char *src[2] = {cases[i].json ? cases[i].json : cases[i].model, cases[i].config};
+        const char *dst[2] = {cases[i].json ? "tokenizer.json" : strstr(src[0], ".txt") ? "vocab.txt" : "tokenizer.model",
+                              "tokenizer_config.json"};
+        for (int k = 0; k < 2; k++) {
+            if (!src[k]) continue;
+            snprintf(a, sizeof a, "%s/tokenizers/%s", abs_sh, src[k]);
+            snprintf(b, sizeof b, "%s/%s", dir, dst[k]);
+            CHECK(symlink(a, b) == 0);
+        }
+        hx_tok *t = NULL;
+        char *tmpl = NULL;
+        hx_error e = {0};
+        CHECKF(hx_hf_tokenizer_load(dir, &t, &tmpl, &e) == HX_OK, "%s: %s", src[0], e.msg);
+        if (t) {
+            CHECKF(hx_tok_bos(t) == cases[i].bos && hx_tok_eos(t) == cases[i].eos && hx_tok_adds_bos(t) == cases[i].add_bos,
+                   "%s: bos %d eos %d add_bos %d", src[0], hx_tok_bos(t), hx_tok_eos(t), hx_tok_adds_bos(t));
+            CHECKF(hx_chat_detect(tmpl) == cases[i].chat, "%s: chat template family %s", src[0], hx_chat_name(hx_chat_detect(tmpl)));
+            int32_t *ids = NULL;
+            size_t n = 0;
+            CHECK(hx_tok_encode(t, cases[i].text, strlen(cases[i].text), true, true, &ids, &n, &e) == HX_OK);
+            CHECKF(n >= 2 && ids[0] == cases[i].first && ids[n - 1] == cases[i].last, "%s: '%s' -> %zu ids, first %d, last %d",
+                   src[0], cases[i].text, n, n ? ids[0] : -1, n ? ids[n - 1] : -1);
+            free(ids);
+        }
+        free(tmpl);
+        hx_tok_free(t);
+        for (int k = 0; k < 2; k++) { snprintf(b, sizeof b, "%s/%s", dir, dst[k]); unlink(b); }
+        rmdir(dir);
+    }
+    hx_tok *t = NULL;
+    hx_error e = {0};
+    mkdir(dir, 0755);
+    CHECK(hx_hf_tokenizer_load(dir, &t, NULL, &e) == HX_ERR_IO && strstr(e.msg, "neither tokenizer.json"));
+    rmdir(dir);
+}
+
 /* ---------------------------------------------------------------- (b) */
 
 static void check_case(const char *root, const char *name) {
@@ -593,7 +713,7 @@ static void check_case(const char *root, const char *name) {
 int main(void) {
     test_contract();
     const char *sh = t_shared_dir();
-    if (sh) test_shared_roundtrip(sh);
+    if (sh) { test_shared_roundtrip(sh); test_shared_tokenizers(sh); }
     else printf("(c) skipped: ../shared not found (set HX_SHARED)\n");
     const char *tiny = getenv("HX_HF_TINY");
     if (tiny && *tiny) {

@@ -51,6 +51,7 @@ int main(void) {
         for (int il = 0; il < 5; il++) CHECK(c->layer_is_swa[il]);
         CHECK(!c->layer_is_swa[5]);
         CHECK_NEAR(c->rope_base_swa, 10000, 1e-3);
+        CHECK(c->rope_scale == 1 && c->rope_scale_swa == 1);
         CHECK_NEAR(c->rope_base, 1e6, 1);
         CHECK(m->layers[5].ffn_post_norm.data != NULL);
         hx_model_free(m);

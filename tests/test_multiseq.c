@@ -12,7 +12,9 @@
  *    the source sequence goes on unchanged in the same batch;
  *  - seq_read / seq_write round trip into another context (bit-identical
  *    continuation), and bad states are refused;
- *  - bad ubatches are refused without touching the cache.
+ *  - bad ubatches are refused without touching the cache;
+ *  - per-layer dumps come from hx_backend_dev and cover sequence 0 only (its
+ *    final dump is the hidden state the forward returns).
  * Models: synthetic tiny llama and gemma3 (window 8, 6 layers: 5 sliding +
  * 1 global; prompts up to 40 tokens, longer than the window) made with
  * model/synth.h so the test always runs, and the ref-tiny models of ../shared
@@ -21,6 +23,7 @@
  * while a lone sequence of 64+ tokens takes the tiled one. */
 #include "test_util.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include "api/backend.h"
@@ -390,6 +393,62 @@ static void run_model(const char *name, const hx_model *m, bool exact, int max_p
     free(ref); free(got);
 }
 
+/* Files in dir (removed when clean); -1 when it cannot be read. */
+static int count_files(const char *dir, bool clean) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *de;
+    char p[4096];
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        n++;
+        if (clean) { snprintf(p, sizeof p, "%s/%s", dir, de->d_name); unlink(p); }
+    }
+    closedir(d);
+    return n;
+}
+
+/* Dumps (hx_backend_dev): sequence 0's positions only, from the options. */
+static void test_dumps(const hx_model *m) {
+    char dir[] = "/tmp/hx_multiseq_dump_XXXXXX";
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    int L = m->cfg.n_layer, D = m->cfg.n_embd, V = m->cfg.n_vocab;
+    /* seq 1 at positions 0..3, seq 0 at 0..2 (its last one with output), interleaved */
+    int32_t tok[7] = { 5, 6, 7, 8, 9, 10, 11 }, pos[7] = { 0, 0, 1, 1, 2, 2, 3 }, sq[7] = { 1, 0, 1, 0, 1, 0, 1 };
+    int32_t out[7] = { -1, -1, -1, -1, -1, 0, -1 };
+    hx_ubatch ub = { 7, tok, pos, sq, out, 1 };
+    float *lo = malloc(sizeof(float) * V), *hid = malloc(sizeof(float) * D);
+    for (int pass = 0; pass < 2; pass++) {
+        int only = 1;
+        hx_backend_params p = { .n_seq = 2, .n_ctx_seq = 16, .n_ubatch = 16, .n_threads = 2, .kv_f32 = true,
+                                .exact = true, .dev = { dir, pass ? &only : NULL, pass ? 1 : 0 } };
+        void *c = NULL;
+        hx_error e = {0};
+        CHECKF(B->ctx_new(m, &p, &c, &e) == HX_OK, "ctx_new with dumps: %s", e.msg);
+        if (!c) break;
+        CHECKF(B->forward(c, &ub, lo, hid, &e) == HX_OK, "forward with dumps: %s", e.msg);
+        if (!pass) {
+            /* the final dump is the hidden state returned */
+            char f[4200];
+            snprintf(f, sizeof f, "%s/pos00002-final.f32", dir);
+            FILE *fp = fopen(f, "rb");
+            float *v = malloc(sizeof(float) * D);
+            CHECKF(fp && fseek(fp, 20, SEEK_SET) == 0 && fread(v, sizeof(float), D, fp) == (size_t)D &&
+                   memcmp(v, hid, sizeof(float) * D) == 0, "%s: missing or not the hidden state", f);
+            if (fp) fclose(fp);
+            free(v);
+            snprintf(f, sizeof f, "%s/pos00003-L000-input.f32", dir);
+            CHECKF(access(f, F_OK) != 0, "sequence 1's position 3 was dumped");
+        }
+        int want = pass ? 3 * L : 3 * 3 * L + 1, got = count_files(dir, true);
+        CHECKF(got == want, "dump pass %d: %d files, expected %d", pass, got, want);
+        B->ctx_free(c);
+    }
+    rmdir(dir);
+    free(lo); free(hid);
+}
+
 /* A tiny synthetic model of preset-like shape (f32 weights). */
 static hx_model *synth_model(const hx_preset *ps, char *path) {
     int fd = mkstemp(path);
@@ -415,6 +474,7 @@ int main(void) {
     for (int i = 0; i < 2; i++) {
         char path[] = "/tmp/hx_multiseq_XXXXXX";
         hx_model *m = synth_model(ps[i], path);
+        if (m && i == 0) test_dumps(m);
         if (m) {
             run_model(ps[i]->name, m, true, 40, 16, counts, 5, 1e-4);
             run_model(ps[i]->name, m, false, 100, 64, few, 3, 5e-2);

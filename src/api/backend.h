@@ -51,6 +51,16 @@ typedef struct hx_backend_params {
     hx_backend_dev dev;
 } hx_backend_params;
 
+/* The sampling chain for decode_sample: penalties already neutral when the
+ * window is off; hist: the recent tokens (ring order, only counts matter);
+ * u: the uniform draw the CPU sampler made (hx_sampler_draw). */
+typedef struct hx_backend_sample {
+    float temp; int top_k; float top_p, min_p, repeat_penalty, freq_penalty, presence_penalty;
+    const int32_t *hist;
+    int n_hist;
+    float u;
+} hx_backend_sample;
+
 typedef struct hx_backend {
     const char *name;     /* "cpu", "cuda" */
     hx_status (*ctx_new)(const hx_model *m, const hx_backend_params *p, void **out, hx_error *e);
@@ -74,6 +84,12 @@ typedef struct hx_backend {
     hx_status (*decode_greedy)(void *ctx, int seq, int32_t token, int pos, int32_t *next, hx_error *e);
     hx_status (*finish)(void *ctx, hx_error *e);
     size_t (*device_bytes_in_use)(void *ctx);
+    /* Optional (NULL when absent): one decode step of `token` at `pos` of seq
+     * with the sampling chain run on the device (hx_sampler's order and
+     * draw). *picked false: these settings or this step were declined, and
+     * logits (n_vocab, host) hold the step's logits for the caller's sampler. */
+    hx_status (*decode_sample)(void *ctx, int seq, int32_t token, int pos, const struct hx_backend_sample *s,
+                               int32_t *next, float *logits, bool *picked, hx_error *e);
 } hx_backend;
 
 extern const hx_backend hx_backend_cpu;

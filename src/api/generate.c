@@ -171,6 +171,7 @@ hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_re
         return hx_err(e, HX_ERR_RANGE, "hx_generate: a prompt of %d tokens does not fit sequence %d's %d positions",
                       n_prompt, seq, c->n_ctx_seq);
     }
+    float *step_logits = NULL; /* decode_sample's logits when the device declines */
     hx_sampler *smp = hx_sampler_new(&p->sampling, V);
     hx_detok *dt = m->api->tok ? hx_detok_new(m, false) : NULL;
     gtext g = {.p = p};
@@ -197,6 +198,10 @@ hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_re
     for (int i = 0; i < n_prompt; i++) hx_sampler_accept(smp, prompt[i]);
     bool greedy = p->sampling.temp <= 0 && !hx_sampler_penalizes(&p->sampling) && p->sampling.n_logit_bias == 0;
     bool fast = greedy && c->be->decode_greedy;
+    /* sampling on the device (temp > 0, no logit bias: the device chain takes none) */
+    bool dev_sample = !greedy && p->sampling.temp > 0 && c->be->decode_sample && !hx_sampler_has_bias(smp);
+    if (dev_sample) step_logits = malloc(sizeof *step_logits * (size_t)V);
+    if (dev_sample && !step_logits) { st = hx_err(e, HX_ERR_NOMEM, "hx_generate: out of memory"); goto fail; }
     int limit = p->max_tokens < 0 ? INT_MAX : p->max_tokens, pos = n_prompt, n_dec = 0;
     hx_stop_reason why = HX_STOP_LENGTH;
     int32_t t = limit > 0 ? (greedy ? hx_argmax(logits, V) : hx_sampler_sample(smp, logits)) : -1;
@@ -223,6 +228,19 @@ hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_re
         int32_t next;
         if (fast) {
             if ((st = c->be->decode_greedy(c->bctx, seq, t, pos, &next, e))) goto fail;
+            ran_fast = true;
+            c->seq_tok[(size_t)seq * (size_t)c->n_ctx_seq + (size_t)pos] = t;
+            c->seq_len[seq] = pos + 1;
+            c->n_last = 0;
+        } else if (dev_sample) {
+            const hx_sampler_params *sp = &p->sampling;
+            bool pen = sp->penalty_last_n != 0, picked = false;
+            hx_backend_sample bs = {sp->temp, sp->top_k, sp->top_p, sp->min_p, pen ? sp->repeat_penalty : 1.0f,
+                                    pen ? sp->freq_penalty : 0.0f, pen ? sp->presence_penalty : 0.0f, NULL, 0, 0};
+            bs.n_hist = hx_sampler_history(smp, &bs.hist);
+            bs.u = hx_sampler_draw(smp);
+            if ((st = c->be->decode_sample(c->bctx, seq, t, pos, &bs, &next, step_logits, &picked, e))) goto fail;
+            if (!picked) next = hx_sampler_sample_u(smp, step_logits, bs.u);
             ran_fast = true;
             c->seq_tok[(size_t)seq * (size_t)c->n_ctx_seq + (size_t)pos] = t;
             c->seq_len[seq] = pos + 1;
@@ -258,11 +276,13 @@ hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_re
                               .prefill_s = t1 - t0, .decode_s = t2 - t1, .peak_device_bytes = peak};
     r->metrics.prefill_tok_per_s = t1 > t0 ? (n_prompt - cached) / (t1 - t0) : 0;
     r->metrics.decode_tok_per_s = t2 > t1 && n_dec ? n_dec / (t2 - t1) : 0;
+    free(step_logits);
     hx_sampler_free(smp);
     hx_detok_free(dt);
     hx_batch_free(&b);
     return HX_OK;
 fail:
+    free(step_logits);
     hx_sampler_free(smp);
     hx_detok_free(dt);
     hx_batch_free(&b);

@@ -184,6 +184,11 @@ static hx_status store_open(const char *dir, bool prefault, struct hx_hf_store *
     return shard_open(&s->shards[0], prefault, e);
 }
 
+/* A JSON number usable as a size or id: integral-range, non-negative; -1 otherwise (no undefined casts). */
+static int64_t jdim(const cJSON *v) {
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 9007199254740992.0 ? (int64_t)v->valuedouble : -1;
+}
+
 static const cJSON *store_find(const struct hx_hf_store *s, const char *name, const hf_shard **sh) {
     for (int i = 0; i < s->n_shards; i++) {
         const cJSON *it = cJSON_GetObjectItemCaseSensitive(s->shards[i].header, name);
@@ -198,8 +203,8 @@ static bool store_shape(const struct hx_hf_store *s, const char *name, int64_t *
     const cJSON *it = store_find(s, name, &sh), *shp = cJSON_GetObjectItemCaseSensitive(it, "shape");
     int nd = cJSON_GetArraySize(shp);
     if (!it || !cJSON_IsArray(shp) || nd < 1 || nd > 2) return false;
-    *rows = nd == 2 ? (int64_t)cJSON_GetArrayItem(shp, 0)->valuedouble : 1;
-    *cols = (int64_t)cJSON_GetArrayItem(shp, nd - 1)->valuedouble;
+    *rows = nd == 2 ? jdim(cJSON_GetArrayItem(shp, 0)) : 1;
+    *cols = jdim(cJSON_GetArrayItem(shp, nd - 1));
     return true;
 }
 
@@ -294,16 +299,16 @@ static hx_status bind(hf_load *L, hx_tensor *t, const char *name, bool required,
                       dt->valuestring);
     int nd = cJSON_GetArraySize(sh);
     int64_t want_rows = ne1 ? ne1 : 1;
-    int64_t rows = nd == 2 ? (int64_t)cJSON_GetArrayItem(sh, 0)->valuedouble : 1;
-    int64_t cols = nd >= 1 ? (int64_t)cJSON_GetArrayItem(sh, nd - 1)->valuedouble : 0;
+    int64_t rows = nd == 2 ? jdim(cJSON_GetArrayItem(sh, 0)) : 1;
+    int64_t cols = nd >= 1 ? jdim(cJSON_GetArrayItem(sh, nd - 1)) : 0;
     if (nd < 1 || nd > 2 || (ne1 && nd != 2) || cols != ne0 || rows != want_rows)
         return hx_err(e, HX_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", f->path, name,
                       (long long)rows, (long long)cols, (long long)want_rows, (long long)ne0);
-    double b = cJSON_GetArrayItem(off, 0)->valuedouble, en = cJSON_GetArrayItem(off, 1)->valuedouble;
+    int64_t b = jdim(cJSON_GetArrayItem(off, 0)), en = jdim(cJSON_GetArrayItem(off, 1));
     uint64_t need = hx_row_size(type, ne0) * (uint64_t)want_rows;
-    if (!(b >= 0) || !(en >= b) || en - b != (double)need || f->data_off + (uint64_t)en > f->size)
-        return hx_err(e, HX_ERR_FORMAT, "%s: tensor '%s': data_offsets [%.0f, %.0f] do not fit its shape or the file",
-                      f->path, name, b, en);
+    if (b < 0 || en < b || (uint64_t)(en - b) != need || (uint64_t)en > f->size - f->data_off)
+        return hx_err(e, HX_ERR_FORMAT, "%s: tensor '%s': data_offsets [%lld, %lld] do not fit its shape or the file",
+                      f->path, name, (long long)b, (long long)en);
     t->type = type;
     t->ne[0] = ne0; t->ne[1] = want_rows; t->ne[2] = t->ne[3] = 1;
     t->data = f->map + f->data_off + (uint64_t)b;
@@ -434,10 +439,9 @@ static hx_status decoder_config(const cJSON *root, const char *path, hx_model_co
         return st;
     }
     if (!gemma) c->rope_base_swa = c->rope_base;
-    /* Gemma 3 4B+ scales only the global layers' positions; the backends apply rope_scale to every layer */
-    if (gemma && c->rope_scale != 1.0f && swa_scale == 1.0f)
-        HX_WARN("%s: linear rope scaling %g applies to the global layers only in HF; the sliding layers get it too here",
-                path, c->rope_scale);
+    /* Gemma 3 4B+ scales only the global layers' positions (rope_scaling of transformers 4 is the global
+     * rotary's; the local one is default with rope_local_base_freq) */
+    c->rope_scale_swa = gemma ? swa_scale : c->rope_scale;
     c->rope_style = HX_ROPE_NEOX;
     /* sliding window: layer_types when given, else gemma3's every-Nth-is-global pattern, qwen2's max_window_layers */
     c->sliding_window = num_int(tc, "sliding_window", 0);
@@ -535,7 +539,7 @@ static hx_status load_bert(hf_load *L, const cJSON *cfg, const char *dir, const 
     hx_status st;
     if ((st = st_pooling(dir, &c->pooling, e))) return st;
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
-    c->rope_scale = 1.0f;
+    c->rope_scale = c->rope_scale_swa = 1.0f;
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->layers) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", dir);
     const hf_shard *sh;
@@ -696,13 +700,22 @@ hx_status hx_hf_tokenizer_load(const char *dir, hx_tok **tok, char **chat_templa
     if (chat_template) *chat_template = NULL;
     char path[HF_PATH_MAX];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (!file_exists(path)) {
-        snprintf(path, sizeof path, "%s/tokenizer.model", dir);
-        return hx_err(e, HX_ERR_UNSUPPORTED, "%s/tokenizer.json: absent%s", dir,
-                      file_exists(path) ? " (tokenizer.model alone is not read from a folder)" : "");
+    hx_tok *t = NULL;
+    hx_status st;
+    char alt[HF_PATH_MAX];
+    snprintf(alt, sizeof alt, "%s/vocab.txt", dir);
+    bool vocab_txt = file_exists(alt);
+    st = file_exists(path) ? hx_tok_load_hf_json(path, &t, e) : HX_ERR_IO;
+    if (st == HX_ERR_IO || (st == HX_ERR_UNSUPPORTED && vocab_txt)) {
+        if (vocab_txt) {  /* BERT folders: tokenizer.json holds a WordPiece model; vocab.txt is the same vocabulary */
+            st = hx_tok_load_vocab_txt(alt, &t, e);
+        } else {          /* older folders carry only the SentencePiece model */
+            snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+            if (!file_exists(path))
+                return hx_err(e, HX_ERR_IO, "%s: neither tokenizer.json, vocab.txt nor tokenizer.model in the folder", dir);
+            st = hx_tok_load_spm_model(path, &t, e);
+        }
     }
-    hx_tok *t;
-    hx_status st = hx_tok_load_hf_json(path, &t, e);
     if (st) return st;
     char *tmpl = NULL;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
@@ -749,10 +762,11 @@ hx_status hx_hf_tokenizer_load(const char *dir, hx_tok **tok, char **chat_templa
     if (file_exists(path) && read_json(path, &gc, e) == HX_OK) {
         const cJSON *ids = cJSON_GetObjectItemCaseSensitive(gc, "eos_token_id"), *it;
         const cJSON *list = cJSON_IsArray(ids) ? ids : NULL;
-        if (cJSON_IsNumber(ids) && hx_tok_eos(t) < 0) hx_tok_set_special(t, HX_TOK_SPECIAL_EOS, (int32_t)ids->valuedouble);
+        if (jdim(ids) >= 0 && jdim(ids) < hx_tok_n_vocab(t) && hx_tok_eos(t) < 0)
+            hx_tok_set_special(t, HX_TOK_SPECIAL_EOS, (int32_t)jdim(ids));
         cJSON_ArrayForEach(it, list) {
-            if (!cJSON_IsNumber(it)) continue;
-            int32_t id = (int32_t)it->valuedouble;
+            if (jdim(it) < 0 || jdim(it) >= hx_tok_n_vocab(t)) continue;
+            int32_t id = (int32_t)jdim(it);
             if (hx_tok_eos(t) < 0) hx_tok_set_special(t, HX_TOK_SPECIAL_EOS, id);
             else if (id != hx_tok_eos(t) && hx_tok_eot(t) < 0) hx_tok_set_special(t, HX_TOK_SPECIAL_EOT, id);
         }

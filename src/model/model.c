@@ -129,6 +129,8 @@ hx_status hx_model_config_from_gguf(const hx_gguf *g, hx_model_config *c, hx_err
         if (get_int(g, a, "pooling_type", &v) && v >= 0 && v <= 2) c->pooling = (int)v;
         break;
     }
+    /* llama.cpp's gemma3 runs its sliding layers unscaled (rope_freq_scale_train_swa = 1) */
+    c->rope_scale_swa = c->arch == HX_ARCH_GEMMA3 ? 1.0f : c->rope_scale;
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     if (get_f(g, a, "attention.scale", &d) && d > 0) c->attn_scale = (float)d;
     if (get_f(g, a, "final_logit_softcapping", &d) && d > 0) c->final_logit_softcap = (float)d;

@@ -35,6 +35,7 @@ typedef struct hx_model_config {
     float rope_base;        /* global layers */
     float rope_base_swa;    /* sliding-window layers (gemma3), else = rope_base */
     float rope_scale;       /* linear scaling factor, 1 if none */
+    float rope_scale_swa;   /* the same for sliding-window layers (gemma3 scales only its global layers: 1 here); <= 0: 1 */
     hx_rope_style rope_style;
     float norm_eps;
     bool norm_is_layernorm; /* bert */
@@ -136,10 +137,12 @@ typedef struct hx_hf_opts {
  * into owned f32 copies. opts may be NULL (defaults). */
 hx_status hx_model_load_hf_ex(const char *dir, const hx_hf_opts *opts, hx_model **out, hx_error *e);
 hx_status hx_model_load_hf(const char *dir, hx_model **out, hx_error *e); /* default options */
-/* The folder's tokenizer: tokenizer.json, with tokenizer_config.json's bos/eos
- * tokens, add_bos_token / add_eos_token and chat template (chat_template.jinja
- * when present wins), and generation_config.json's eos ids. *chat_template is
- * malloc'ed (NULL when the folder carries none); chat_template may be NULL. */
+/* The folder's tokenizer: tokenizer.json (else BERT's vocab.txt, else a
+ * SentencePiece tokenizer.model) with tokenizer_config.json's bos/eos tokens, add_bos_token / add_eos_token and
+ * chat template (chat_template.jinja when present wins), and
+ * generation_config.json's eos ids (a second one becomes the end-of-turn id).
+ * *chat_template is malloc'ed (NULL when the folder carries none);
+ * chat_template may be NULL. */
 hx_status hx_hf_tokenizer_load(const char *dir, struct hx_tok **tok, char **chat_template, hx_error *e);
 void hx_hf_store_free(struct hx_hf_store *s);
 /* hx_model_load for a .gguf file, hx_model_load_hf for a directory. */
