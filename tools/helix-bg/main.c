@@ -4,6 +4,8 @@
 
 #include "cli.h"
 
+int cmd_serve(int argc, char **argv);   /* cmd_serve.c */
+
 typedef struct command {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -23,6 +25,7 @@ static const command commands[] = {
     {"generate",   cmd_generate,   "-m FILE -p PROMPT   generate text"},
     {"chat",       cmd_chat,       "-m FILE             interactive chat"},
     {"bench",      cmd_bench,      "-m FILE             prompt and decode throughput"},
+    {"serve",      cmd_serve,      "-m FILE             OpenAI-compatible HTTP server (continuous batching)"},
     {"cpu-test",   cmd_cpu_test,   "                    memory bandwidth and matvec/matmul throughput"},
     {"gpu-test",   cmd_gpu_test,   "                    GPU bandwidth, GEMM and matvec throughput"},
 };
