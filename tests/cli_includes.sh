@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 #    shipped library (issue 19, the CUDA change), and gpu-test follows them.
 allowed=(
   tools/helix-bg/cmd_one_shot.c tools/helix-bg/cmd_daemon.c tools/helix-bg/cmd_embed_test.c
-  tools/helix-bg/kb_cli.c tools/helix-bg/kb_cli.h
+  tools/helix-bg/kb_cli.c tools/helix-bg/kb_cli.h tools/helix-bg/cmd_search.c tools/helix-bg/cmd_ask.c
   tools/helix-bg/cmd_gpu_test.c
 )
 is_allowed() { local f; for f in "${allowed[@]}"; do [ "$f" = "$1" ] && return 0; done; return 1; }
