@@ -178,6 +178,7 @@ int cmd_ask(int argc, char **argv) {
                 printf("[%d] %s  [%s]  @%llu\n", i + 1, ents[i]->title ? ents[i]->title : "(untitled)",
                        ents[i]->topic ? ents[i]->topic : "", (unsigned long long)ents[i]->offset);
         if (bad) printf("(%d citation%s named no retrieved entry)\n", bad, bad == 1 ? "" : "s");
+        fflush(stdout);
         fprintf(stderr, "%d entries retrieved, %d in the prompt%s; %d prompt tokens at %.1f tok/s, %d answer tokens at %.1f tok/s\n",
                 nh, ac.n_used, ac.n_truncated ? " (the last one cut)" : "", res.metrics.prompt_tokens,
                 res.metrics.prefill_tok_per_s, res.metrics.gen_tokens, res.metrics.decode_tok_per_s);
