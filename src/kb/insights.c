@@ -1,5 +1,6 @@
 /* insights.c — all-pairs similarity as blocked products over unit vectors,
- * top-k per finding kind, topic centroids; the report; one full pass. */
+ * top-k per finding kind, topic overlaps; the report; one full pass.
+ * Memory is O(n x dim) throughout: no n x n or topics x topics matrix. */
 #include "kb/kb.h"
 #include "core/core.h"
 #include "kb/allpairs.h"
@@ -17,9 +18,9 @@ kb_opts kb_default_opts(const kb_embedder *em) {
      * run lower (shared words only), calibrated on examples/kb */
     if (!strcmp(em->name, "lexical-384"))
         return (kb_opts){.dup_threshold = 0.88f, .link_low = 0.36f, .link_high = 0.88f, .topic_threshold = 0.45f,
-                         .max_dups = 20, .max_links = 50};
+                         .max_dups = 20, .max_links = 50, .max_overlaps = KB_DEFAULT_MAX_OVERLAPS};
     return (kb_opts){.dup_threshold = 0.92f, .link_low = 0.75f, .link_high = 0.92f, .topic_threshold = 0.6f,
-                     .max_dups = 20, .max_links = 50};
+                     .max_dups = 20, .max_links = 50, .max_overlaps = KB_DEFAULT_MAX_OVERLAPS};
 }
 
 /* A bounded min-heap of the best pairs. */
@@ -50,22 +51,35 @@ static void topk_push(topk *t, kb_pair p) {
     }
 }
 
+/* One blocked all-pairs product: rows [0, n_rows) against columns (row, n) of
+ * vec (n x dim, unit rows), a pair at a time into per-thread top-k heaps.
+ * Entries mode (topic != NULL): near-duplicates, cross-links, and the overlaps
+ * of two single-entry topics (their centroids are the entries themselves, so
+ * the pair is scored here and the topic pass skips it). Topics mode: topic
+ * centroids, overlaps only. */
 typedef struct job {
-    const float *vec;
-    const int *topic;     /* topic index per row */
-    size_t n;
+    const float *vec;     /* (n, dim) */
+    size_t n_rows, n;
     int dim;
     const kb_opts *o;
-    topk *dups, *links;   /* per thread */
+    const int *topic;     /* entries mode: topic id per row; NULL in topics mode */
+    const uint8_t *single;/* entries mode: 1 where the row's topic has this one entry */
+    const int *row_topic; /* topics mode: topic id per row */
+    topk *dups, *links, *over; /* per thread */
     float *scratch;       /* per thread: TILE*TILE sims + dim*TILE transposed tile */
     void (*kernel)(const float *, int, const float *, int, float *);
 } job;
 
+static kb_pair topic_pair(int ta, int tb, float s) {
+    return ta < tb ? (kb_pair){.sim = s, .ia = ta, .ib = tb} : (kb_pair){.sim = s, .ia = tb, .ib = ta};
+}
+
 /* Row tile `task` against every column tile at or after it. */
 static void tile_task(void *ctx, int64_t task, int thread) {
     job *j = ctx;
-    size_t i0 = (size_t)task * TILE, i1 = i0 + TILE < j->n ? i0 + TILE : j->n;
+    size_t i0 = (size_t)task * TILE, i1 = i0 + TILE < j->n_rows ? i0 + TILE : j->n_rows;
     const int D = j->dim;
+    const kb_opts *o = j->o;
     float *sims = j->scratch + (size_t)thread * (TILE * TILE + (size_t)D * TILE);
     float *bt = sims + TILE * TILE; /* (D, TILE): the column tile transposed */
     for (size_t j0 = i0; j0 < j->n; j0 += TILE) {
@@ -73,14 +87,24 @@ static void tile_task(void *ctx, int64_t task, int thread) {
         for (size_t b = j0; b < j0 + TILE; b++)
             for (int k = 0; k < D; k++) bt[(size_t)k * TILE + (b - j0)] = b < j1 ? j->vec[b * (size_t)D + k] : 0.0f;
         j->kernel(j->vec + i0 * (size_t)D, (int)(i1 - i0), bt, D, sims);
-        for (size_t a = i0; a < i1; a++)
-            for (size_t b = j0 > a + 1 ? j0 : a + 1; b < j1; b++) {
-                float s = sims[(a - i0) * TILE + (b - j0)];
-                kb_pair p = {.sim = s, .ia = (int)a, .ib = (int)b};
-                if (s > j->o->dup_threshold) topk_push(&j->dups[thread], p);
-                else if (s >= j->o->link_low && s <= j->o->link_high && j->topic[a] != j->topic[b])
-                    topk_push(&j->links[thread], p);
-            }
+        if (j->topic) {
+            for (size_t a = i0; a < i1; a++)
+                for (size_t b = j0 > a + 1 ? j0 : a + 1; b < j1; b++) {
+                    float s = sims[(a - i0) * TILE + (b - j0)];
+                    if (s > o->dup_threshold) topk_push(&j->dups[thread], (kb_pair){.sim = s, .ia = (int)a, .ib = (int)b});
+                    else if (s >= o->link_low && s <= o->link_high && j->topic[a] != j->topic[b])
+                        topk_push(&j->links[thread], (kb_pair){.sim = s, .ia = (int)a, .ib = (int)b});
+                    if (s > o->topic_threshold && j->single[a] && j->single[b])
+                        topk_push(&j->over[thread], topic_pair(j->topic[a], j->topic[b], s));
+                }
+        } else {
+            for (size_t a = i0; a < i1; a++)
+                for (size_t b = j0 > a + 1 ? j0 : a + 1; b < j1; b++) {
+                    float s = sims[(a - i0) * TILE + (b - j0)];
+                    if (s > o->topic_threshold)
+                        topk_push(&j->over[thread], topic_pair(j->row_topic[a], j->row_topic[b], s));
+                }
+        }
     }
 }
 
@@ -108,78 +132,150 @@ void kb_insights_free(kb_insights *in) {
     memset(in, 0, sizeof *in);
 }
 
+static uint64_t str_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Distinct topics in order of first appearance, through an open-addressing
+ * hash map: O(n) for n entries however many topics there are. topic[i] gets
+ * entry i's id, count[id] its entries. */
+static hx_status topic_ids(const kb_log *log, const size_t *idx, size_t n, kb_insights *out, int *topic, int **count_out,
+                           hx_error *e) {
+    size_t cap = 64;
+    while (cap < 2 * n) cap *= 2;
+    int *slot = malloc(cap * sizeof *slot), *count = calloc(n ? n : 1, sizeof *count);
+    out->topics = malloc((n ? n : 1) * sizeof *out->topics);
+    if (!slot || !count || !out->topics) { free(slot); free(count); return hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); }
+    memset(slot, 0xff, cap * sizeof *slot); /* -1: empty */
+    for (size_t i = 0; i < n; i++) {
+        const char *tp = log->e[idx[i]].topic;
+        size_t h = (size_t)str_hash(tp) & (cap - 1);
+        while (slot[h] >= 0 && strcmp(out->topics[slot[h]], tp)) h = (h + 1) & (cap - 1);
+        if (slot[h] < 0) {
+            char *name = strdup(tp);
+            if (!name) { free(slot); free(count); return hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); }
+            slot[h] = out->n_topics;
+            out->topics[out->n_topics++] = name;
+        }
+        topic[i] = slot[h];
+        count[slot[h]]++;
+    }
+    free(slot);
+    *count_out = count;
+    return HX_OK;
+}
+
+/* Unit centroids of the topics with two or more entries, (n_multi, dim),
+ * each accumulated once in double over its own entries; row r is topic
+ * multi[r]. Single-entry topics need no centroid (their entry's vector is it). */
+static hx_status multi_centroids(const int *topic, const int *count, const float *vec, size_t n, int dim, int T,
+                                 float **cent_out, int **multi_out, int *n_multi_out, hx_error *e) {
+    int *row = malloc((size_t)(T ? T : 1) * sizeof *row), *multi = malloc((size_t)(T ? T : 1) * sizeof *multi);
+    int n_multi = 0;
+    if (!row || !multi) { free(row); free(multi); return hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); }
+    for (int t = 0; t < T; t++) {
+        row[t] = count[t] > 1 ? n_multi : -1;
+        if (count[t] > 1) multi[n_multi++] = t;
+    }
+    double *acc = calloc((size_t)(n_multi ? n_multi : 1) * (size_t)dim, sizeof *acc);
+    float *cent = malloc((size_t)(n_multi ? n_multi : 1) * (size_t)dim * sizeof *cent);
+    if (!acc || !cent) { free(row); free(multi); free(acc); free(cent); return hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); }
+    for (size_t i = 0; i < n; i++) {
+        int r = row[topic[i]];
+        if (r < 0) continue;
+        double *c = acc + (size_t)r * dim;
+        const float *v = vec + i * (size_t)dim;
+        for (int k = 0; k < dim; k++) c[k] += v[k];
+    }
+    for (int r = 0; r < n_multi; r++) {
+        double *c = acc + (size_t)r * dim, s = 0;
+        for (int k = 0; k < dim; k++) s += c[k] * c[k];
+        s = s > 0 ? 1.0 / sqrt(s) : 0;
+        for (int k = 0; k < dim; k++) cent[(size_t)r * dim + k] = (float)(c[k] * s);
+    }
+    free(acc);
+    free(row);
+    *cent_out = cent;
+    *multi_out = multi;
+    *n_multi_out = n_multi;
+    return HX_OK;
+}
+
+static topk *heaps(int nt, int k) {
+    topk *t = calloc((size_t)nt, sizeof *t);
+    for (int i = 0; t && i < nt; i++) {
+        t[i] = (topk){calloc((size_t)(k > 0 ? k : 0) + 1, sizeof(kb_pair)), 0, k};
+        if (!t[i].p) { for (int q = 0; q < i; q++) free(t[q].p); free(t); return NULL; }
+    }
+    return t;
+}
+
+static void heaps_free(topk *t, int nt) {
+    for (int i = 0; t && i < nt; i++) free(t[i].p);
+    free(t);
+}
+
 hx_status kb_analyze(hx_pool *pool, const kb_log *log, const size_t *idx, const float *vec, size_t n, int dim,
                      const kb_opts *o, kb_insights *out, hx_error *e) {
     memset(out, 0, sizeof *out);
     int nt = hx_pool_threads(pool);
-    int *topic = calloc(n ? n : 1, sizeof *topic);
-    topk *dups = calloc((size_t)nt, sizeof *dups), *links = calloc((size_t)nt, sizeof *links);
+    int max_over = o->max_overlaps > 0 ? o->max_overlaps : KB_DEFAULT_MAX_OVERLAPS;
+    int *topic = calloc(n ? n : 1, sizeof *topic), *count = NULL, *multi = NULL, *row_topic = NULL;
+    uint8_t *single = calloc(n ? n : 1, 1);
+    float *cent = NULL;
+    topk *dups = heaps(nt, o->max_dups), *links = heaps(nt, o->max_links), *over = heaps(nt, max_over);
+    job j = {0};
     hx_status st = HX_OK;
-    if (!topic || !dups || !links) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-    /* topics: distinct names (linear scan over a small set, hashed by first char would be overkill) */
-    int cap = 16;
-    out->topics = malloc((size_t)cap * sizeof *out->topics);
-    if (!out->topics) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-    for (size_t i = 0; i < n; i++) {
-        const char *tp = log->e[idx[i]].topic;
-        int t = 0;
-        while (t < out->n_topics && strcmp(out->topics[t], tp)) t++;
-        if (t == out->n_topics) {
-            if (t == cap) {
-                char **nt2 = realloc(out->topics, (size_t)cap * 2 * sizeof *nt2);
-                if (!nt2) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-                out->topics = nt2;
-                cap *= 2;
-            }
-            out->topics[out->n_topics++] = strdup(tp);
-        }
-        topic[i] = t;
-    }
-    for (int t = 0; t < nt; t++) {
-        dups[t] = (topk){calloc((size_t)o->max_dups + 1, sizeof(kb_pair)), 0, o->max_dups};
-        links[t] = (topk){calloc((size_t)o->max_links + 1, sizeof(kb_pair)), 0, o->max_links};
-        if (!dups[t].p || !links[t].p) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-    }
+    if (!topic || !single || !dups || !links || !over) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+    if ((st = topic_ids(log, idx, n, out, topic, &count, e))) goto done;
+    for (size_t i = 0; i < n; i++) single[i] = count[topic[i]] == 1;
     /* the AVX2 kernel when the CPU and OS allow it and HX_ISA does not force scalar */
-    job j = {vec, topic, n, dim, o, dups, links, NULL, hx_isa_current() >= HX_ISA_AVX2 ? kb_tile_avx2 : kb_tile_scalar};
+    j = (job){.vec = vec, .n_rows = n, .n = n, .dim = dim, .o = o, .topic = topic, .single = single, .dups = dups,
+              .links = links, .over = over,
+              .kernel = hx_isa_current() >= HX_ISA_AVX2 ? kb_tile_avx2 : kb_tile_scalar};
     j.scratch = malloc((size_t)nt * (TILE * TILE + (size_t)dim * TILE) * sizeof(float));
     if (!j.scratch) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
     hx_pool_run(pool, (int64_t)((n + TILE - 1) / TILE), tile_task, &j);
-    free(j.scratch);
+    /* topic overlaps not scored above: a topic with 2+ entries against every
+     * other topic. Rows: the multi-entry centroids, then the single-entry
+     * topics' vectors; only pairs with a multi row are formed (n_rows = n_multi). */
+    int n_multi = 0, T = out->n_topics;
+    if ((st = multi_centroids(topic, count, vec, n, dim, T, &cent, &multi, &n_multi, e))) goto done;
+    if (n_multi > 0) {
+        size_t n_single = (size_t)T - (size_t)n_multi;
+        float *rows = realloc(cent, (size_t)T * (size_t)dim * sizeof *rows);
+        row_topic = malloc((size_t)T * sizeof *row_topic);
+        if (!rows || !row_topic) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+        cent = rows;
+        memcpy(row_topic, multi, (size_t)n_multi * sizeof *row_topic);
+        size_t r = (size_t)n_multi;
+        for (size_t i = 0; i < n && r < (size_t)n_multi + n_single; i++)
+            if (single[i]) {
+                memcpy(cent + r * (size_t)dim, vec + i * (size_t)dim, (size_t)dim * sizeof *cent);
+                row_topic[r++] = topic[i];
+            }
+        job jt = j;
+        jt.vec = cent; jt.n_rows = (size_t)n_multi; jt.n = (size_t)T; jt.topic = NULL; jt.single = NULL;
+        jt.row_topic = row_topic;
+        hx_pool_run(pool, (int64_t)((jt.n_rows + TILE - 1) / TILE), tile_task, &jt);
+    }
     out->dups = merge(dups, nt, o->max_dups, &out->n_dups);
     out->links = merge(links, nt, o->max_links, &out->n_links);
+    int n_over = 0;
+    kb_pair *ov = merge(over, nt, max_over, &n_over);
+    out->overlaps = malloc((size_t)(n_over ? n_over : 1) * sizeof *out->overlaps);
+    if (!out->dups || !out->links || !ov || !out->overlaps) { free(ov); st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+    for (int i = 0; i < n_over; i++) out->overlaps[i] = (kb_topic_pair){ov[i].ia, ov[i].ib, ov[i].sim};
+    out->n_overlaps = n_over;
+    free(ov);
     for (int i = 0; i < out->n_dups; i++) { out->dups[i].a = log->e[idx[out->dups[i].ia]].offset; out->dups[i].b = log->e[idx[out->dups[i].ib]].offset; }
     for (int i = 0; i < out->n_links; i++) { out->links[i].a = log->e[idx[out->links[i].ia]].offset; out->links[i].b = log->e[idx[out->links[i].ib]].offset; }
-    /* topic centroids */
-    {
-        int T = out->n_topics;
-        double *c = calloc((size_t)T * (size_t)dim, sizeof *c);
-        out->overlaps = calloc((size_t)T * (size_t)T / 2 + 1, sizeof *out->overlaps);
-        if (!c || !out->overlaps) { free(c); st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-        for (size_t i = 0; i < n; i++)
-            for (int k = 0; k < dim; k++) c[(size_t)topic[i] * dim + k] += vec[i * (size_t)dim + k];
-        for (int t = 0; t < T; t++) {
-            double s = 0;
-            for (int k = 0; k < dim; k++) s += c[(size_t)t * dim + k] * c[(size_t)t * dim + k];
-            s = s > 0 ? 1.0 / sqrt(s) : 0;
-            for (int k = 0; k < dim; k++) c[(size_t)t * dim + k] *= s;
-        }
-        for (int a = 0; a < T; a++)
-            for (int b = a + 1; b < T; b++) {
-                double s = 0;
-                for (int k = 0; k < dim; k++) s += c[(size_t)a * dim + k] * c[(size_t)b * dim + k];
-                if (s > o->topic_threshold) out->overlaps[out->n_overlaps++] = (kb_topic_pair){a, b, (float)s};
-            }
-        free(c);
-        for (int x = 0; x < out->n_overlaps; x++) /* sort descending: few topics, insertion sort */
-            for (int y = x; y > 0 && out->overlaps[y].sim > out->overlaps[y - 1].sim; y--) {
-                kb_topic_pair t = out->overlaps[y]; out->overlaps[y] = out->overlaps[y - 1]; out->overlaps[y - 1] = t;
-            }
-    }
 done:
-    for (int t = 0; dups && t < nt; t++) free(dups[t].p);
-    for (int t = 0; links && t < nt; t++) free(links[t].p);
-    free(dups); free(links); free(topic);
+    free(j.scratch);
+    heaps_free(dups, nt); heaps_free(links, nt); heaps_free(over, nt);
+    free(topic); free(single); free(count); free(multi); free(cent); free(row_topic);
     if (st) kb_insights_free(out);
     return st;
 }
@@ -269,7 +365,7 @@ hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
     log.quiet_below = reported_to ? *reported_to : 0;
     hx_status st = kb_log_read(&log, log_path, e);
     if (st) goto done;
-    if (reported_to) *reported_to = log.read_to;
+    if (reported_to) *reported_to = log.read_to > log.quiet_below ? log.read_to : log.quiet_below;
     size_t live = kb_log_live(&log);
     idx = malloc((live ? live : 1) * sizeof *idx);
     todo = malloc((live ? live : 1) * sizeof *todo);

@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +19,102 @@ static uint64_t fnv(const void *p, size_t n, uint64_t h) {
     return h;
 }
 #define FNV0 1469598103934665603ull
+
+/* ---- files in the KB directory ----
+ * Every file helix-bg writes there goes through hx_write_file_atomic (a fresh
+ * O_EXCL|O_NOFOLLOW temp file, then rename). Files it reads must be regular:
+ * a FIFO would block the reader forever, /dev/zero would be read until memory
+ * runs out. They are opened O_NONBLOCK (so a FIFO open does not wait for a
+ * writer) and checked with fstat before any read. */
+
+int kb_open_regular(const char *path, bool nofollow, struct stat *sb, hx_error *e) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
+    if (fd < 0) {
+        if (nofollow && errno == ELOOP) hx_err(e, HX_ERR_IO, "%s: is a symbolic link; not followed", path);
+        else hx_err(e, HX_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, sb) != 0) {
+        hx_err(e, HX_ERR_IO, "%s: stat failed: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(sb->st_mode)) {
+        const char *what = S_ISFIFO(sb->st_mode) ? "a FIFO" : S_ISCHR(sb->st_mode) ? "a character device"
+                         : S_ISBLK(sb->st_mode) ? "a block device" : S_ISSOCK(sb->st_mode) ? "a socket"
+                         : S_ISDIR(sb->st_mode) ? "a directory" : "not a plain file";
+        hx_err(e, HX_ERR_IO, "%s: is %s, not a regular file; refusing to read it", path, what);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* pread exactly n bytes at off; false on a short read or an error. */
+static bool pread_all(int fd, void *buf, size_t n, uint64_t off) {
+    char *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        p += r; n -= (size_t)r; off += (uint64_t)r;
+    }
+    return true;
+}
+
+/* Stale temp files of writes a killed process left behind ("<name>.tmp.*" for
+ * the files the KB writes). Only called with the lock held: nobody writes now. */
+static void remove_stale_temps(int dfd) {
+    int d2 = dup(dfd);
+    DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
+    if (!d) { if (d2 >= 0) close(d2); return; }
+    static const char *outs[] = {"embeddings.bin.tmp.", "insights.json.tmp.", ".helix.lock.tmp."};
+    struct dirent *de;
+    while ((de = readdir(d)))
+        for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+            if (!strncmp(de->d_name, outs[i], strlen(outs[i]))) unlinkat(dfd, de->d_name, 0); /* a link is removed, not followed */
+    closedir(d);
+}
+
+hx_status kb_lock(const char *dir, int *lock_fd, hx_error *e) {
+    *lock_fd = -1;
+    /* the lock is flock on the directory itself: it cannot be a planted link to
+     * another file, and removing .helix.lock (only a note of the holder's pid)
+     * does not release it */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return hx_err(e, HX_ERR_IO, "%s: cannot open the directory: %s", dir, strerror(errno));
+    char note[4200];
+    snprintf(note, sizeof note, "%s/.helix.lock", dir);
+    if (flock(dfd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        close(dfd);
+        if (err != EWOULDBLOCK) return hx_err(e, HX_ERR_IO, "%s: cannot lock: %s", dir, strerror(err));
+        char pid[32] = "?";
+        struct stat sb;
+        hx_error e2;
+        int fd = kb_open_regular(note, true, &sb, &e2);
+        if (fd >= 0) {
+            ssize_t r = pread(fd, pid, sizeof pid - 1, 0);
+            pid[r > 0 ? r : 0] = 0;
+            pid[strcspn(pid, "\n")] = 0;
+            if (!pid[0] || strspn(pid, "0123456789") != strlen(pid)) strcpy(pid, "?");
+            close(fd);
+        }
+        return hx_err(e, HX_ERR_IO, "%s is locked by another helix-bg (pid %s: a daemon, or a pass in progress)", dir, pid);
+    }
+    remove_stale_temps(dfd);
+    char pid[32];
+    int pn = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    hx_error e2;
+    if (hx_write_file_atomic(note, pid, (size_t)pn, &e2) != HX_OK)
+        HX_WARN("%s; the lock is held all the same", e2.msg); /* the note is informational only */
+    *lock_fd = dfd;
+    return HX_OK;
+}
+
+void kb_unlock(int lock_fd) {
+    if (lock_fd >= 0) close(lock_fd); /* closing the last fd releases the flock */
+}
 
 /* ---- data.log ---- */
 
@@ -78,20 +176,69 @@ static void malformed(kb_log *log, const char *path, uint64_t off, const char *w
     HX_WARN("%s: offset %llu: %s; line skipped", path, (unsigned long long)off, why);
 }
 
-/* Parse one complete line at offset off. */
-static hx_status parse_line(kb_log *log, const char *path, const char *line, size_t len, uint64_t off) {
+/* A JSON "\u0000" escape anywhere in the line (a backslash escape is skipped
+ * whole, so "\\u0000" - an escaped backslash, then text - is not one). */
+static bool has_nul_escape(const char *s, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return true;
+        i++; /* skip the escaped character */
+    }
+    return false;
+}
+
+/* 2^53: every integer below it is exact in the double cJSON parses numbers
+ * into. A byte offset beyond it (9 PB) names no entry of any real data.log. */
+#define KB_MAX_EXACT_OFFSET 9007199254740992.0
+
+/* Parse one complete line at offset off. line[len] is writable (it held the
+ * '\n') and is set to 0 for the parse, so trailing bytes after the object are
+ * caught. Choices for inputs that would otherwise be silent:
+ *  - a NUL byte, raw or as "\u0000": helix keeps strings as C strings and
+ *    would cut the text there, so the line is skipped with a warning;
+ *  - a bare CR inside the line (CR-only line endings): the line is skipped
+ *    with a warning that says so; "\r\n" endings are fine (JSON whitespace);
+ *  - {"delete": x} must be an exact integer in [0, 2^53) naming an entry
+ *    before it; anything else is warned about (naming the line) and ignored. */
+static hx_status parse_line(kb_log *log, const char *path, char *line, size_t len, uint64_t off) {
     if (len == 0 || (len == 1 && line[0] == '\r')) return HX_OK; /* blank line */
+    if (memchr(line, 0, len)) { malformed(log, path, off, "NUL byte in the line"); return HX_OK; }
     if (!utf8_valid((const unsigned char *)line, len)) { malformed(log, path, off, "invalid UTF-8"); return HX_OK; }
-    cJSON *j = cJSON_ParseWithLength(line, len);
-    if (!j || !cJSON_IsObject(j)) { malformed(log, path, off, "not a JSON object"); cJSON_Delete(j); return HX_OK; }
+    if (has_nul_escape(line, len)) {
+        malformed(log, path, off, "\\u0000 (NUL) in a string: helix would cut the text there");
+        return HX_OK;
+    }
+    char saved = line[len];
+    line[len] = 0;
+    cJSON *j = cJSON_ParseWithLengthOpts(line, len + 1, NULL, 1);
+    line[len] = saved;
+    if (!j || !cJSON_IsObject(j)) {
+        const char *cr = memchr(line, '\r', len);
+        malformed(log, path, off, cr && cr != line + len - 1
+                  ? "bare carriage return in the line (CR-only line endings? data.log lines end in \\n)"
+                  : j ? "not a JSON object" : "not a JSON object (or bytes after it)");
+        cJSON_Delete(j);
+        return HX_OK;
+    }
     const cJSON *del = cJSON_GetObjectItemCaseSensitive(j, "delete");
     if (del) {
-        if (!cJSON_IsNumber(del) || del->valuedouble < 0 || del->valuedouble != floor(del->valuedouble)) {
-            malformed(log, path, off, "\"delete\" is not a byte offset");
+        double v = cJSON_IsNumber(del) ? del->valuedouble : -1;
+        char why[160];
+        if (!cJSON_IsNumber(del) || !(v >= 0 && v < KB_MAX_EXACT_OFFSET) || v != floor(v)) {
+            if (cJSON_IsNumber(del))
+                snprintf(why, sizeof why, "\"delete\": %.17g is not a byte offset (an integer in [0, 2^53)); ignored", v);
+            else
+                snprintf(why, sizeof why, "\"delete\" is not a number; ignored");
+            malformed(log, path, off, why);
         } else {
-            kb_entry *t = kb_log_find(log, (uint64_t)del->valuedouble);
-            if (!t) HX_INFO("%s: offset %llu: delete of %.0f, which is no entry; ignored", path, (unsigned long long)off, del->valuedouble);
-            else t->deleted = true; /* deleting twice is harmless */
+            kb_entry *t = kb_log_find(log, (uint64_t)v);
+            if (!t) {
+                snprintf(why, sizeof why, "\"delete\": %llu names no entry (no entry line starts at that offset); ignored",
+                         (unsigned long long)v);
+                malformed(log, path, off, why);
+            } else {
+                t->deleted = true; /* deleting twice is harmless */
+            }
         }
         cJSON_Delete(j);
         return HX_OK;
@@ -116,10 +263,9 @@ static hx_status parse_line(kb_log *log, const char *path, const char *line, siz
 }
 
 hx_status kb_log_read(kb_log *log, const char *path, hx_error *e) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return hx_err(e, HX_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) { close(fd); return hx_err(e, HX_ERR_IO, "%s: stat failed: %s", path, strerror(errno)); }
+    int fd = kb_open_regular(path, false, &sb, e);
+    if (fd < 0) return e ? e->status : HX_ERR_IO;
     uint64_t size = (uint64_t)sb.st_size;
     if (size < log->read_to) {
         close(fd);
@@ -160,6 +306,14 @@ hx_status kb_log_read(kb_log *log, const char *path, hx_error *e) {
         memmove(buf, buf + start, have - start);
         have -= start;
         pos += start;
+    }
+    /* An unfinished last line is normally a write in progress. With carriage
+     * returns in it, it is more likely a file with CR-only line endings, which
+     * would otherwise never be read without a word: say so, once. */
+    if (!st && have && memchr(buf, '\r', have) && pos + have > log->quiet_below) {
+        HX_WARN("%s: offset %llu: the last %zu bytes hold carriage returns but no newline (CR-only line endings?); "
+                "data.log lines must end in \\n, so they are not read", path, (unsigned long long)pos, have);
+        log->quiet_below = pos + have;
     }
     free(buf);
     close(fd);
@@ -307,25 +461,63 @@ static bool cache_alloc(kb_cache *c, size_t n, int dim) {
     return c->offset && c->hash && c->vec;
 }
 
+/* Vectors in a cache are unit length (or all zero: a text without words). A
+ * checksum only says the file is as written, not that what was written is
+ * sane: a non-finite or huge vector would poison every similarity. */
+static bool vec_sane(const float *v, int dim) {
+    double s2 = 0;
+    for (int k = 0; k < dim; k++) {
+        if (!isfinite(v[k])) return false;
+        s2 += (double)v[k] * v[k];
+    }
+    return s2 == 0 || fabs(s2 - 1.0) <= 1e-3;
+}
+
 void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em) {
     memset(c, 0, sizeof *c);
     c->dim = em->dim;
-    char *buf;
-    size_t n;
-    hx_error e;
-    if (access(path, F_OK) != 0) return;
-    if (hx_read_file(path, &buf, &n, &e)) { HX_WARN("%s; starting without a cache", e.msg); return; }
+    char *buf = NULL;
+    char why_buf[200];
     const char *why = NULL;
-    uint32_t ver, count, dim;
-    if (n < 16 || memcmp(buf, "HXEC", 4)) { why = "not an embedding cache"; goto bad; }
-    memcpy(&ver, buf + 4, 4); memcpy(&count, buf + 8, 4); memcpy(&dim, buf + 12, 4);
+    struct stat sb;
+    hx_error e;
+    /* not followed if a link, refused if not a regular file; sizes are checked
+     * against what the header promises before anything is allocated */
+    if (lstat(path, &sb) != 0 && errno == ENOENT) return; /* no cache yet */
+    int fd = kb_open_regular(path, true, &sb, &e);
+    if (fd < 0) { HX_WARN("%s; starting without a cache (entries will be embedded again)", e.msg); return; }
+    uint64_t n = (uint64_t)sb.st_size;
+    unsigned char hdr[20];
+    uint32_t ver = 0, count = 0, dim = 0, fpl = 0;
+    uint64_t want;
+    if (n < 16 || !pread_all(fd, hdr, 16, 0) || memcmp(hdr, "HXEC", 4)) { why = "not an embedding cache"; goto bad; }
+    memcpy(&ver, hdr + 4, 4); memcpy(&count, hdr + 8, 4); memcpy(&dim, hdr + 12, 4);
     if (dim != (uint32_t)em->dim) { why = "written with another vector size"; goto bad; }
     if (ver == 1) {
         /* v1 has no fingerprint or text hashes: its vectors are taken only for
          * the built-in embedder, and the hashes are filled in by the caller */
         if (strcmp(em->name, "lexical-384")) { why = "version 1 cache from an unknown embedder"; goto bad; }
+        want = 16 + (uint64_t)count * (4 + 4 * (uint64_t)dim);
+    } else if (ver == 2) {
+        if (n < 28 || !pread_all(fd, hdr + 16, 4, 16)) { why = "truncated header"; goto bad; }
+        memcpy(&fpl, hdr + 16, 4);
+        if (fpl != strlen(em->fingerprint)) { why = "made by another embedding model"; goto bad; }
+        want = 20 + (uint64_t)fpl + (uint64_t)count * (16 + 4 * (uint64_t)dim) + 8;
+    } else {
+        why = "unknown version";
+        goto bad;
+    }
+    if (n != want) {
+        snprintf(why_buf, sizeof why_buf, "size %llu bytes, but its header promises %llu (count %u, dim %u)",
+                 (unsigned long long)n, (unsigned long long)want, count, dim);
+        why = why_buf;
+        goto bad;
+    }
+    buf = malloc(n ? (size_t)n : 1);
+    if (!buf) { why = "out of memory"; goto bad; }
+    if (!pread_all(fd, buf, (size_t)n, 0)) { why = "read failed or the file shrank"; goto bad; }
+    if (ver == 1) {
         size_t rec = 4 + 4 * (size_t)dim;
-        if ((n - 16) / rec < count || 16 + rec * count != n) { why = "truncated or oversized (v1)"; goto bad; }
         if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
         for (uint32_t i = 0; i < count; i++) {
             uint32_t off;
@@ -334,35 +526,40 @@ void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em) {
             c->hash[i] = 0; /* unknown */
             memcpy(c->vec + (size_t)i * dim, buf + 16 + rec * i + 4, 4 * (size_t)dim);
         }
-        free(buf);
-        return;
+    } else {
+        uint64_t sum;
+        memcpy(&sum, buf + n - 8, 8);
+        if (fnv(buf, n - 8, FNV0) != sum) { why = "checksum mismatch"; goto bad; }
+        if (memcmp(buf + 20, em->fingerprint, fpl)) { why = "made by another embedding model"; goto bad; }
+        size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl;
+        if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
+        for (uint32_t i = 0; i < count; i++) {
+            const char *r = buf + body + rec * i;
+            memcpy(&c->offset[i], r, 8);
+            memcpy(&c->hash[i], r + 8, 8);
+            memcpy(c->vec + (size_t)i * dim, r + 16, 4 * (size_t)dim);
+        }
     }
-    if (ver != 2) { why = "unknown version"; goto bad; }
-    if (n < 28) { why = "truncated header"; goto bad; }
-    uint64_t sum;
-    memcpy(&sum, buf + n - 8, 8);
-    if (fnv(buf, n - 8, FNV0) != sum) { why = "checksum mismatch"; goto bad; }
-    uint32_t fpl;
-    memcpy(&fpl, buf + 16, 4);
-    if (fpl > n - 28) { why = "bad fingerprint length"; goto bad; }
-    if (fpl != strlen(em->fingerprint) || memcmp(buf + 20, em->fingerprint, fpl)) {
-        why = "made by another embedding model";
-        goto bad;
-    }
-    size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl;
-    if ((n - body - 8) / rec < count || body + rec * count + 8 != n) { why = "size does not match its count"; goto bad; }
-    if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
     for (uint32_t i = 0; i < count; i++) {
-        const char *r = buf + body + rec * i;
-        memcpy(&c->offset[i], r, 8);
-        memcpy(&c->hash[i], r + 8, 8);
-        memcpy(c->vec + (size_t)i * dim, r + 16, 4 * (size_t)dim);
+        if (i && c->offset[i] <= c->offset[i - 1]) {
+            snprintf(why_buf, sizeof why_buf, "record %u: offsets not increasing", i);
+            why = why_buf;
+            goto bad;
+        }
+        if (!vec_sane(c->vec + (size_t)i * dim, (int)dim)) {
+            snprintf(why_buf, sizeof why_buf, "record %u (offset %llu): vector is not finite and unit length", i,
+                     (unsigned long long)c->offset[i]);
+            why = why_buf;
+            goto bad;
+        }
     }
     free(buf);
+    close(fd);
     return;
 bad:
     HX_WARN("%s: %s; discarding it (entries will be embedded again)", path, why);
     free(buf);
+    close(fd);
     kb_cache_free(c);
     c->dim = em->dim;
 }

@@ -42,6 +42,20 @@ kb_entry *kb_log_find(const kb_log *log, uint64_t off);
 /* The text to embed: title + "\n" + text, or text. Caller frees. */
 char *kb_entry_text(const kb_entry *en);
 
+/* ---- files in the KB directory ---- */
+struct stat;
+/* Opens path read-only for a reader that must not block or run away: O_NONBLOCK
+ * (a FIFO does not wait for a writer), O_NOFOLLOW if asked, and fstat must say
+ * regular file. Returns the fd (sb filled) or -1 with e naming path and why. */
+int kb_open_regular(const char *path, bool nofollow, struct stat *sb, hx_error *e);
+/* Takes the KB's lock: flock(LOCK_EX|LOCK_NB) on the directory's own fd (not a
+ * file that could be a planted link or be removed), then removes temp files a
+ * killed writer left and notes the pid in DIR/.helix.lock (written atomically).
+ * Held until kb_unlock. Fails at once, naming the holder's pid, when another
+ * process (daemon or one-shot) holds it. */
+hx_status kb_lock(const char *dir, int *lock_fd, hx_error *e);
+void kb_unlock(int lock_fd);
+
 /* ---- embedders ---- */
 typedef struct kb_embedder {
     char name[64];
@@ -71,9 +85,11 @@ void kb_cache_free(kb_cache *c);
 /* ---- insights ---- */
 typedef struct kb_pair { uint64_t a, b; float sim; int ia, ib; } kb_pair;
 typedef struct kb_topic_pair { int a, b; float sim; } kb_topic_pair;
+#define KB_DEFAULT_MAX_OVERLAPS 100
 typedef struct kb_opts {
     float dup_threshold, link_low, link_high, topic_threshold;
     int max_dups, max_links;
+    int max_overlaps;     /* topic overlaps kept (the best); 0 = KB_DEFAULT_MAX_OVERLAPS */
 } kb_opts;
 kb_opts kb_default_opts(const kb_embedder *em);
 
@@ -86,7 +102,11 @@ typedef struct kb_insights {
     int n_overlaps;
 } kb_insights;
 
-/* vec: n unit vectors (rows of dim) for the live entries idx[0..n). */
+/* vec: n unit vectors (rows of dim) for the live entries idx[0..n).
+ * Work: the n x n/2 products once (blocked, on the pool); topics found with a
+ * hash map; centroids accumulated once, and only for topics with 2+ entries
+ * (a single-entry topic's overlaps are scored in the entry pass). Memory
+ * O(n x dim + topics x dim). */
 hx_status kb_analyze(hx_pool *pool, const kb_log *log, const size_t *idx, const float *vec, size_t n, int dim,
                      const kb_opts *o, kb_insights *out, hx_error *e);
 void kb_insights_free(kb_insights *in);
