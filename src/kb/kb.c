@@ -1,4 +1,5 @@
-/* kb.c — data.log reader, lexical embedder, embedding cache (see kb.h). */
+/* kb.c — KB files (safe opens, the lock), data.log reader, lexical embedder,
+ * embedding cache (see kb.h). */
 #include "kb/kb.h"
 #include "core/core.h"
 
@@ -273,9 +274,9 @@ hx_status kb_log_read(kb_log *log, const char *path, hx_error *e) {
                       (unsigned long long)log->read_to, (unsigned long long)size);
     }
     /* read in chunks; only complete lines are consumed */
-    size_t cap = 1 << 20, have = 0;
-    char *buf = malloc(cap);
     uint64_t pos = log->read_to;
+    size_t cap = size - pos < (1u << 20) ? (size_t)(size - pos) + 1 : (1u << 20), have = 0; /* grows for longer lines */
+    char *buf = malloc(cap);
     hx_status st = HX_OK;
     if (!buf) { close(fd); return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path); }
     while (pos + have < size) {
@@ -419,30 +420,6 @@ kb_embedder *kb_lexical_new(void) {
     em->embed = lex_embed;
     em->free = simple_free;
     return em;
-}
-
-/* ---- the neural embedder: hx_embed behind the same interface ---- */
-static hx_status neural_embed(kb_embedder *self, const char *const *texts, int n, float *out, hx_error *e) {
-    return hx_embed(self->impl, texts, n, out, e);
-}
-static void neural_free(kb_embedder *self) { hx_embedder_free(self->impl); free(self); }
-
-hx_status kb_neural_new(const char *model, int n_threads, kb_embedder **out, hx_error *e) {
-    *out = NULL;
-    kb_embedder *em = calloc(1, sizeof *em);
-    if (!em) return hx_err(e, HX_ERR_NOMEM, "out of memory");
-    hx_embedder *h = NULL;
-    hx_status st = hx_embedder_open(model, n_threads, &h, e);
-    if (st) { free(em); return st; }
-    const char *base = strrchr(model, '/');
-    snprintf(em->name, sizeof em->name, "%s", base && base[1] ? base + 1 : model);
-    snprintf(em->fingerprint, sizeof em->fingerprint, "%s", hx_embedder_fingerprint(h));
-    em->dim = hx_embedder_dim(h);
-    em->embed = neural_embed;
-    em->free = neural_free;
-    em->impl = h;
-    *out = em;
-    return HX_OK;
 }
 
 /* ---- cache ---- */
