@@ -636,6 +636,7 @@ int main(void) {
     snprintf(p, sizeof p, "%s/data.log", dir); unlink(p);
     snprintf(p, sizeof p, "%s/embeddings.bin", dir); unlink(p);
     snprintf(p, sizeof p, "%s/insights.json", dir); unlink(p);
+    snprintf(p, sizeof p, "%s/insights.state", dir); unlink(p);
     snprintf(p, sizeof p, "%s/.helix.lock", dir); unlink(p);
     CHECKF(rmdir(dir) == 0, "%s: left files behind", dir);
     return t_done("test_kb");

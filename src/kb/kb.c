@@ -1,6 +1,7 @@
 /* kb.c — KB files (safe opens, the lock), data.log reader, lexical embedder,
  * embedding cache (see kb.h). */
 #include "kb/kb.h"
+#include "kb/analyze.h"
 #include "core/core.h"
 
 #include <cjson/cJSON.h>
@@ -69,7 +70,7 @@ static void remove_stale_temps(int dfd) {
     int d2 = dup(dfd);
     DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
     if (!d) { if (d2 >= 0) close(d2); return; }
-    static const char *outs[] = {"embeddings.bin.tmp.", "insights.json.tmp.", ".helix.lock.tmp."};
+    static const char *outs[] = {"embeddings.bin.tmp.", "insights.json.tmp.", "insights.state.tmp.", ".helix.lock.tmp."};
     struct dirent *de;
     while ((de = readdir(d)))
         for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
@@ -177,6 +178,12 @@ static void malformed(kb_log *log, const char *path, uint64_t off, const char *w
     HX_WARN("%s: offset %llu: %s; line skipped", path, (unsigned long long)off, why);
 }
 
+static bool find_u64(const uint64_t *v, size_t n, uint64_t x) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) { size_t m = (lo + hi) / 2; if (v[m] < x) lo = m + 1; else hi = m; }
+    return lo < n && v[lo] == x;
+}
+
 /* A JSON "\u0000" escape anywhere in the line (a backslash escape is skipped
  * whole, so "\\u0000" - an escaped backslash, then text - is not one). */
 static bool has_nul_escape(const char *s, size_t n) {
@@ -232,8 +239,20 @@ static hx_status parse_line(kb_log *log, const char *path, char *line, size_t le
                 snprintf(why, sizeof why, "\"delete\" is not a number; ignored");
             malformed(log, path, off, why);
         } else {
-            kb_entry *t = kb_log_find(log, (uint64_t)v);
-            if (!t) {
+            uint64_t x = (uint64_t)v;
+            kb_entry *t = kb_log_find(log, x);
+            if (!t && find_u64(log->prior_live, log->n_prior_live, x)) {
+                if (log->n_del == log->del_cap) {
+                    size_t cap = log->del_cap ? log->del_cap * 2 : 64;
+                    uint64_t *nd = realloc(log->del, cap * sizeof *nd);
+                    if (!nd) { cJSON_Delete(j); return HX_ERR_NOMEM; }
+                    log->del = nd;
+                    log->del_cap = cap;
+                }
+                log->del[log->n_del++] = x;
+            } else if (!t && find_u64(log->prior_deleted, log->n_prior_deleted, x)) {
+                /* deleted by an earlier pass: deleting twice is harmless */
+            } else if (!t) {
                 snprintf(why, sizeof why, "\"delete\": %llu names no entry (no entry line starts at that offset); ignored",
                          (unsigned long long)v);
                 malformed(log, path, off, why);
@@ -322,9 +341,46 @@ hx_status kb_log_read(kb_log *log, const char *path, hx_error *e) {
     return st;
 }
 
+hx_status kb_log_read_at(kb_log *log, const char *path, const uint64_t *offs, size_t n, hx_error *e) {
+    struct stat sb;
+    int fd = kb_open_regular(path, false, &sb, e);
+    if (fd < 0) return e ? e->status : HX_ERR_IO;
+    size_t cap = 4096;
+    char *buf = malloc(cap);
+    hx_status st = buf ? HX_OK : hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
+    for (size_t i = 0; i < n && !st; i++) {
+        size_t have = 0;
+        char *nl = NULL;
+        while (!nl) { /* the line, however long */
+            if (have == cap) {
+                char *nb = realloc(buf, cap * 2);
+                if (!nb) { st = hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path); break; }
+                buf = nb;
+                cap *= 2;
+            }
+            ssize_t r = pread(fd, buf + have, cap - have, (off_t)(offs[i] + have));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) break;
+            nl = memchr(buf + have, '\n', (size_t)r);
+            have += (size_t)r;
+        }
+        if (st) break;
+        size_t before = log->n;
+        if (nl && (st = parse_line(log, path, buf, (size_t)(nl - buf), offs[i])))
+            st = hx_err(e, st, "%s: out of memory", path);
+        else if (!nl || log->n != before + 1)
+            st = hx_err(e, HX_ERR_RANGE, "%s: offset %llu no longer holds an entry: the log was rewritten", path,
+                        (unsigned long long)offs[i]);
+    }
+    free(buf);
+    close(fd);
+    return st;
+}
+
 void kb_log_free(kb_log *log) {
     for (size_t i = 0; i < log->n; i++) { free(log->e[i].topic); free(log->e[i].title); free(log->e[i].text); }
     free(log->e);
+    free(log->del);
     memset(log, 0, sizeof *log);
 }
 
@@ -507,6 +563,7 @@ void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em) {
         uint64_t sum;
         memcpy(&sum, buf + n - 8, 8);
         if (fnv(buf, n - 8, FNV0) != sum) { why = "checksum mismatch"; goto bad; }
+        c->sum = sum;
         if (memcmp(buf + 20, em->fingerprint, fpl)) { why = "made by another embedding model"; goto bad; }
         size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl;
         if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
@@ -541,7 +598,7 @@ bad:
     c->dim = em->dim;
 }
 
-hx_status kb_cache_save(const kb_cache *c, const char *path, const kb_embedder *em, hx_error *e) {
+hx_status kb_cache_save(kb_cache *c, const char *path, const kb_embedder *em, hx_error *e) {
     uint32_t fpl = (uint32_t)strlen(em->fingerprint);
     size_t rec = 16 + 4 * (size_t)c->dim, n = 20 + fpl + rec * c->n + 8;
     char *buf = malloc(n);
@@ -559,6 +616,7 @@ hx_status kb_cache_save(const kb_cache *c, const char *path, const kb_embedder *
     uint64_t sum = fnv(buf, n - 8, FNV0);
     memcpy(buf + n - 8, &sum, 8);
     hx_status st = hx_write_file_atomic(path, buf, n, e);
+    if (!st) c->sum = sum;
     free(buf);
     return st;
 }

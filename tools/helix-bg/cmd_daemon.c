@@ -129,8 +129,9 @@ int cmd_daemon(int argc, char **argv) {
                 retry_at = 0;
                 backoff = 0;
                 if (!c.quiet)
-                    log_line("pass: %zu entries, %zu new, %.2f s, %zu near-duplicates, %zu cross-links, %zu topic overlaps%s",
-                             st.live, st.embedded, st.seconds, st.dups, st.links, st.overlaps,
+                    log_line("%s pass: %zu entries, %zu new, %.2f s, %zu near-duplicates, %zu cross-links, %zu topic overlaps%s",
+                             st.incremental ? "incremental" : "full", st.live, st.embedded, st.seconds, st.dups,
+                             st.links, st.overlaps,
                              st.malformed ? " (malformed lines skipped: see warnings)" : "");
             }
             last = now;

@@ -38,9 +38,9 @@ int cmd_one_shot(int argc, char **argv) {
         rc = 1;
     } else if (!c.quiet) {
         printf("\n%zu entries (%zu deleted, %zu malformed lines skipped), %zu embedded now with %s, %.2f s "
-               "(embedding %.2f s, all-pairs %.2f s); wrote %s/insights.json\n",
+               "(embedding %.2f s, %s %.2f s); wrote %s/insights.json\n",
                st.live, st.entries - st.live, st.malformed, st.embedded, em->name, st.seconds, st.embed_seconds,
-               st.analyze_seconds, c.dir);
+               st.incremental ? "incremental pairs" : "all-pairs", st.analyze_seconds, c.dir);
     }
     hx_pool_free(pool);
     em->free(em);

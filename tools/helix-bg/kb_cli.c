@@ -14,6 +14,7 @@ void kb_cli_usage(FILE *f, const char *cmd, bool daemon) {
                "  --topic X         topic-overlap threshold (lexical 0.45, MiniLM 0.60)\n"
                "  --max-dups N --max-links N   how many to keep (20, 50)\n"
                "  --max-overlaps N  topic overlaps to keep, the best (100)\n"
+               "  --full            compare all pairs (default: incremental when insights.state allows)\n"
                "  -q, --quiet       no summary / per-pass log\n");
     if (daemon)
         fprintf(f, "  --interval S      seconds between polls of data.log (default 30)\n"
@@ -49,6 +50,7 @@ int kb_cli_parse(kb_cli *c, int argc, char **argv, const char *cmd, bool daemon)
         else if (!strcmp(a, "--max-links") && v && num(v, 0, 100000, &x)) { c->max_links = (int)x; i++; }
         else if (!strcmp(a, "--max-overlaps") && v && num(v, 1, 100000, &x)) { c->max_overlaps = (int)x; i++; }
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) c->quiet = true;
+        else if (!strcmp(a, "--full")) c->full = true;
         else if (daemon && !strcmp(a, "--interval") && v && num(v, 0.05, 86400, &x)) { c->interval = x; i++; }
         else if (daemon && !strcmp(a, "--pidfile") && v) { c->pidfile = v; i++; }
         else if (daemon && !strcmp(a, "--once")) c->once = true;
@@ -86,5 +88,6 @@ kb_opts kb_cli_opts(const kb_cli *c, const kb_embedder *em) {
     o.max_dups = c->max_dups;
     o.max_links = c->max_links;
     o.max_overlaps = c->max_overlaps;
+    o.full = c->full;
     return o;
 }

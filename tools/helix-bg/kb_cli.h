@@ -12,7 +12,7 @@ typedef struct kb_cli {
     int max_dups, max_links, max_overlaps;
     double interval;           /* daemon: seconds between polls */
     const char *pidfile;
-    bool once, quiet;
+    bool once, quiet, full;   /* full: ignore insights.state */
 } kb_cli;
 
 /* Parses argv[1..); returns 0 on success, else the exit code (2). */
