@@ -152,6 +152,29 @@ static void test_cache(void) {
     /* every single-byte corruption is detected (checksum), never a crash */
     char *buf; size_t n;
     CHECK(hx_read_file(p, &buf, &n, &e) == HX_OK);
+    uint32_t ver;
+    memcpy(&ver, buf + 4, 4);
+    CHECK(ver == 3);
+    /* version 2: the same layout with byte-wise FNV-1a as the checksum, still read */
+    {
+        char *v2 = malloc(n);
+        memcpy(v2, buf, n);
+        ver = 2;
+        memcpy(v2 + 4, &ver, 4);
+        uint64_t h = 1469598103934665603ull;
+        for (size_t i = 0; i + 8 < n; i++) h = (h ^ (unsigned char)v2[i]) * 1099511628211ull;
+        memcpy(v2 + n - 8, &h, 8);
+        write_file("embeddings.bin", v2, n);
+        kb_cache_load(&r, p, em);
+        CHECK(r.n == 3 && r.offset[2] == 5000000000ull && r.vec[5] == vec[5] && r.sum == h);
+        kb_cache_free(&r);
+        v2[n - 9] ^= 1; /* and its checksum is checked */
+        write_file("embeddings.bin", v2, n);
+        kb_cache_load(&r, p, em);
+        CHECK(r.n == 0);
+        kb_cache_free(&r);
+        free(v2);
+    }
     int detected = 0;
     for (size_t i = 0; i < n; i += 97) {
         buf[i] ^= 0x40;

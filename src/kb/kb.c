@@ -22,6 +22,21 @@ static uint64_t fnv(const void *p, size_t n, uint64_t h) {
 }
 #define FNV0 1469598103934665603ull
 
+uint64_t kb_sum64(const void *p, size_t n) {
+    const unsigned char *s = p;
+    uint64_t h[4] = {FNV0, FNV0 ^ 1, FNV0 ^ 2, FNV0 ^ 3};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int l = 0; l < 4; l++) {
+            uint64_t w;
+            memcpy(&w, s + i + 8 * l, 8);
+            h[l] = (h[l] ^ w) * 1099511628211ull;
+        }
+    uint64_t t = fnv(s + i, n - i, FNV0);
+    t = fnv(h, sizeof h, t);
+    return fnv(&n, sizeof n, t);
+}
+
 /* ---- files in the KB directory ----
  * Every file helix-bg writes there goes through hx_write_file_atomic (a fresh
  * O_EXCL|O_NOFOLLOW temp file, then rename). Files it reads must be regular:
@@ -531,7 +546,7 @@ void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em) {
          * the built-in embedder, and the hashes are filled in by the caller */
         if (strcmp(em->name, "lexical-384")) { why = "version 1 cache from an unknown embedder"; goto bad; }
         want = 16 + (uint64_t)count * (4 + 4 * (uint64_t)dim);
-    } else if (ver == 2) {
+    } else if (ver == 2 || ver == 3) {
         if (n < 28 || !pread_all(fd, hdr + 16, 4, 16)) { why = "truncated header"; goto bad; }
         memcpy(&fpl, hdr + 16, 4);
         if (fpl != strlen(em->fingerprint)) { why = "made by another embedding model"; goto bad; }
@@ -562,7 +577,7 @@ void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em) {
     } else {
         uint64_t sum;
         memcpy(&sum, buf + n - 8, 8);
-        if (fnv(buf, n - 8, FNV0) != sum) { why = "checksum mismatch"; goto bad; }
+        if ((ver == 2 ? fnv(buf, n - 8, FNV0) : kb_sum64(buf, n - 8)) != sum) { why = "checksum mismatch"; goto bad; }
         c->sum = sum;
         if (memcmp(buf + 20, em->fingerprint, fpl)) { why = "made by another embedding model"; goto bad; }
         size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl;
@@ -603,7 +618,7 @@ hx_status kb_cache_save(kb_cache *c, const char *path, const kb_embedder *em, hx
     size_t rec = 16 + 4 * (size_t)c->dim, n = 20 + fpl + rec * c->n + 8;
     char *buf = malloc(n);
     if (!buf) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
-    uint32_t hdr[5] = {0, 2, (uint32_t)c->n, (uint32_t)c->dim, fpl};
+    uint32_t hdr[5] = {0, 3, (uint32_t)c->n, (uint32_t)c->dim, fpl};
     memcpy(hdr, "HXEC", 4);
     memcpy(buf, hdr, 20);
     memcpy(buf + 20, em->fingerprint, fpl);
@@ -613,7 +628,7 @@ hx_status kb_cache_save(kb_cache *c, const char *path, const kb_embedder *em, hx
         memcpy(r + 8, &c->hash[i], 8);
         memcpy(r + 16, c->vec + i * (size_t)c->dim, 4 * (size_t)c->dim);
     }
-    uint64_t sum = fnv(buf, n - 8, FNV0);
+    uint64_t sum = kb_sum64(buf, n - 8);
     memcpy(buf + n - 8, &sum, 8);
     hx_status st = hx_write_file_atomic(path, buf, n, e);
     if (!st) c->sum = sum;

@@ -5,9 +5,11 @@
  * its line. {"delete": off} retires an entry. A last line without '\n' is a
  * write in progress and is not read. Malformed lines are reported and skipped.
  *
- * embeddings.bin v2 (little-endian), written atomically:
- *   "HXEC" | version u32 = 2 | count u32 | dim u32 | fp_len u32 | fingerprint[fp_len]
- *   count x { offset u64 | text_hash u64 | f32[dim] } | checksum u64 (FNV-1a of all before)
+ * embeddings.bin v3 (little-endian), written atomically:
+ *   "HXEC" | version u32 = 3 | count u32 | dim u32 | fp_len u32 | fingerprint[fp_len]
+ *   count x { offset u64 | text_hash u64 | f32[dim] } | checksum u64 (kb_sum64 of all before)
+ * v2 is the same with FNV-1a (byte-wise) as the checksum: read, never written
+ * (at 100k entries FNV-1a over the 155 MB took longer than an incremental pass).
  * v1 ("HXEC" | 1 | count u32 | dim u32 | count x {offset u32 | f32[dim]}) is read too.
  *
  * insights.state (little-endian, written atomically after the cache): what an
@@ -60,6 +62,11 @@ kb_entry *kb_log_find(const kb_log *log, uint64_t off);
 /* The text to embed: title + "\n" + text, or text. Caller frees. */
 char *kb_entry_text(const kb_entry *en);
 
+/* The cache checksum (v3): four FNV-1a-style lanes over little-endian u64
+ * words (8x fewer dependent multiplies than byte-wise FNV-1a, four chains in
+ * flight), the tail bytes byte-wise, then the lanes and n folded with FNV-1a. */
+uint64_t kb_sum64(const void *p, size_t n);
+
 /* ---- files in the KB directory ---- */
 struct stat;
 /* Opens path read-only for a reader that must not block or run away: O_NONBLOCK
@@ -93,7 +100,7 @@ typedef struct kb_cache {
     float *vec;           /* n x dim */
     size_t n;
     int dim;
-    uint64_t sum;         /* v2 checksum as loaded or saved (0: none) */
+    uint64_t sum;         /* v2/v3 checksum as loaded or saved (0: none, v1) */
 } kb_cache;
 /* Loads path if it exists and matches (fingerprint, dim); a damaged or foreign
  * file gives an empty cache and a warning, never an error. */
