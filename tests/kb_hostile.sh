@@ -39,7 +39,7 @@ done
 "$BIN" daemon "$tmp/a" --once -q
 [ "$(cat "$tmp/victim")" = precious ] || fail "a planted link was written through: victim now holds '$(cat "$tmp/victim")'"
 [ -f "$tmp/a/.helix.lock" ] && [ ! -L "$tmp/a/.helix.lock" ] || fail ".helix.lock is still a link"
-! ls "$tmp/a" | grep -q "\.tmp\." || fail "planted temp names were not cleaned up under the lock"
+! compgen -G "$tmp/a/*.tmp.*" > /dev/null || fail "planted temp names were not cleaned up under the lock"
 python3 -m json.tool "$tmp/a/insights.json" > /dev/null
 
 # 5: the lock binds one-shot too, and survives removal of .helix.lock
