@@ -88,8 +88,8 @@ static hx_status heaps_to_klist(topk *t, int nt, int k, kb_klist *out, hx_error 
 hx_status kb_klist_union(kb_klist *kept, const kb_klist *add, int depth, hx_error *e) {
     kb_pair *p = malloc((size_t)(kept->n + add->n + 1) * sizeof *p);
     if (!p) return hx_err(e, HX_ERR_NOMEM, "insights: out of memory");
-    memcpy(p, kept->p, (size_t)kept->n * sizeof *p);
-    memcpy(p + kept->n, add->p, (size_t)add->n * sizeof *p);
+    if (kept->n) memcpy(p, kept->p, (size_t)kept->n * sizeof *p);
+    if (add->n) memcpy(p + kept->n, add->p, (size_t)add->n * sizeof *p);
     int n = kept->n + add->n;
     qsort(p, (size_t)n, sizeof *p, pair_cmp);
     bool has_cut = kept->has_cut || add->has_cut;
@@ -279,7 +279,7 @@ static int named_cmp(const void *x, const void *y) {
 static kb_pair *top_copy(const kb_klist *l, int k, int *n) {
     *n = l->n < k ? l->n : k;
     kb_pair *p = malloc((size_t)(*n ? *n : 1) * sizeof *p);
-    if (p) memcpy(p, l->p, (size_t)*n * sizeof *p);
+    if (p && *n) memcpy(p, l->p, (size_t)*n * sizeof *p);
     return p;
 }
 

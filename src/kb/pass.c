@@ -42,7 +42,7 @@ static void state_free(kb_state *s) {
 
 typedef struct wbuf { char *p; size_t n, cap; bool oom; } wbuf;
 static void put(wbuf *w, const void *x, size_t n) {
-    if (w->oom) return;
+    if (w->oom || !n) return;
     if (w->n + n > w->cap) {
         size_t cap = w->cap ? w->cap : 4096;
         while (cap < w->n + n) cap *= 2;
@@ -60,6 +60,7 @@ static void put_pair(wbuf *w, const kb_pair *p) { put_u64(w, p->a); put_u64(w, p
 
 typedef struct rbuf { const char *p; size_t n, at; bool bad; } rbuf;
 static bool get(rbuf *r, void *x, size_t n) {
+    if (!n) return !r->bad;
     if (r->bad || n > r->n - r->at) { r->bad = true; memset(x, 0, n); return false; }
     memcpy(x, r->p + r->at, n);
     r->at += n;
@@ -320,16 +321,20 @@ static hx_status read_full(const char *log_path, kb_embedder *em, const kb_cache
 
 /* An incremental pass's reading: the bytes after s->read_to; the kept rows of
  * the cache minus deletes, then the new entries. *n_old = kept rows;
- * old_map[t] (s->n_topics) = this pass's id of the state's topic t, or -1. */
-static hx_status read_incremental(const char *log_path, kb_embedder *em, const kb_cache *old, const kb_state *s,
+ * old_map[t] (s->n_topics) = this pass's id of the state's topic t, or -1;
+ * old_count[t] its entries before, touched[t] 1 if one of them was deleted.
+ * The cache's arrays move into r->cur (compacted in place, then grown): old
+ * keeps only n and sum, so the vectors are held once. */
+static hx_status read_incremental(const char *log_path, kb_embedder *em, kb_cache *old, const kb_state *s,
                                   bool progress, kb_log *log, rowset *r, size_t *n_old, uint64_t **del,
-                                  size_t *n_del, int *old_map, size_t *embedded, hx_error *e) {
+                                  size_t *n_del, int *old_map, int *old_count, uint8_t *touched, size_t *embedded,
+                                  hx_error *e) {
     log->read_to = log->quiet_below = s->read_to;
     log->prior_live = old->offset; log->n_prior_live = old->n;
     log->prior_deleted = s->deleted; log->n_prior_deleted = s->n_deleted;
     hx_status st = kb_log_read(log, log_path, e);
     if (st) return st;
-    qsort(log->del, log->n_del, sizeof *log->del, u64_cmp);
+    if (log->n_del) qsort(log->del, log->n_del, sizeof *log->del, u64_cmp);
     size_t nd = 0;
     for (size_t i = 0; i < log->n_del; i++) if (!nd || log->del[i] != log->del[nd - 1]) log->del[nd++] = log->del[i];
     log->n_del = nd;
@@ -339,21 +344,34 @@ static hx_status read_incremental(const char *log_path, kb_embedder *em, const k
     const char **names = malloc((s->n_topics + n + 1) * sizeof *names);
     int *tid = malloc((s->n_topics + n + 1) * sizeof *tid);
     size_t *which = malloc((n_new ? n_new : 1) * sizeof *which), *at = malloc((n_new ? n_new : 1) * sizeof *at);
-    if (!names || !tid || !which || !at || !rowset_alloc(r, n, em->dim)) {
+    r->topic = malloc((n ? n : 1) * sizeof *r->topic);
+    if (!names || !tid || !which || !at || !r->topic) {
         free(names); free(tid); free(which); free(at);
         return hx_err(e, HX_ERR_NOMEM, "out of memory");
     }
     /* the old table first, so old ids stay; then each row's name */
     for (int t = 0; t < s->n_topics; t++) names[t] = s->topics[t];
+    const size_t D = (size_t)em->dim;
     for (size_t i = 0; i < old->n; i++) {
-        if (has_u64(log->del, nd, old->offset[i])) continue;
-        r->cur.offset[k] = old->offset[i];
-        r->cur.hash[k] = old->hash[i];
-        memcpy(r->cur.vec + k * (size_t)em->dim, old->vec + i * (size_t)em->dim, sizeof(float) * (size_t)em->dim);
+        old_count[s->topic[i]]++;
+        if (has_u64(log->del, nd, old->offset[i])) { touched[s->topic[i]] = 1; continue; }
+        if (k != i) {
+            old->offset[k] = old->offset[i];
+            old->hash[k] = old->hash[i];
+            memcpy(old->vec + k * D, old->vec + i * D, sizeof(float) * D);
+        }
         names[s->n_topics + k] = s->topics[s->topic[i]];
         k++;
     }
     *n_old = k;
+    uint64_t *ro = realloc(old->offset, (n ? n : 1) * 8), *rh = ro ? realloc(old->hash, (n ? n : 1) * 8) : NULL;
+    float *rv = rh ? realloc(old->vec, (n ? n : 1) * D * sizeof(float)) : NULL;
+    if (ro) old->offset = ro;
+    if (rh) old->hash = rh;
+    if (!rv) { free(names); free(tid); free(which); free(at); return hx_err(e, HX_ERR_NOMEM, "out of memory"); }
+    r->cur = (kb_cache){.offset = ro, .hash = rh, .vec = rv, .n = n, .dim = em->dim};
+    old->offset = old->hash = NULL;
+    old->vec = NULL;
     size_t m = 0;
     for (size_t i = 0; i < log->n; i++) {
         if (log->e[i].deleted) continue;
@@ -400,8 +418,8 @@ static hx_status read_incremental(const char *log_path, kb_embedder *em, const k
  * kept only while both topics still have exactly one entry. False: a topic
  * fell back to one entry (its pairs with other single-entry topics were never
  * kept): a full pass is needed. */
-static bool carry_lists(kb_state *s, const kb_cache *old, const uint64_t *del, size_t n_del, const int *map,
-                        const rowset *r) {
+static bool carry_lists(kb_state *s, const uint64_t *del, size_t n_del, const int *map, const int *old_count,
+                        const uint8_t *touched, const rowset *r) {
     for (int i = 0; i < 2; i++) {
         kb_klist *l = &s->list[i];
         int m = 0;
@@ -411,13 +429,7 @@ static bool carry_lists(kb_state *s, const kb_cache *old, const uint64_t *del, s
     }
     /* touched: a topic that lost an entry (a single-entry topic may have a new
      * one now, whose pairs the new rows' pass forms afresh) */
-    int *old_count = calloc((size_t)(s->n_topics ? s->n_topics : 1), sizeof *old_count);
-    uint8_t *touched = calloc((size_t)(s->n_topics ? s->n_topics : 1), 1);
-    bool ok = old_count && touched;
-    for (size_t i = 0; ok && i < old->n; i++) {
-        old_count[s->topic[i]]++;
-        if (has_u64(del, n_del, old->offset[i])) touched[s->topic[i]] = 1;
-    }
+    bool ok = true;
     for (int t = 0; ok && t < s->n_topics; t++)
         if (old_count[t] >= 2 && map[t] >= 0 && r->count[map[t]] == 1) ok = false;
     kb_klist *l = &s->list[2];
@@ -430,8 +442,6 @@ static bool carry_lists(kb_state *s, const kb_cache *old, const uint64_t *del, s
         l->p[m].b = (uint64_t)(a < b ? b : a);
         m++;
     }
-    free(old_count);
-    free(touched);
     if (!ok) return false;
     l->n = m;
     /* ids changed: re-sort, and keep of the cut only its similarity (complete
@@ -483,7 +493,8 @@ hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
     kb_klist d = {0}, l = {0}, o1 = {0}, om = {0}, over = {0}, nd = {0}, nl = {0}, no1 = {0};
     kb_insights in = {0};
     uint64_t *del = NULL, *deleted = NULL, *offs = NULL;
-    int *old_map = NULL;
+    int *old_map = NULL, *old_count = NULL;
+    uint8_t *touched = NULL;
     size_t n_del = 0, n_deleted = 0, n_old = 0, embedded = 0;
     uint64_t quiet = reported_to ? *reported_to : 0;
     hx_status st = HX_OK;
@@ -501,11 +512,16 @@ hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
     double t_embed = hx_now_s();
     bool read_inc = inc; /* how data.log was read: from the kept offset, or whole */
     if (inc) {
-        if (!(old_map = malloc((size_t)(s.n_topics ? s.n_topics : 1) * sizeof *old_map))) {
+        size_t nt = (size_t)(s.n_topics ? s.n_topics : 1);
+        old_map = malloc(nt * sizeof *old_map);
+        old_count = calloc(nt, sizeof *old_count);
+        touched = calloc(nt, 1);
+        if (!old_map || !old_count || !touched) {
             st = hx_err(e, HX_ERR_NOMEM, "out of memory");
             goto done;
         }
-        st = read_incremental(log_path, em, &old, &s, progress, &log, &r, &n_old, &del, &n_del, old_map, &embedded, e);
+        st = read_incremental(log_path, em, &old, &s, progress, &log, &r, &n_old, &del, &n_del, old_map, old_count,
+                              touched, &embedded, e);
         if (st == HX_ERR_RANGE) { /* shrank since the state was written */
             kb_log_free(&log); rowset_free(&r); memset(&log, 0, sizeof log);
             inc = read_inc = false;
@@ -520,7 +536,7 @@ hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
     kb_rows rows = {r.cur.n, em->dim, r.cur.offset, r.topic, r.cur.vec, r.n_topics, r.count};
     int kd = kb_keep_depth(o->max_dups), kl = kb_keep_depth(o->max_links), ko = kb_keep_depth(kb_max_overlaps(o));
     bool have = false;
-    if (inc && !carry_lists(&s, &old, del, n_del, old_map, &r)) inc = false; /* a topic fell back to one entry */
+    if (inc && !carry_lists(&s, del, n_del, old_map, old_count, touched, &r)) inc = false; /* a topic fell back to one entry */
     if (inc) {
         /* new rows against all rows, merged into the kept lists */
         if ((st = kb_entry_pairs(pool, &rows, n_old, o, &nd, &nl, &no1, e))) goto done;
@@ -540,7 +556,7 @@ hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
         }
         kb_klist_free(&over);
         if (!(over.p = malloc((size_t)(o1.n + 1) * sizeof *over.p))) { st = hx_err(e, HX_ERR_NOMEM, "out of memory"); goto done; }
-        memcpy(over.p, o1.p, (size_t)o1.n * sizeof *over.p);
+        if (o1.n) memcpy(over.p, o1.p, (size_t)o1.n * sizeof *over.p);
         over.n = o1.n; over.has_cut = o1.has_cut; over.cut = o1.cut;
         if ((st = kb_klist_union(&over, &om, ko, e))) goto done;
         if (kb_klist_fills(&d, o->max_dups) && kb_klist_fills(&l, o->max_links) && kb_klist_fills(&over, kb_max_overlaps(o)))
@@ -609,7 +625,7 @@ done:
     kb_klist_free(&d); kb_klist_free(&l); kb_klist_free(&o1); kb_klist_free(&om); kb_klist_free(&over);
     kb_klist_free(&nd); kb_klist_free(&nl); kb_klist_free(&no1);
     kb_insights_free(&in);
-    free(deleted); free(offs); free(old_map);
+    free(deleted); free(offs); free(old_map); free(old_count); free(touched);
     state_free(&s);
     rowset_free(&r);
     kb_cache_free(&old);
