@@ -18,7 +18,7 @@ void kb_cli_usage(FILE *f, const char *cmd, bool daemon) {
                "  -q, --quiet       no summary / per-pass log\n");
     if (daemon)
         fprintf(f, "  --interval S      seconds between polls of data.log (default 30)\n"
-                   "  --pidfile P       write the pid here (the KB is locked with KB-DIR/.helix.lock)\n"
+                   "  --pidfile P       write the pid here (the KB is locked: flock on KB-DIR; one-shot refuses too)\n"
                    "  --once            one pass, then exit (like one-shot, with the lock)\n"
                    "  SIGINT/SIGTERM finish the current write and exit; SIGHUP starts a pass now.\n");
 }
