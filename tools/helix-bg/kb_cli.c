@@ -13,10 +13,12 @@ void kb_cli_usage(FILE *f, const char *cmd, bool daemon) {
                "  --link-low X --link-high X   cross-link band (lexical 0.36-0.88, MiniLM 0.75-0.92)\n"
                "  --topic X         topic-overlap threshold (lexical 0.45, MiniLM 0.60)\n"
                "  --max-dups N --max-links N   how many to keep (20, 50)\n"
+               "  --max-overlaps N  topic overlaps to keep, the best (100)\n"
+               "  --full            compare all pairs (default: incremental when insights.state allows)\n"
                "  -q, --quiet       no summary / per-pass log\n");
     if (daemon)
         fprintf(f, "  --interval S      seconds between polls of data.log (default 30)\n"
-                   "  --pidfile P       write the pid here (the KB is locked with KB-DIR/.helix.lock)\n"
+                   "  --pidfile P       write the pid here (the KB is locked: flock on KB-DIR; one-shot refuses too)\n"
                    "  --once            one pass, then exit (like one-shot, with the lock)\n"
                    "  SIGINT/SIGTERM finish the current write and exit; SIGHUP starts a pass now.\n");
 }
@@ -31,7 +33,7 @@ static bool num(const char *s, double lo, double hi, double *out) {
 
 int kb_cli_parse(kb_cli *c, int argc, char **argv, const char *cmd, bool daemon) {
     *c = (kb_cli){.dir = ".", .dup = -1, .link_low = -1, .link_high = -1, .topic = -1, .max_dups = 20,
-                  .max_links = 50, .interval = 30};
+                  .max_links = 50, .max_overlaps = KB_DEFAULT_MAX_OVERLAPS, .interval = 30};
     bool have_dir = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -46,7 +48,9 @@ int kb_cli_parse(kb_cli *c, int argc, char **argv, const char *cmd, bool daemon)
         else if (!strcmp(a, "--topic") && v && num(v, -1, 1, &x)) { c->topic = (float)x; i++; }
         else if (!strcmp(a, "--max-dups") && v && num(v, 0, 100000, &x)) { c->max_dups = (int)x; i++; }
         else if (!strcmp(a, "--max-links") && v && num(v, 0, 100000, &x)) { c->max_links = (int)x; i++; }
+        else if (!strcmp(a, "--max-overlaps") && v && num(v, 1, 100000, &x)) { c->max_overlaps = (int)x; i++; }
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) c->quiet = true;
+        else if (!strcmp(a, "--full")) c->full = true;
         else if (daemon && !strcmp(a, "--interval") && v && num(v, 0.05, 86400, &x)) { c->interval = x; i++; }
         else if (daemon && !strcmp(a, "--pidfile") && v) { c->pidfile = v; i++; }
         else if (daemon && !strcmp(a, "--once")) c->once = true;
@@ -83,5 +87,7 @@ kb_opts kb_cli_opts(const kb_cli *c, const kb_embedder *em) {
     if (c->topic >= 0) o.topic_threshold = c->topic;
     o.max_dups = c->max_dups;
     o.max_links = c->max_links;
+    o.max_overlaps = c->max_overlaps;
+    o.full = c->full;
     return o;
 }

@@ -9,10 +9,10 @@ typedef struct kb_cli {
     const char *embed_model;   /* NULL: built-in lexical embedder */
     int threads;
     float dup, link_low, link_high, topic; /* < 0: embedder's default */
-    int max_dups, max_links;
+    int max_dups, max_links, max_overlaps;
     double interval;           /* daemon: seconds between polls */
     const char *pidfile;
-    bool once, quiet;
+    bool once, quiet, full;   /* full: ignore insights.state */
 } kb_cli;
 
 /* Parses argv[1..); returns 0 on success, else the exit code (2). */
