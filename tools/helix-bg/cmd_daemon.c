@@ -94,6 +94,11 @@ int cmd_daemon(int argc, char **argv) {
     kb_embedder *em = kb_cli_embedder(&c, "daemon");
     if (!em) { kb_unlock(lock); return 1; }
     kb_opts o = kb_cli_opts(&c, em);
+    bool llm_failed;
+    kb_llm *llm = kb_cli_llm(&c, "daemon", &llm_failed);
+    if (llm_failed) { em->free(em); kb_unlock(lock); return 1; }
+    kb_think_opts to = kb_cli_think_opts(&c, llm);
+    to.progress = false;
     hx_pool *pool = hx_pool_create(c.threads);
     int ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (ino >= 0 && inotify_add_watch(ino, c.dir, IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE) < 0) {
@@ -133,6 +138,17 @@ int cmd_daemon(int argc, char **argv) {
                              st.incremental ? "incremental" : "full", st.live, st.embedded, st.seconds, st.dups,
                              st.links, st.overlaps,
                              st.malformed ? " (malformed lines skipped: see warnings)" : "");
+                kb_think_stats ts;
+                if (!c.no_think && kb_think(c.dir, em, pool, &to, false, &ts, &e) != HX_OK) {
+                    /* the pass's own report stands; the classification and LLM stage is retried */
+                    backoff = 1;
+                    retry_at = hx_now_s() + backoff;
+                    log_line("classification / LLM stage failed: %s; retrying in 1 s", e.msg);
+                } else if (!c.no_think && !c.quiet) {
+                    log_line("%zu classified, %zu likely misfiled, %zu patterns%s, %zu prompts run, %.2f s", ts.classified,
+                             ts.misfiled, ts.patterns, llm ? ", LLM answers cached in llm.bin" : "", ts.llm_asked,
+                             ts.seconds);
+                }
             }
             last = now;
             if (c.once) break;
@@ -159,6 +175,7 @@ int cmd_daemon(int argc, char **argv) {
     if (!c.quiet && g_stop) log_line("stopping (signal); cache and report are complete");
     if (ino >= 0) close(ino);
     hx_pool_free(pool);
+    kb_llm_free(llm);
     em->free(em);
     if (c.pidfile) unlink(c.pidfile);
     kb_unlock(lock);

@@ -30,6 +30,9 @@ int cmd_one_shot(int argc, char **argv) {
     kb_embedder *em = kb_cli_embedder(&c, "one-shot");
     if (!em) { kb_unlock(lock); return 1; }
     kb_opts o = kb_cli_opts(&c, em);
+    bool llm_failed;
+    kb_llm *llm = kb_cli_llm(&c, "one-shot", &llm_failed);
+    if (llm_failed) { em->free(em); kb_unlock(lock); return 1; }
     hx_pool *pool = hx_pool_create(c.threads);
     kb_pass_stats st = {0};
     rc = 0;
@@ -42,6 +45,22 @@ int cmd_one_shot(int argc, char **argv) {
                st.live, st.entries - st.live, st.malformed, st.embedded, em->name, st.seconds, st.embed_seconds,
                st.incremental ? "incremental pairs" : "all-pairs", st.analyze_seconds, c.dir);
     }
+    if (rc == 0 && !c.no_think) {
+        kb_think_opts to = kb_cli_think_opts(&c, llm);
+        kb_think_stats ts;
+        if (kb_think(c.dir, em, pool, &to, !c.quiet, &ts, &e) != HX_OK) {
+            fprintf(stderr, "helix-bg one-shot: %s\n", e.msg);
+            rc = 1;
+        } else if (!c.quiet) {
+            printf("\n%zu entries classified (%s), %zu likely misfiled, %zu patterns", ts.classified,
+                   llm ? "LLM" : "nearest topic centroid", ts.misfiled, ts.patterns);
+            if (llm)
+                printf(", %zu summaries, %zu digests, %zu merge suggestions (%zu prompts run on %s, the rest cached)",
+                       ts.summaries, ts.digests, ts.merges, ts.llm_asked, kb_llm_device(llm));
+            printf(", %.2f s\n", ts.seconds);
+        }
+    }
+    kb_llm_free(llm);
     hx_pool_free(pool);
     em->free(em);
     kb_unlock(lock);
