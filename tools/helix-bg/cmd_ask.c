@@ -15,9 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
-#include "core/core.h"
-#include "kb/ask.h"
-#include "kb/search.h"
+#include "helix_kb.h"
 
 static void usage(FILE *f) {
     fprintf(f,

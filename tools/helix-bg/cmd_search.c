@@ -19,8 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
-#include "core/core.h"
-#include "kb/search.h"
+#include "helix_kb.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -136,21 +135,21 @@ int cmd_search(int argc, char **argv) {
         fprintf(stderr, "helix-bg search: out of memory\n");
         return 1;
     }
-    double t0 = hx_now_s();
+    double t0 = cli_now();
     kb_index ix;
     if (kb_index_open(dir, em, max_embed, &ix, &e)) {
         fprintf(stderr, "helix-bg search: %s\n", e.msg);
         em->free(em);
         return 1;
     }
-    double t1 = hx_now_s();
+    double t1 = cli_now();
     kb_search_opts so = {.k = (int)k, .topic = topic, .semantic_only = sem, .lexical_only = lex};
     kb_hit *hits = malloc(sizeof *hits * (size_t)k);
     int nh = 0;
     int rc = 0;
     if (!hits) { fprintf(stderr, "helix-bg search: out of memory\n"); rc = 1; goto out; }
     if (kb_search(&ix, em, query, &so, hits, &nh, &e)) { fprintf(stderr, "helix-bg search: %s\n", e.msg); rc = 1; goto out; }
-    double t2 = hx_now_s();
+    double t2 = cli_now();
     char words[32][64];
     int nw = kb_query_words(query, words, 32);
     bool hl = !json && isatty(STDOUT_FILENO);
