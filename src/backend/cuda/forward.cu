@@ -10,10 +10,13 @@
 //
 // Sequences: the KV cache holds n_seq slots of n_ctx positions (slot s of
 // layer l at rows s * kv_rows[l] ..). A forward over a batch that mixes
-// sequences runs one sub-batch per sequence with that slot's cache pointers;
-// each slot has its own decode graph (captured on its first decode step).
-// Everything else (weights, scratch, logits) is shared: work is serialized
-// on the context's one stream.
+// sequences is one pass over all its tokens: every linear layer over the n
+// tokens at once (each weight read once per step, not once per sequence),
+// RoPE, the KV store and attention per token through a per-token (position,
+// slot) array on the device, and the output matmul over the gathered rows
+// that want logits. Each slot has its own single-token decode graph
+// (captured on its first decode step). Everything else (weights, scratch,
+// logits) is shared: work is serialized on the context's one stream.
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -72,6 +75,7 @@ struct hx_cuda_ctx {
     float *x, *h, *q, *k, *v, *att, *o, *gate, *up;
     float *logits; int logits_rows;
     int *d_tok, *d_pos;
+    int *d_tpos, *d_tslot, *d_gidx; // many-sequence forward (cap each): per token position and slot, output rows' tokens
     unsigned long long *d_next;    // argmax key
     unsigned *d_acnt;              // the argmax's block counter (0 between launches)
     int *h_io;                     // pinned: [0..1] unused, [2..3] and [4..5] argmax keys (two slots), then
@@ -237,6 +241,7 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     float *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->o, c->gate, c->up, c->logits};
     for (float *b : bufs) if (b) cudaFree(b);
     if (c->d_tok) cudaFree(c->d_tok);
+    for (int *p : {c->d_tpos, c->d_tslot, c->d_gidx}) if (p) cudaFree(p);
     if (c->xq) cudaFree(c->xq);
     if (c->apart) cudaFree(c->apart);
     if (c->swork) cudaFree(c->swork);
@@ -274,6 +279,11 @@ static hx_status ensure_scratch(hx_cuda_ctx *c, int n, hx_error *e) {
     if (c->d_tok) cudaFree(c->d_tok);
     c->d_tok = NULL;
     CK(cudaMalloc((void **)&c->d_tok, sizeof(int) * n));
+    for (int **p : {&c->d_tpos, &c->d_tslot, &c->d_gidx}) {
+        if (*p) cudaFree(*p);
+        *p = NULL;
+        CK(cudaMalloc((void **)p, sizeof(int) * n));
+    }
     c->cap = n;
     drop_graphs(c); // buffers moved
     return HX_OK;
@@ -595,7 +605,9 @@ static hx_status dump_rows(hx_cuda_ctx *c, int pos0, int n, int layer, const cha
 // *d_pos..; pos0 is the same position on the host (used for dumps only).
 // Leaves logits for the last `out_rows` tokens in c->logits (out_rows, n_vocab)
 // and, with want_hidden, their final-normed hidden states in c->h (out_rows,
-// n_embd).
+// n_embd). slot < 0: tokens of many sequences, token i at position d_tpos[i]
+// of slot d_tslot[i]; the out_rows outputs are of tokens d_gidx[0..out_rows)
+// (none when out_rows is 0).
 static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int out_rows, bool want_hidden,
                                  hx_error *e) {
     const hx_model_config *cfg = &c->cfg;
@@ -627,7 +639,8 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             PK("k", hx_k_linear(st, gs, &L->wk, c->h, n, c->k, L->bk, false, dv));
             PK("v", hx_k_linear(st, gs, &L->wv, c->h, n, c->v, L->bv, false, dv));
         }
-        size_t slot_off = (size_t)slot * c->kv_rows[l] * nkvh * hd;
+        const bool multi = slot < 0;
+        size_t slot_stride = (size_t)c->kv_rows[l] * nkvh * hd, slot_off = multi ? 0 : (size_t)slot * slot_stride;
         __half *kc = c->kc[l] + slot_off, *vc = c->vc[l] + slot_off;
         bool swa = cfg->layer_is_swa[l];
         float base = swa ? cfg->rope_base_swa : cfg->rope_base;
@@ -638,7 +651,13 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         const float *bo[1] = {L->bo};
         bool wo_q = n == 1 && mvq_ok(c, 2, 1, wo);
         bool att_q8 = false; // the decode attention wrote its output quantized for wo
-        if (n == 1 && !c->no_fuse_attn) {
+        if (multi) {
+            PK("rope+store (tokens)", hx_k_rope_store_tok(st, c->q, c->k, c->v, kc, vc, c->kv_rows[l], slot_stride,
+                                                          c->d_tpos, c->d_tslot, n, nh, nkvh, hd, base, rs, neox, qn, kn, eps));
+            PK("attention (tokens)", hx_k_attention_tok(st, c->q, kc, vc, c->kv_rows[l], slot_stride, c->att, c->d_tpos,
+                                                        c->d_tslot, n, nh, nkvh, hd, scale, cfg->attn_logit_softcap,
+                                                        window, c->n_ctx, dv));
+        } else if (n == 1 && !c->no_fuse_attn) {
             att_q8 = wo_q && hd % 32 == 0 && !c->skip;
             PK("attention (decode)", hx_k_attn_decode(st, c->q, c->k, c->v, kc, vc, c->kv_rows[l], c->att, c->d_pos, nh, nkvh, hd, scale,
                                 cfg->attn_logit_softcap, window, c->n_ctx, base, rs, neox, qn, kn, eps,
@@ -695,7 +714,12 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             PK("down", hx_k_linear(st, gs, &L->down, c->gate, n, c->x, L->down_b, true, dv));
         }
     }
+    if (out_rows == 0) return HX_OK;
     const float *xs = c->x + (size_t)(n - out_rows) * D;
+    if (slot < 0) { // the rows that want outputs, gathered
+        PK("gather", hx_k_gather_rows(st, c->x, c->d_gidx, out_rows, D, c->o));
+        xs = c->o;
+    }
     const hx_dmat *outm[1] = {&c->output};
     // the hidden states on their own: the logits below take the same kernels with or without them
     if (want_hidden) PK("output_norm (hidden)", hx_k_rmsnorm(st, xs, c->out_norm, c->h, out_rows, D, eps));
@@ -1014,10 +1038,46 @@ static hx_status copy_out_rows(hx_cuda_ctx *c, const float *dev, size_t row, con
     return HX_OK;
 }
 
-// One forward over a ubatch that may mix sequences: one sub-batch per
-// sequence, in the order each first appears, through that slot's cache. Every
-// sub-batch is checked before any runs, so a bad ubatch leaves every cache as
-// it was.
+// A checked ubatch of several sequences as one forward (enqueue_forward with
+// slot -1): logits / hidden states of the tokens with out[i] >= 0 only.
+static hx_status forward_multi(hx_cuda_ctx *c, const hx_ubatch *ub, float *logits, float *hidden, hx_error *e) {
+    int n = ub->n;
+    std::vector<int> host(3 * (size_t)n); // positions, slots, output tokens
+    std::vector<int32_t> orow;            // output row of each gathered token
+    int n_out = 0;
+    for (int i = 0; i < n; i++) {
+        host[i] = ub->pos[i];
+        host[n + i] = ub->seq[i];
+        if (ub->out && ub->out[i] >= 0 && (logits || hidden)) {
+            host[2 * n + n_out++] = i;
+            orow.push_back(ub->out[i]);
+        }
+    }
+    hx_status s;
+    c->ahead_pos = -1; // a lookahead step still on the stream runs first; its result is dropped
+    if ((s = ensure_scratch(c, n, e))) return s;
+    if ((s = ensure_logits(c, n_out > 1 ? n_out : 1, e))) return s;
+    // the first position of each sequence present sets its length (a lower one drops the rest)
+    for (int i = n - 1; i >= 0; i--) c->n_past[ub->seq[i]] = ub->pos[i];
+    c->pn = 0; // (profiling: batch kernels are marked but not counted)
+    CK(cudaMemcpyAsync(c->d_tok, ub->token, sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
+    CK(cudaMemcpyAsync(c->d_tpos, host.data(), sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
+    CK(cudaMemcpyAsync(c->d_tslot, host.data() + n, sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
+    if (n_out > 0) CK(cudaMemcpyAsync(c->d_gidx, host.data() + 2 * n, sizeof(int) * n_out, cudaMemcpyHostToDevice, c->st));
+    if ((s = enqueue_forward(c, -1, n, 0, n_out, hidden != NULL && n_out > 0, e))) return s;
+    for (int i = 0; i < n; i++)
+        if (ub->pos[i] + 1 > c->n_past[ub->seq[i]]) c->n_past[ub->seq[i]] = ub->pos[i] + 1;
+    const size_t V = (size_t)c->cfg.n_vocab, D = (size_t)c->cfg.n_embd;
+    if (logits && n_out > 0 && (s = copy_out_rows(c, c->logits, V, orow.data(), n_out, logits, e))) return s;
+    if (hidden && n_out > 0 && (s = copy_out_rows(c, c->h, D, orow.data(), n_out, hidden, e))) return s;
+    CK(cudaStreamSynchronize(c->st));
+    return HX_OK;
+}
+
+// One forward over a ubatch: a single sequence as one batch through its
+// slot's cache (a lone token takes the slot's decode graph), several as one
+// pass over all tokens (forward_multi). The whole ubatch is checked before
+// anything runs, so a bad ubatch leaves every cache as it was.
 static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float *hidden, hx_error *e) {
     hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
     if (!ub || ub->n <= 0) return hx_err(e, HX_ERR_ARG, "cuda: forward: empty batch");
@@ -1051,6 +1111,7 @@ static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float
         if (st) return st;
     }
     const size_t V = (size_t)c->cfg.n_vocab, D = (size_t)c->cfg.n_embd;
+    if (subs.size() > 1) return forward_multi(c, ub, logits, hidden, e);
     for (auto &b : subs) {
         int n = (int)b.tok.size();
         int out_rows = b.first_out < 0 ? 1 : n - b.first_out;
