@@ -76,6 +76,8 @@ struct hx_cuda_ctx {
     float *logits; int logits_rows;
     int *d_tok, *d_pos;
     int *d_tpos, *d_tslot, *d_gidx; // many-sequence forward (cap each): per token position and slot, output rows' tokens
+    int8_t *xqn; float *xdn;        // many-sequence forward: the cap rows of a linear layer's input as q8
+    int cols_max;                   // many-sequence forward: batches of at most this many tokens take the q8 tile kernel
     unsigned long long *d_next;    // argmax key
     unsigned *d_acnt;              // the argmax's block counter (0 between launches)
     int *h_io;                     // pinned: [0..1] unused, [2..3] and [4..5] argmax keys (two slots), then
@@ -92,6 +94,11 @@ struct hx_cuda_ctx {
     int ahead_pos, ahead_tok, ahead_seq, ahead_slot;
     cudaEvent_t kev[2];
     std::vector<cudaGraphExec_t> graph; // per sequence slot: its decode step, NULL until first used
+    // Many-sequence forwards as graphs, one per shape (tokens, output rows,
+    // hidden states wanted): run eagerly on a shape's first use (scratch and
+    // cuBLAS buffers grow then), captured on its second, replayed after.
+    struct mgraph { int uses; cudaGraphExec_t exec; };
+    std::map<long long, mgraph> mgraphs;
     char *dump_dir;                // dumps of sequence 0
     std::vector<int> dump_pos;
     int mvq;                       // decode with 8-bit activations: 0 off, 1 q/k/v + gate/up, 2 every matrix (default)
@@ -227,6 +234,9 @@ static hx_status upload_all(hx_cuda_ctx *c, std::vector<pending> &plan, hx_error
 static void drop_graphs(hx_cuda_ctx *c) {
     for (auto &g : c->graph)
         if (g) { cudaGraphExecDestroy(g); g = NULL; }
+    for (auto &kv : c->mgraphs)
+        if (kv.second.exec) cudaGraphExecDestroy(kv.second.exec);
+    c->mgraphs.clear();
 }
 
 extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
@@ -242,6 +252,8 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     for (float *b : bufs) if (b) cudaFree(b);
     if (c->d_tok) cudaFree(c->d_tok);
     for (int *p : {c->d_tpos, c->d_tslot, c->d_gidx}) if (p) cudaFree(p);
+    if (c->xqn) cudaFree(c->xqn);
+    if (c->xdn) cudaFree(c->xdn);
     if (c->xq) cudaFree(c->xq);
     if (c->apart) cudaFree(c->apart);
     if (c->swork) cudaFree(c->swork);
@@ -284,6 +296,13 @@ static hx_status ensure_scratch(hx_cuda_ctx *c, int n, hx_error *e) {
         *p = NULL;
         CK(cudaMalloc((void **)p, sizeof(int) * n));
     }
+    size_t wide = emb > nq ? emb : nq;
+    if (ff > wide) wide = ff;
+    if (c->xqn) cudaFree(c->xqn);
+    if (c->xdn) cudaFree(c->xdn);
+    c->xqn = NULL; c->xdn = NULL;
+    CK(cudaMalloc((void **)&c->xqn, wide * n));
+    CK(cudaMalloc((void **)&c->xdn, sizeof(float) * (wide / 32 + 1) * n));
     c->cap = n;
     drop_graphs(c); // buffers moved
     return HX_OK;
@@ -406,6 +425,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     c->prof = c->dv.profile;
     c->skip = c->dv.skip && *c->dv.skip ? c->dv.skip : NULL;
     c->mvq = c->dv.mvq < 0 ? 0 : c->dv.mvq == 1 ? 1 : 2;
+    c->cols_max = 4;
     double t0 = hx_now_s();
 #define FAIL(x) do { hx_status s_ = (x); if (s_) { hx_cuda_ctx_free(c); return s_; } } while (0)
 #define FAILC(call) do { cudaError_t rc_ = (call); \
@@ -617,6 +637,16 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
     const hx_cuda_dev_opts *dv = &c->dv;
     float eps = cfg->norm_eps;
     const bool dump = c->dump_dir && slot == 0; // dumps are of sequence 0
+    const bool multi = slot < 0;
+    // y (m, rows) = x W^T: tokens of many sequences (m up to c->cols_max) with
+    // 8-bit activations, a tile of tokens per weight read; else hx_k_linear
+    auto linear = [&](const hx_dmat *W, const float *x, int m, float *y, const float *b, bool acc) -> cudaError_t {
+        if (multi && c->mvq > 0 && m <= c->cols_max && hx_k_mvq_supported(W)) {
+            cudaError_t rc = hx_k_quant_q8_rows(st, x, m, W->cols, c->xqn, c->xdn);
+            return rc != cudaSuccess ? rc : hx_k_mvq_cols(st, W, c->xqn, c->xdn, m, y, b, acc);
+        }
+        return hx_k_linear(st, gs, W, x, m, y, b, acc, dv);
+    };
     hx_k_pdl_set(c->pdl);
     PK("embed", hx_k_embed(st, &c->tok_embd, c->d_tok, n, c->x, cfg->embd_scale ? sqrtf((float)D) : 1.0f));
     float scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)hd);
@@ -635,11 +665,10 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             PK("qkv (norm fused)", mv_runs(st, 3, qkv, c->x, L->attn_norm, eps, ys, bs, dv));
         } else {
             PK("attn_norm", hx_k_rmsnorm(st, c->x, L->attn_norm, c->h, n, D, eps));
-            PK("q", hx_k_linear(st, gs, &L->wq, c->h, n, c->q, L->bq, false, dv));
-            PK("k", hx_k_linear(st, gs, &L->wk, c->h, n, c->k, L->bk, false, dv));
-            PK("v", hx_k_linear(st, gs, &L->wv, c->h, n, c->v, L->bv, false, dv));
+            PK("q", linear(&L->wq, c->h, n, c->q, L->bq, false));
+            PK("k", linear(&L->wk, c->h, n, c->k, L->bk, false));
+            PK("v", linear(&L->wv, c->h, n, c->v, L->bv, false));
         }
-        const bool multi = slot < 0;
         size_t slot_stride = (size_t)c->kv_rows[l] * nkvh * hd, slot_off = multi ? 0 : (size_t)slot * slot_stride;
         __half *kc = c->kc[l] + slot_off, *vc = c->vc[l] + slot_off;
         bool swa = cfg->layer_is_swa[l];
@@ -671,7 +700,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         if (cfg->post_norms || dump) {
             float *ys[1] = {c->o};
             if (wo_q) PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, false, -1, att_q8));
-            else PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->o, L->bo, false, dv));
+            else PK("wo", linear(&L->wo, c->att, n, c->o, L->bo, false));
             if (cfg->post_norms) PK("post norm + add", hx_k_rmsnorm_add(st, c->o, L->post_attn, c->o, c->x, n, D, eps));
             else PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
             if (dump) { hx_status s = dump_rows(c, pos0, n, l, "attn", c->o, e); if (s) return s; }
@@ -679,7 +708,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             float *ys[1] = {c->x};
             PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, true, -1, att_q8));
         } else {
-            PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->x, L->bo, true, dv));
+            PK("wo", linear(&L->wo, c->att, n, c->x, L->bo, true));
         }
         const hx_dmat *gu[2] = {&L->gate, &L->up};
         int act = cfg->act == HX_ACT_SILU ? 0 : 1;
@@ -693,8 +722,8 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             PK("gate/up+glu (norm fused)", hx_k_mv_fused(st, 2, gu, c->x, L->ffn_norm, eps, ys, bs, false, act, dv));
         } else {
             PK("ffn_norm", hx_k_rmsnorm(st, c->x, L->ffn_norm, c->h, n, D, eps));
-            PK("gate", hx_k_linear(st, gs, &L->gate, c->h, n, c->gate, NULL, false, dv));
-            PK("up", hx_k_linear(st, gs, &L->up, c->h, n, c->up, L->up_b, false, dv));
+            PK("gate", linear(&L->gate, c->h, n, c->gate, NULL, false));
+            PK("up", linear(&L->up, c->h, n, c->up, L->up_b, false));
             PK("glu", hx_k_glu(st, c->gate, c->up, (size_t)n * ff, act));
         }
         const hx_dmat *dn[1] = {&L->down};
@@ -703,7 +732,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         if (cfg->post_norms || dump) {
             float *ys[1] = {c->o};
             if (dn_q) PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, false, -1));
-            else PK("down", hx_k_linear(st, gs, &L->down, c->gate, n, c->o, L->down_b, false, dv));
+            else PK("down", linear(&L->down, c->gate, n, c->o, L->down_b, false));
             if (cfg->post_norms) PK("post norm + add", hx_k_rmsnorm_add(st, c->o, L->post_ffn, c->o, c->x, n, D, eps));
             else PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
             if (dump) { hx_status s = dump_rows(c, pos0, n, l, "ffn", c->o, e); if (s) return s; }
@@ -711,7 +740,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             float *ys[1] = {c->x};
             PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, true, -1));
         } else {
-            PK("down", hx_k_linear(st, gs, &L->down, c->gate, n, c->x, L->down_b, true, dv));
+            PK("down", linear(&L->down, c->gate, n, c->x, L->down_b, true));
         }
     }
     if (out_rows == 0) return HX_OK;
@@ -733,7 +762,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
     } else {
         PK("output_norm", hx_k_rmsnorm(st, xs, c->out_norm, c->h, out_rows, D, eps));
         if (dump) { hx_status s = dump_rows(c, pos0 + n - out_rows, out_rows, -1, "final", c->h, e); if (s) return s; }
-        PK("output", hx_k_linear(st, gs, &c->output, c->h, out_rows, c->logits, NULL, false, dv));
+        PK("output", linear(&c->output, c->h, out_rows, c->logits, NULL, false));
     }
     if (cfg->final_logit_softcap > 0)
         PK("softcap", hx_k_softcap(st, c->logits, (size_t)out_rows * cfg->n_vocab, cfg->final_logit_softcap));
@@ -1064,7 +1093,39 @@ static hx_status forward_multi(hx_cuda_ctx *c, const hx_ubatch *ub, float *logit
     CK(cudaMemcpyAsync(c->d_tpos, host.data(), sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
     CK(cudaMemcpyAsync(c->d_tslot, host.data() + n, sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
     if (n_out > 0) CK(cudaMemcpyAsync(c->d_gidx, host.data() + 2 * n, sizeof(int) * n_out, cudaMemcpyHostToDevice, c->st));
-    if ((s = enqueue_forward(c, -1, n, 0, n_out, hidden != NULL && n_out > 0, e))) return s;
+    const bool want_hidden = hidden != NULL && n_out > 0;
+    const long long key = (long long)n | (long long)n_out << 20 | (long long)want_hidden << 40;
+    hx_cuda_ctx::mgraph *g = NULL;
+    if (c->use_graph && !c->prof) {
+        auto it = c->mgraphs.find(key);
+        if (it != c->mgraphs.end()) g = &it->second;
+        else if (c->mgraphs.size() < 64) g = &(c->mgraphs[key] = {0, NULL});
+    }
+    if (g && !g->exec && g->uses > 0) {
+        cudaGraph_t gr;
+        CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
+        hx_status es = enqueue_forward(c, -1, n, 0, n_out, want_hidden, e);
+        cudaError_t rc = cudaStreamEndCapture(c->st, &gr);
+        if (es) { if (rc == cudaSuccess) cudaGraphDestroy(gr); return es; }
+        if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "cudaStreamEndCapture");
+        rc = cudaGraphInstantiate(&g->exec, gr, 0);
+        cudaGraphDestroy(gr);
+        if (rc != cudaSuccess) { g->exec = NULL; return cfail(e, rc, __FILE__, __LINE__, "cudaGraphInstantiate"); }
+    }
+    if (g && g->exec) {
+        CK(cudaGraphLaunch(g->exec, c->st));
+    } else {
+        // an eager run may grow the cuBLAS scratch: graphs holding the old buffers go
+        const __half *wh = c->gs.wh, *xh = c->gs.xh;
+        if ((s = enqueue_forward(c, -1, n, 0, n_out, want_hidden, e))) return s;
+        if (c->gs.wh != wh || c->gs.xh != xh) {
+            CK(cudaStreamSynchronize(c->st));
+            drop_graphs(c);
+            g = NULL;
+            if (c->use_graph && !c->prof) g = &(c->mgraphs[key] = {0, NULL});
+        }
+    }
+    if (g) g->uses++;
     for (int i = 0; i < n; i++)
         if (ub->pos[i] + 1 > c->n_past[ub->seq[i]]) c->n_past[ub->seq[i]] = ub->pos[i] + 1;
     const size_t V = (size_t)c->cfg.n_vocab, D = (size_t)c->cfg.n_embd;

@@ -123,6 +123,14 @@ cudaError_t hx_k_attention_tok(cudaStream_t st, const float *q, const __half *kc
                                size_t slot_stride, float *out, const int *tpos, const int *tslot, int n, int nh,
                                int nkvh, int hd, float scale, float softcap, int window, int max_ctx,
                                const hx_cuda_dev_opts *dv);
+// Batches of tokens with 8-bit activations (mvq.cu): hx_k_quant_q8_rows
+// quantizes the rows of x (n, cols) (row r at xq + r * cols, xd + r * cols /
+// 32); hx_k_mvq_cols then y (n, rows) = x W^T (+ bias) (accumulate: +=), a
+// tile of MVQ_COLS tokens per weight read (types: hx_k_mvq_supported).
+enum { MVQ_COLS = 8 };
+cudaError_t hx_k_quant_q8_rows(cudaStream_t st, const float *x, int n, int cols, int8_t *xq, float *xd);
+cudaError_t hx_k_mvq_cols(cudaStream_t st, const hx_dmat *W, const int8_t *xq, const float *xd, int n, float *y,
+                          const float *bias, bool accumulate);
 // out (n, dim) = rows idx[0..n) of x.
 cudaError_t hx_k_gather_rows(cudaStream_t st, const float *x, const int *idx, int n, int dim, float *out);
 // out (n, nh, hd) = softmax(scale q k^T, causal [+window]) v over the cache.
