@@ -14,8 +14,9 @@
 // tokens at once (each weight read once per step, not once per sequence),
 // RoPE, the KV store and attention per token through a per-token (position,
 // slot) array on the device, and the output matmul over the gathered rows
-// that want logits. Each slot has its own single-token decode graph
-// (captured on its first decode step). Everything else (weights, scratch,
+// that want logits (forward_multi: a graph per shape of such a batch). Each
+// slot has its own single-token decode graph (captured on its first decode
+// step). Everything else (weights, scratch,
 // logits) is shared: work is serialized on the context's one stream.
 #include <errno.h>
 #include <math.h>
