@@ -19,6 +19,7 @@ hx_context_params hx_context_default_params(void) {
 void hx_context_free(hx_context *c) {
     if (!c) return;
     if (c->bctx) c->be->ctx_free(c->bctx);
+    hx_api_drop_adapters(c);
     free(c->kv_rows); free(c->seq_len); free(c->seq_tok);
     free(c->logits); free(c->hidden); free(c->row_of);
     free(c->ub_out); free(c->first_pos); free(c->next_pos); free(c->orig_len);
