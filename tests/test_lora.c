@@ -224,6 +224,88 @@ static void expect_fail(hx_model *m, const char *path, hx_status want, const cha
     hx_adapter_free(a);
 }
 
+/* ---- optional: PEFT adapters made by tests/lora_peft.py against transformers+PEFT in float64 ---- */
+
+static float *read_f32(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    float *p = malloc((size_t)sz);
+    *n = fread(p, 1, (size_t)sz, f) / sizeof(float);
+    fclose(f);
+    return p;
+}
+
+/* Logits of every id (n x V) with adapter a (NULL: none) on model m. */
+static float *peft_logits(hx_model *m, hx_adapter *a, const int32_t *ids, int n) {
+    hx_context *c = new_ctx(m);
+    hx_error e = {0};
+    float one = 1.0f;
+    int V = hx_model_n_vocab(m);
+    float *out = malloc(sizeof(float) * (size_t)n * V);
+    hx_batch b = hx_batch_init(n);
+    for (int i = 0; i < n; i++) hx_batch_add(&b, ids[i], i, 0, true);
+    bool ok = (!a || hx_context_set_adapters(c, &a, &one, 1, &e) == HX_OK) && hx_decode(c, &b, &e) == HX_OK;
+    CHECKF(ok, "%s", e.msg);
+    for (int i = 0; ok && i < n; i++) memcpy(out + (size_t)i * V, hx_get_logits(c, i), sizeof(float) * V);
+    hx_batch_free(&b);
+    hx_context_free(c);
+    if (!ok) { free(out); return NULL; }
+    return out;
+}
+
+static void peft_check(const char *dir) {
+    const char *names[] = { "llama", "qwen2", "qwen3", "gemma3" };
+    for (int k = 0; k < 4; k++) {
+        char p[600], *txt = NULL;
+        size_t len = 0, nref = 0;
+        hx_error e = {0};
+        snprintf(p, sizeof p, "%s/%s.lora.json", dir, names[k]);
+        if (hx_read_file(p, &txt, &len, &e)) { CHECKF(0, "%s", e.msg); continue; }
+        int32_t ids[64];
+        int n = 0;
+        const char *q = strstr(txt, "\"ids\"");
+        q = q ? strchr(q, '[') : NULL;
+        while (q && *q != ']' && n < 64) {
+            char *end;
+            long v = strtol(q + 1, &end, 10);
+            if (end == q + 1) break;
+            ids[n++] = (int32_t)v;
+            q = end;
+        }
+        free(txt);
+        snprintf(p, sizeof p, "%s/%s.lora.f32", dir, names[k]);
+        float *ref = read_f32(p, &nref);
+        snprintf(p, sizeof p, "%s/%s", dir, names[k]);
+        hx_model *m = open_model(p);
+        int V = hx_model_n_vocab(m);
+        CHECKF(ref && n > 0 && nref == (size_t)n * V, "%s: %zu reference logits for %d ids x %d", names[k], nref, n, V);
+        hx_adapter *a = NULL, *g = NULL;
+        snprintf(p, sizeof p, "%s/%s.lora", dir, names[k]);
+        CHECKF(hx_adapter_open(m, p, &a, &e) == HX_OK, "%s", e.msg);
+        char conv[600];
+        snprintf(conv, sizeof conv, "%s/%s.lora.gguf", dir, names[k]);
+        if (a) CHECKF(hx_lora_write_gguf(a, conv, &e) == HX_OK && hx_adapter_open(m, conv, &g, &e) == HX_OK, "%s", e.msg);
+        for (int which = 0; which < 2 && ref && nref == (size_t)n * V; which++) {
+            hx_adapter *use = which ? g : a;
+            if (!use) continue;
+            float *lg = peft_logits(m, use, ids, n);
+            double err = 0, mag = 0;
+            for (size_t i = 0; lg && i < nref; i++) { err = fmax(err, fabs((double)lg[i] - ref[i])); mag = fmax(mag, fabs(ref[i])); }
+            printf("PEFT %s (%s): max |helix - transformers+PEFT f64| = %.3g (logits up to %.3g)\n", names[k],
+                   which ? "converted GGUF" : "PEFT folder", err, mag);
+            CHECKF(lg && err < 1e-4 * fmax(1.0, mag / 10), "%s: %g", names[k], err);
+            free(lg);
+        }
+        hx_adapter_free(a);
+        hx_adapter_free(g);
+        hx_model_free(m);
+        free(ref);
+    }
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/hx_lora_%d", (int)getpid());
     mkdir(g_dir, 0755);
@@ -404,5 +486,8 @@ int main(void) {
     for (int l = 0; l < NL; l++)
         for (int s = 0; s < 7; s++) { free(a1.w[l][s].a); free(a1.w[l][s].b); free(a2.w[l][s].a); free(a2.w[l][s].b); }
     free(a1.output.a); free(a1.output.b); free(a1.embd.a); free(a1.embd.b);
+    const char *pd = getenv("HX_LORA_PEFT");
+    if (pd && *pd) peft_check(pd);
+    else printf("note: the PEFT comparison runs from tests/lora_peft.sh (HX_LORA_PEFT not set)\n");
     return t_done("test_lora");
 }

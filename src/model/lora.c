@@ -310,6 +310,41 @@ static int hf_idx(const hx_model *m, const char *name, char *half) {
     return -1;
 }
 
+/* "...embed_tokens.base_layer.weight" / "...lm_head.base_layer.weight" -> idx, else -1. */
+static int base_copy_idx(const hx_model *m, const char *name) {
+    size_t n = strlen(name);
+    static const char suf[] = ".base_layer.weight";
+    size_t sl = sizeof suf - 1;
+    if (n < sl || strcmp(name + n - sl, suf)) return -1;
+    if (n >= sl + 12 && !strncmp(name + n - sl - 12, "embed_tokens", 12)) return idx_embd(m);
+    if (n >= sl + 7 && !strncmp(name + n - sl - 7, "lm_head", 7)) return idx_output(m);
+    return -1;
+}
+
+/* A full copy of a base matrix saved with the adapter: accepted when it is the
+ * base's, element for element (a changed one means new tokens or trained
+ * embeddings, which an adapter of helix cannot carry). */
+static hx_status check_copy(struct hx_adapter *ad, int idx, const raw *c, hx_error *e) {
+    const hx_tensor *W = base_of(ad->m, idx);
+    if (!W || !W->data) return HX_OK; /* tied: the base has no separate matrix; nothing to compare */
+    if (c->rows != W->ne[1] || c->cols != W->ne[0])
+        return hx_err(e, HX_ERR_UNSUPPORTED, "%s: tensor '%s' is %lld x %lld, the base's is %lld x %lld (tokens added "
+                      "while fine-tuning are not supported)", ad->path, c->name, (long long)c->rows, (long long)c->cols,
+                      (long long)W->ne[1], (long long)W->ne[0]);
+    float *f = NULL, *row = malloc(sizeof(float) * (size_t)c->cols);
+    hx_status st = row ? raw_to_f32(c, &f, e) : hx_err(e, HX_ERR_NOMEM, "lora: out of memory");
+    size_t rs = hx_row_size(W->type, W->ne[0]);
+    for (int64_t r = 0; !st && r < c->rows; r++) {
+        hx_dequantize_row(W->type, (const char *)W->data + (size_t)r * rs, row, c->cols);
+        if (memcmp(row, f + (size_t)r * c->cols, sizeof(float) * (size_t)c->cols))
+            st = hx_err(e, HX_ERR_UNSUPPORTED, "%s: tensor '%s' differs from the base model's (row %lld): trained or "
+                        "resized embeddings are not supported", ad->path, c->name, (long long)r);
+    }
+    free(f);
+    free(row);
+    return st;
+}
+
 static hx_status load_peft(struct hx_adapter *ad, hx_error *e) {
     const hx_model *m = ad->m;
     char path[4200];
@@ -379,6 +414,7 @@ static hx_status load_peft(struct hx_adapter *ad, hx_error *e) {
         if (!strcmp(it->string, "__metadata__")) continue;
         char half;
         int idx = hf_idx(m, it->string, &half);
+        bool copy = idx < 0 && (idx = base_copy_idx(m, it->string)) >= 0;
         if (idx < 0) {
             st = hx_err(e, HX_ERR_UNSUPPORTED, "%s: tensor '%s': helix applies adapters to embed_tokens, lm_head and the "
                         "layers' q/k/v/o_proj and gate/up/down_proj (LoRA A/B pairs) only", path, it->string);
@@ -397,6 +433,11 @@ static hx_status load_peft(struct hx_adapter *ad, hx_error *e) {
         if (r0 < 1 || c0 < 1 || r0 > (1 << 24) || c0 > (1 << 24) || b0 < 0 || b1 > (double)data_len || b1 - b0 != r0 * c0 * esz) {
             st = hx_err(e, HX_ERR_FORMAT, "%s: tensor '%s': shape and data_offsets do not fit the file", path, it->string);
             goto out;
+        }
+        if (copy) { /* PEFT saves embedding layers it adapts in full: they must be the base's */
+            raw c = { it->string, type, (int64_t)r0, (int64_t)c0, data + (uint64_t)b0 };
+            if ((st = check_copy(ad, idx, &c, e))) goto out;
+            continue;
         }
         raw *dst = half == 'A' ? &A[idx] : &B[idx];
         if (dst->data) { st = hx_err(e, HX_ERR_FORMAT, "%s: tensor '%s' appears twice", path, it->string); goto out; }
