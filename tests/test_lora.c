@@ -20,6 +20,7 @@
 #include "quant/quant.h"
 #include "test_util.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { NL = 2, D = 64, NH = 4, NKV = 2, HD = 16, FF = 128, NV = 512, NTOK = 12, NPRE = 8 };
@@ -442,6 +443,86 @@ int main(void) {
     }
     hx_adapter_free(ap);
     hx_adapter_free(ac);
+
+    /* the CLI: lora-convert and lora-merge give what the library gives */
+    const char *bin = getenv("HX_BIN");
+    if (bin && *bin) {
+        char cmd[2048], conv2[300], mg2[300];
+        snprintf(conv2, sizeof conv2, "%s/cli-conv.gguf", g_dir);
+        snprintf(mg2, sizeof mg2, "%s/cli-merged.gguf", g_dir);
+        snprintf(cmd, sizeof cmd, "'%s' lora-convert '%s' -m '%s' -o '%s' 2>/dev/null", bin, peft, base, conv2);
+        CHECK(system(cmd) == 0);
+        hx_adapter *a3 = NULL;
+        CHECKF(hx_adapter_open(m, conv2, &a3, &e) == HX_OK, "%s", e.msg);
+        if (a3) {
+            CHECK(hx_context_set_adapters(c, &a3, &s1, 1, &e) == HX_OK);
+            CHECK(run(c, L));
+            CHECK(max_diff(L, LA1) < 1e-6);
+        }
+        hx_adapter_free(a3);
+        snprintf(cmd, sizeof cmd, "'%s' lora-merge -m '%s' --lora '%s' --scale 0.5 --lora-scaled '%s' 2 --f32 -o '%s' 2>/dev/null",
+                 bin, base, p1, p2, mg2);
+        CHECK(system(cmd) == 0);
+        hx_model *mm = open_model(mg2);
+        hx_context *cm = new_ctx(mm);
+        CHECK(run(cm, M));
+        hx_context_free(cm);
+        hx_model_free(mm);
+        hx_adapter *pair[2] = { ad1, NULL };
+        CHECK(hx_adapter_open(m, p2, &pair[1], &e) == HX_OK);
+        CHECK(pair[1] && hx_context_set_adapters(c, pair, sc, 2, &e) == HX_OK);
+        CHECK(run(c, L));
+        hx_adapter_free(pair[1]);
+        d_merge = max_diff(L, M);
+        printf("CLI lora-merge (0.5, 2): max |adapters - merged| = %.3g\n", d_merge);
+        CHECKF(d_merge < 1e-4, "%g", d_merge);
+        snprintf(cmd, sizeof cmd, "'%s' lora-merge -m '%s' --lora-scaled '%s' x -o '%s' 2>/dev/null", bin, base, p1, mg2);
+        CHECK(WEXITSTATUS(system(cmd)) == 2);
+        snprintf(cmd, sizeof cmd, "'%s' lora-merge -m '%s' --lora '%s/none.gguf' -o '%s' 2>/dev/null", bin, base, g_dir, mg2);
+        CHECK(WEXITSTATUS(system(cmd)) == 1);
+        snprintf(cmd, sizeof cmd, "'%s' lora-convert '%s' -o '%s' 2>/dev/null", bin, peft, conv2);
+        CHECK(WEXITSTATUS(system(cmd)) == 2);
+    } else {
+        printf("note: HX_BIN not set, the CLI checks are skipped\n");
+    }
+
+    /* a Q8_0 base: the merge requantizes every adapted matrix to Q8_0, and its
+     * logits land near the adapter's (quantization noise), far from the base's */
+    {
+        char q8[300], q8m[300];
+        snprintf(q8, sizeof q8, "%s/base-q8.gguf", g_dir);
+        snprintf(q8m, sizeof q8m, "%s/merged-q8.gguf", g_dir);
+        hx_synth_opts sq = so;
+        sq.mix = HX_MIX_Q8_0;
+        CHECKF(hx_synth_write(&sq, q8, &e) == HX_OK, "%s", e.msg);
+        const char *one[1] = { p1 };
+        CHECKF(hx_lora_merge(q8, one, &s1, 1, false, q8m, &e) == HX_OK, "%s", e.msg);
+        hx_gguf *gb = NULL, *gm = NULL;
+        CHECK(hx_gguf_open(q8, NULL, &gb, &e) == HX_OK && hx_gguf_open(q8m, NULL, &gm, &e) == HX_OK);
+        for (uint64_t i = 0; gb && gm && i < gb->n_tensors; i++) {
+            char nm[128];
+            snprintf(nm, sizeof nm, "%.*s", (int)gb->tensors[i].name.len, gb->tensors[i].name.ptr);
+            const hx_gguf_tensor *t = hx_gguf_find_tensor(gm, nm);
+            CHECKF(t && t->type == gb->tensors[i].type, "%s: type changed", nm);
+        }
+        hx_gguf_close(gb);
+        hx_gguf_close(gm);
+        static float Q0[NTOK * NV], QA[NTOK * NV], QM[NTOK * NV];
+        hx_model *mq = open_model(q8), *mqm = open_model(q8m);
+        hx_context *cq = new_ctx(mq), *cqm = new_ctx(mqm);
+        hx_adapter *aq = NULL;
+        CHECKF(hx_adapter_open(mq, p1, &aq, &e) == HX_OK, "%s", e.msg);
+        CHECK(run(cq, Q0));
+        CHECK(aq && hx_context_set_adapters(cq, &aq, &s1, 1, &e) == HX_OK);
+        CHECK(run(cq, QA));
+        CHECK(run(cqm, QM));
+        double dm = max_diff(QM, QA), db = max_diff(Q0, QA);
+        printf("Q8_0 base: max |merged - adapter| = %.3g, |base - adapter| = %.3g\n", dm, db);
+        CHECKF(dm < 0.2 * db, "%g vs %g", dm, db);
+        hx_adapter_free(aq);
+        hx_context_free(cq); hx_context_free(cqm);
+        hx_model_free(mq); hx_model_free(mqm);
+    }
 
     /* bad input */
     expect_fail(m, base, HX_ERR_FORMAT, "general.type");
