@@ -726,8 +726,10 @@ static hx_status lora_add(hx_cpu_ctx *c, int layer, int slot, const float *x, in
         }
         hx_tensor A = { "lora_a", HX_TYPE_F32, { w->n_in, w->rank, 1, 1 }, w->a };
         hx_tensor B = { "lora_b", HX_TYPE_F32, { w->rank, w->n_out, 1, 1 }, w->b };
-        TRY(hx_matmul_ex(c->pool, &A, x, n, c->lora_t, 0, e));
-        TRY(hx_matmul_ex(c->pool, &B, c->lora_t, n, c->lora_d, 0, e));
+        /* threads only where the work outweighs waking them (not in decode) */
+        hx_pool *pool = (double)n * w->rank * (double)(w->n_in + w->n_out) >= (double)(1 << 21) ? c->pool : NULL;
+        TRY(hx_matmul_ex(pool, &A, x, n, c->lora_t, 0, e));
+        TRY(hx_matmul_ex(pool, &B, c->lora_t, n, c->lora_d, 0, e));
         for (size_t i = 0; i < nd; i++) y[i] += s * c->lora_d[i];
     }
     return HX_OK;
