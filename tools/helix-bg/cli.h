@@ -38,18 +38,6 @@ int cli_truncate(hx_cpu_ctx *c, void *gc, int pos);
 hx_status cli_decode_next(hx_cpu_ctx *c, void *gc, hx_sampler *smp, bool greedy, bool want_logits, int32_t t, int pos,
                           float *logits, int V, int32_t *next, hx_error *e);
 
-/* LoRA (cmd_lora.c): lora-convert, lora-merge, and the --lora FILE /
- * --lora-scaled FILE S flags for commands that run a context: cli_lora_flag
- * returns 1 when argv[*i] was one (advancing *i), 0 when not, -1 on a bad
- * value (message printed); cli_lora_apply opens them (opened: l->n slots,
- * freed by the caller with hx_adapter_free) and sets them on c. */
-int cmd_lora_convert(int argc, char **argv);
-int cmd_lora_merge(int argc, char **argv);
-#define CLI_MAX_LORA 16
-typedef struct cli_lora_list { const char *path[CLI_MAX_LORA]; float scale[CLI_MAX_LORA]; int n; } cli_lora_list;
-int cli_lora_flag(int argc, char **argv, int *i, cli_lora_list *l);
-hx_status cli_lora_apply(hx_model *m, hx_context *c, const cli_lora_list *l, hx_adapter **opened, hx_error *e);
-
 /* Shared helper for not-yet-built commands: prints a clear message, returns 2. */
 int cli_not_built(const char *cmd, const char *issue);
 

@@ -2,7 +2,7 @@
  * GGUF adapter) and lora-merge (a base GGUF with adapters added into its
  * matrices, for decoding without the LoRA work). Generate's --lora flags are
  * parsed by cli_lora_flag below. */
-#include "cli.h"
+#include "cli_lora.h"
 #include "core/core.h"
 #include "model/lora.h"
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_lora.h"
 
 typedef struct command {
     const char *name;
