@@ -14,6 +14,7 @@
 #include <string.h>
 
 static volatile uint64_t g_sink;
+static volatile double g_fsink; /* doubles stay doubles: casting a negative or huge one to uint64 is UB */
 
 static void walk_value(const hx_gguf_value *v) {
     switch (v->type) {
@@ -22,8 +23,10 @@ static void walk_value(const hx_gguf_value *v) {
         break;
     case HX_GGUF_ARRAY:
         if (hx_gguf_vtype_size(v->arr.elem_type)) {
-            for (uint64_t i = 0; i < v->arr.count; i++)
-                g_sink += (uint64_t)hx_gguf_arr_i64(v, i) + (uint64_t)hx_gguf_arr_f64(v, i);
+            for (uint64_t i = 0; i < v->arr.count; i++) {
+                g_sink += (uint64_t)hx_gguf_arr_i64(v, i);
+                g_fsink += hx_gguf_arr_f64(v, i);
+            }
         } else {
             for (uint64_t i = 0; i < v->arr.count; i++) {
                 if (v->arr.elems[i].type != v->arr.elem_type) __builtin_trap();

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: install deps, build, run ctest; then the same tests
 # under ASan+UBSan; then compile the CUDA sources when nvcc exists.
+# Build folders: build (release, no CUDA), build-asan, build-cuda; scripts/run.sh
+# has its own (build-run), so neither switches CUDA on or off for the other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh

@@ -23,8 +23,14 @@ assert [r["test"] for r in rows] == ["pp16", "tg4"], rows
 for r in rows:
     assert re.fullmatch(r"\d{4}-\d\d-\d\d", r["date"]) and r["commit"] and r["engine"] == "helix", r
     assert r["model"] == "stories260K-Q8_0" and r["mix"] == "q8_0" and r["tokens_per_s"] > 0, r'
+# --batch: llama-batched-bench's shape, a pp and a tg row per batch size
+"$BIN" bench -m "$M" --batch 1,3 -r 1 -t 2 --json | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+assert [(r["test"], r["batch"]) for r in rows] == [("pp128-b1", 1), ("tg128-b1", 1), ("pp128-b3", 3), ("tg128-b3", 3)], rows
+assert all(r["tokens_per_s"] > 0 for r in rows), rows'
 fail=0
-for args in "-p -1 -m $M" "-m /nonexistent.gguf" "--bogus" "-m $M --device tpu" ""; do
+for args in "-p -1 -m $M" "-m /nonexistent.gguf" "--bogus" "-m $M --device tpu" "" "-m $M --batch 2,x" "-m $M --batch 0"; do
   if "$BIN" bench $args >/dev/null 2>/tmp/hx_bench_err.$$; then echo "FAIL: accepted: $args"; fail=1; fi
   [ -s /tmp/hx_bench_err.$$ ] || { echo "FAIL: no message for: $args"; fail=1; }
 done

@@ -28,7 +28,7 @@ dpid=$!
 for _ in $(seq 50); do [ -f "$tmp/a/insights.json" ] && break; sleep 0.1; done
 [ -f "$tmp/a/insights.json" ] || fail "daemon wrote no report"
 if "$BIN" daemon "$tmp/a" --once -q 2> "$tmp/lock.err"; then fail "second daemon was allowed"; fi
-grep -q "locked by another daemon" "$tmp/lock.err" || fail "no clear lock message"
+grep -q "locked by another helix-bg (pid $dpid" "$tmp/lock.err" || fail "no clear lock message"
 kill -TERM $dpid; wait $dpid || fail "daemon did not exit 0 on SIGTERM"
 [ ! -f "$tmp/a.pid" ] || fail "pidfile left behind"
 

@@ -72,6 +72,32 @@ static void test_atomic_write(void) {
     free(buf);
     CHECK(hx_read_file("/nonexistent/x", &buf, &n, &e) == HX_ERR_IO);
     CHECK(strstr(e.msg, "/nonexistent/x") != NULL);
+    /* planted links: at the temp name the old code used (path.tmp.<pid>) and at
+     * the destination. Neither victim may be written; path becomes a plain file. */
+    char victim[256], victim2[256], old_tmp[300];
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    snprintf(victim2, sizeof victim2, "%s/victim2", dir);
+    snprintf(old_tmp, sizeof old_tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(victim, "w"); fputs("precious", f); fclose(f);
+    f = fopen(victim2, "w"); fputs("precious", f); fclose(f);
+    unlink(path);
+    CHECK(symlink(victim, old_tmp) == 0 && symlink(victim2, path) == 0);
+    CHECK(hx_write_file_atomic(path, "new", 3, &e) == HX_OK);
+    CHECK(hx_read_file(victim, &buf, &n, &e) == HX_OK && n == 8 && !memcmp(buf, "precious", 8));
+    free(buf);
+    CHECK(hx_read_file(victim2, &buf, &n, &e) == HX_OK && n == 8 && !memcmp(buf, "precious", 8));
+    free(buf);
+    struct stat sb;
+    CHECK(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 3);
+    /* hx_create_temp: a new file beside path, never an existing one */
+    char tmp[400];
+    int fd = hx_create_temp(path, tmp, sizeof tmp, &e);
+    CHECK(fd >= 0 && !strncmp(tmp, path, strlen(path)) && strstr(tmp, ".tmp."));
+    CHECK(fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0 && sb.st_nlink == 1);
+    close(fd);
+    unlink(tmp);
+    CHECK(hx_create_temp(path, tmp, 10, &e) < 0 && strstr(e.msg, "too long")); /* name does not fit: error, not overflow */
+    unlink(old_tmp); unlink(victim); unlink(victim2);
     unlink(path); rmdir(dir);
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
 static int g_log_level = 1;
@@ -121,17 +122,29 @@ double hx_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-hx_status hx_write_file_atomic(const char *path, const void *buf, size_t n, hx_error *e) {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
-    if (!tmp) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        hx_status s = hx_err(e, HX_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return s;
+int hx_create_temp(const char *path, char *tmp, size_t cap, hx_error *e) {
+    /* a fresh random name per try: an attacker who can write the directory
+     * cannot predict it, and O_EXCL|O_NOFOLLOW refuses whatever is planted there */
+    for (int attempt = 0; attempt < 16; attempt++) {
+        uint64_t r = 0;
+        if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+            r = (uint64_t)(hx_now_s() * 1e9) ^ ((uint64_t)(uintptr_t)&r << 16) ^ (uint64_t)attempt;
+        int k = snprintf(tmp, cap, "%s.tmp.%ld.%016llx", path, (long)getpid(), (unsigned long long)r);
+        if (k < 0 || (size_t)k >= cap) { hx_err(e, HX_ERR_ARG, "%s: path too long for a temp name", path); return -1; }
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) return fd;
+        if (errno != EEXIST) { hx_err(e, HX_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno)); return -1; }
     }
+    hx_err(e, HX_ERR_IO, "%s: cannot create a temp file beside it: 16 names taken", path);
+    return -1;
+}
+
+hx_status hx_write_file_atomic(const char *path, const void *buf, size_t n, hx_error *e) {
+    size_t cap = strlen(path) + 48;
+    char *tmp = malloc(cap);
+    if (!tmp) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
+    int fd = hx_create_temp(path, tmp, cap, e);
+    if (fd < 0) { free(tmp); return e ? e->status : HX_ERR_IO; }
     const char *p = buf;
     size_t left = n;
     while (left > 0) {

@@ -65,7 +65,12 @@ float    hx_rng_normal(hx_rng *r);   /* N(0,1) */
 double hx_now_s(void); /* monotonic seconds */
 
 /* ---- files ---- */
-/* Write buf to path atomically: path.tmp, fsync, rename, fsync dir. */
+/* Create a new temp file beside path, "path.tmp.<pid>.<random hex>" (cap >= strlen(path) + 48
+ * bytes for its name in tmp), opened O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW: never through a
+ * planted symlink, never over an existing file. Returns the fd, or -1 with e set. */
+int hx_create_temp(const char *path, char *tmp, size_t cap, hx_error *e);
+/* Write buf to path atomically: a temp file from hx_create_temp, fsync, rename
+ * over path (a symlink at path is replaced, not followed), fsync dir. */
 hx_status hx_write_file_atomic(const char *path, const void *buf, size_t n, hx_error *e);
 /* The end of every atomic write: fsync and close fd (open on tmp), rename tmp
  * over path, fsync the directory. On failure tmp is removed. fd is closed either way. */

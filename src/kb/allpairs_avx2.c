@@ -27,5 +27,21 @@ void kb_tile_avx2(const float *A, int na, const float *Bt, int dim, float *S) {
             _mm256_storeu_ps(s + 3 * KB_TILE, c30); _mm256_storeu_ps(s + 3 * KB_TILE + 8, c31);
         }
     }
-    if (i < na) kb_tile_scalar(A + (size_t)i * dim, na - i, Bt, dim, S + (size_t)i * KB_TILE);
+    /* the last 1-3 rows with the same FMA chain per element (not the scalar
+     * kernel's separate multiply and add): a pair's similarity is then the
+     * same bits wherever its rows fall in a tile, which incremental passes
+     * (new rows against old) rely on to match a full pass exactly */
+    for (; i < na; i++) {
+        const float *a0 = A + (size_t)i * dim;
+        for (int j = 0; j < KB_TILE; j += 16) {
+            __m256 c0 = _mm256_setzero_ps(), c1 = c0;
+            for (int k = 0; k < dim; k++) {
+                __m256 x = _mm256_broadcast_ss(a0 + k);
+                c0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(Bt + (size_t)k * KB_TILE + j), c0);
+                c1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(Bt + (size_t)k * KB_TILE + j + 8), c1);
+            }
+            _mm256_storeu_ps(S + (size_t)i * KB_TILE + j, c0);
+            _mm256_storeu_ps(S + (size_t)i * KB_TILE + j + 8, c1);
+        }
+    }
 }

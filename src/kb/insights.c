@@ -1,6 +1,8 @@
 /* insights.c — all-pairs similarity as blocked products over unit vectors,
- * top-k per finding kind, topic centroids; the report; one full pass. */
+ * into kept top-k lists per finding kind; topic overlaps; the report.
+ * Memory is O(n x dim) throughout: no n x n or topics x topics matrix. */
 #include "kb/kb.h"
+#include "kb/analyze.h"
 #include "core/core.h"
 #include "kb/allpairs.h"
 #include "quant/quant.h"
@@ -8,7 +10,6 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #define TILE KB_TILE
 
@@ -17,89 +18,247 @@ kb_opts kb_default_opts(const kb_embedder *em) {
      * run lower (shared words only), calibrated on examples/kb */
     if (!strcmp(em->name, "lexical-384"))
         return (kb_opts){.dup_threshold = 0.88f, .link_low = 0.36f, .link_high = 0.88f, .topic_threshold = 0.45f,
-                         .max_dups = 20, .max_links = 50};
+                         .max_dups = 20, .max_links = 50, .max_overlaps = KB_DEFAULT_MAX_OVERLAPS};
     return (kb_opts){.dup_threshold = 0.92f, .link_low = 0.75f, .link_high = 0.92f, .topic_threshold = 0.6f,
-                     .max_dups = 20, .max_links = 50};
+                     .max_dups = 20, .max_links = 50, .max_overlaps = KB_DEFAULT_MAX_OVERLAPS};
 }
 
-/* A bounded min-heap of the best pairs. */
+int kb_max_overlaps(const kb_opts *o) { return o->max_overlaps > 0 ? o->max_overlaps : KB_DEFAULT_MAX_OVERLAPS; }
+
+/* ---- pair order, bounded heaps, kept lists ---- */
+
+bool kb_pair_better(const kb_pair *p, const kb_pair *q) {
+    if (p->sim != q->sim) return p->sim > q->sim;
+    if (p->a != q->a) return p->a < q->a;
+    return p->b < q->b;
+}
+
+/* A bounded heap of the best k pairs, the worst on top. */
 typedef struct topk { kb_pair *p; int n, k; } topk;
-
-static void heap_down(kb_pair *h, int n, int i) {
-    for (;;) {
-        int m = i, l = 2 * i + 1, r = l + 1;
-        if (l < n && h[l].sim < h[m].sim) m = l;
-        if (r < n && h[r].sim < h[m].sim) m = r;
-        if (m == i) return;
-        kb_pair t = h[i]; h[i] = h[m]; h[m] = t; i = m;
-    }
-}
 
 static void topk_push(topk *t, kb_pair p) {
     if (t->k <= 0) return;
+    kb_pair *h = t->p;
     if (t->n < t->k) {
         int i = t->n++;
-        t->p[i] = p;
-        while (i > 0 && t->p[(i - 1) / 2].sim > t->p[i].sim) {
-            kb_pair x = t->p[i]; t->p[i] = t->p[(i - 1) / 2]; t->p[(i - 1) / 2] = x;
+        h[i] = p;
+        while (i > 0 && kb_pair_better(&h[(i - 1) / 2], &h[i])) {
+            kb_pair x = h[i]; h[i] = h[(i - 1) / 2]; h[(i - 1) / 2] = x;
             i = (i - 1) / 2;
         }
-    } else if (p.sim > t->p[0].sim) {
-        t->p[0] = p;
-        heap_down(t->p, t->n, 0);
+    } else if (kb_pair_better(&p, &h[0])) {
+        h[0] = p;
+        for (int i = 0;;) {
+            int m = i, l = 2 * i + 1, r = l + 1;
+            if (l < t->n && kb_pair_better(&h[m], &h[l])) m = l;
+            if (r < t->n && kb_pair_better(&h[m], &h[r])) m = r;
+            if (m == i) break;
+            kb_pair x = h[i]; h[i] = h[m]; h[m] = x; i = m;
+        }
     }
 }
 
+static int pair_cmp(const void *x, const void *y) {
+    const kb_pair *a = x, *b = y;
+    return kb_pair_better(a, b) ? -1 : kb_pair_better(b, a) ? 1 : 0;
+}
+
+void kb_klist_sort(kb_klist *l) { qsort(l->p, (size_t)l->n, sizeof *l->p, pair_cmp); }
+
+void kb_klist_free(kb_klist *l) {
+    free(l->p);
+    memset(l, 0, sizeof *l);
+}
+
+/* nt per-thread heaps of depth k -> one sorted list; it has a cut when the
+ * depth was reached (pairs worse than the last one may have been dropped). */
+static hx_status heaps_to_klist(topk *t, int nt, int k, kb_klist *out, hx_error *e) {
+    memset(out, 0, sizeof *out);
+    topk all = {malloc((size_t)(k > 0 ? k : 1) * sizeof(kb_pair)), 0, k};
+    if (!all.p) return hx_err(e, HX_ERR_NOMEM, "insights: out of memory");
+    for (int i = 0; i < nt; i++)
+        for (int q = 0; q < t[i].n; q++) topk_push(&all, t[i].p[q]);
+    qsort(all.p, (size_t)all.n, sizeof *all.p, pair_cmp);
+    out->p = all.p;
+    out->n = all.n;
+    if (k > 0 && all.n == k) { out->has_cut = true; out->cut = all.p[k - 1]; }
+    return HX_OK;
+}
+
+hx_status kb_klist_union(kb_klist *kept, const kb_klist *add, int depth, hx_error *e) {
+    kb_pair *p = malloc((size_t)(kept->n + add->n + 1) * sizeof *p);
+    if (!p) return hx_err(e, HX_ERR_NOMEM, "insights: out of memory");
+    if (kept->n) memcpy(p, kept->p, (size_t)kept->n * sizeof *p);
+    if (add->n) memcpy(p + kept->n, add->p, (size_t)add->n * sizeof *p);
+    int n = kept->n + add->n;
+    qsort(p, (size_t)n, sizeof *p, pair_cmp);
+    bool has_cut = kept->has_cut || add->has_cut;
+    kb_pair cut = {0};
+    if (kept->has_cut && add->has_cut) cut = kb_pair_better(&kept->cut, &add->cut) ? kept->cut : add->cut;
+    else if (has_cut) cut = kept->has_cut ? kept->cut : add->cut;
+    if (has_cut) /* below the better cut the union is not complete: drop it */
+        while (n > 0 && kb_pair_better(&cut, &p[n - 1])) n--;
+    if (n > depth) { n = depth; has_cut = true; cut = p[depth - 1]; }
+    free(kept->p);
+    kept->p = p;
+    kept->n = n;
+    kept->has_cut = has_cut;
+    kept->cut = cut;
+    return HX_OK;
+}
+
+bool kb_klist_fills(const kb_klist *l, int k) { return l->n >= k || !l->has_cut; }
+
+/* ---- the blocked all-pairs product ---- */
+
+/* Rows [row0, n) of vec (n, dim): full (row0 = 0, pairs b > a) or incremental
+ * (row0 > 0: each new row against every row before it, pairs b < a), so each
+ * pair with a row >= row0 is formed once. Entries mode (topic != NULL):
+ * near-duplicates, cross-links, and the overlaps of two single-entry topics
+ * (their centroids are the entries themselves, so those pairs are scored here
+ * and the topic pass skips them). Topics mode: overlaps only, key = topic id. */
 typedef struct job {
-    const float *vec;
-    const int *topic;     /* topic index per row */
-    size_t n;
+    const float *vec;     /* (n, dim) */
+    size_t row0, n_rows, n;
+    bool incremental;
     int dim;
     const kb_opts *o;
-    topk *dups, *links;   /* per thread */
+    const uint64_t *key;  /* (n) a pair's a/b: entry offsets, or topic ids in topics mode */
+    const int *topic;     /* entries mode: topic id per row; NULL in topics mode */
+    const uint8_t *single;/* entries mode: 1 where the row's topic has this one entry */
+    topk *dups, *links, *over; /* per thread */
     float *scratch;       /* per thread: TILE*TILE sims + dim*TILE transposed tile */
     void (*kernel)(const float *, int, const float *, int, float *);
 } job;
 
-/* Row tile `task` against every column tile at or after it. */
-static void tile_task(void *ctx, int64_t task, int thread) {
-    job *j = ctx;
-    size_t i0 = (size_t)task * TILE, i1 = i0 + TILE < j->n ? i0 + TILE : j->n;
-    const int D = j->dim;
-    float *sims = j->scratch + (size_t)thread * (TILE * TILE + (size_t)D * TILE);
-    float *bt = sims + TILE * TILE; /* (D, TILE): the column tile transposed */
-    for (size_t j0 = i0; j0 < j->n; j0 += TILE) {
-        size_t j1 = j0 + TILE < j->n ? j0 + TILE : j->n;
-        for (size_t b = j0; b < j0 + TILE; b++)
-            for (int k = 0; k < D; k++) bt[(size_t)k * TILE + (b - j0)] = b < j1 ? j->vec[b * (size_t)D + k] : 0.0f;
-        j->kernel(j->vec + i0 * (size_t)D, (int)(i1 - i0), bt, D, sims);
-        for (size_t a = i0; a < i1; a++)
-            for (size_t b = j0 > a + 1 ? j0 : a + 1; b < j1; b++) {
-                float s = sims[(a - i0) * TILE + (b - j0)];
-                kb_pair p = {.sim = s, .ia = (int)a, .ib = (int)b};
-                if (s > j->o->dup_threshold) topk_push(&j->dups[thread], p);
-                else if (s >= j->o->link_low && s <= j->o->link_high && j->topic[a] != j->topic[b])
-                    topk_push(&j->links[thread], p);
-            }
+static inline kb_pair mkpair(uint64_t x, uint64_t y, float s) {
+    return x < y ? (kb_pair){.a = x, .b = y, .sim = s} : (kb_pair){.a = y, .b = x, .sim = s};
+}
+
+static void visit(job *j, int thread, size_t a, size_t b, float s) {
+    const kb_opts *o = j->o;
+    if (j->topic) {
+        if (s > o->dup_threshold) topk_push(&j->dups[thread], mkpair(j->key[a], j->key[b], s));
+        else if (s >= o->link_low && s <= o->link_high && j->topic[a] != j->topic[b])
+            topk_push(&j->links[thread], mkpair(j->key[a], j->key[b], s));
+        if (s > o->topic_threshold && j->single[a] && j->single[b])
+            topk_push(&j->over[thread], mkpair((uint64_t)j->topic[a], (uint64_t)j->topic[b], s));
+    } else if (s > o->topic_threshold) {
+        topk_push(&j->over[thread], mkpair(j->key[a], j->key[b], s));
     }
 }
 
-static int pair_desc(const void *x, const void *y) {
-    const kb_pair *a = x, *b = y;
-    if (a->sim != b->sim) return a->sim < b->sim ? 1 : -1;
-    return a->ia != b->ia ? a->ia - b->ia : a->ib - b->ib;
+static void tile_task(void *ctx, int64_t task, int thread) {
+    job *j = ctx;
+    size_t i0 = j->row0 + (size_t)task * TILE, i1 = i0 + TILE < j->n_rows ? i0 + TILE : j->n_rows;
+    const int D = j->dim;
+    float *sims = j->scratch + (size_t)thread * (TILE * TILE + (size_t)D * TILE);
+    float *bt = sims + TILE * TILE; /* (D, TILE): the column tile transposed */
+    size_t c0 = j->incremental ? 0 : i0, c1 = j->incremental ? i1 - 1 : j->n;
+    for (size_t j0 = c0; j0 < c1; j0 += TILE) {
+        size_t j1 = j0 + TILE < c1 ? j0 + TILE : c1;
+        for (size_t b = j0; b < j0 + TILE; b++)
+            for (int k = 0; k < D; k++) bt[(size_t)k * TILE + (b - j0)] = b < j1 ? j->vec[b * (size_t)D + k] : 0.0f;
+        j->kernel(j->vec + i0 * (size_t)D, (int)(i1 - i0), bt, D, sims);
+        for (size_t a = i0; a < i1; a++) {
+            const float *row = sims + (a - i0) * TILE;
+            size_t lo = j->incremental ? j0 : (j0 > a + 1 ? j0 : a + 1), hi = j->incremental ? (j1 < a ? j1 : a) : j1;
+            for (size_t b = lo; b < hi; b++) visit(j, thread, a, b, row[b - j0]);
+        }
+    }
 }
 
-/* Merge per-thread heaps into the global best k, sorted. */
-static kb_pair *merge(topk *t, int nt, int k, int *n_out) {
-    topk all = {calloc((size_t)(k > 0 ? k : 1), sizeof(kb_pair)), 0, k};
-    if (!all.p) { *n_out = 0; return NULL; }
-    for (int i = 0; i < nt; i++)
-        for (int q = 0; q < t[i].n; q++) topk_push(&all, t[i].p[q]);
-    qsort(all.p, (size_t)all.n, sizeof *all.p, pair_desc);
-    *n_out = all.n;
-    return all.p;
+static topk *heaps(int nt, int k) {
+    topk *t = calloc((size_t)nt, sizeof *t);
+    for (int i = 0; t && i < nt; i++) {
+        t[i] = (topk){malloc((size_t)(k > 0 ? k : 0) * sizeof(kb_pair) + sizeof(kb_pair)), 0, k};
+        if (!t[i].p) { for (int q = 0; q < i; q++) free(t[q].p); free(t); return NULL; }
+    }
+    return t;
 }
+
+static void heaps_free(topk *t, int nt) {
+    for (int i = 0; t && i < nt; i++) free(t[i].p);
+    free(t);
+}
+
+static void (*tile_kernel(void))(const float *, int, const float *, int, float *) {
+    /* the AVX2 kernel when the CPU and OS allow it and HX_ISA does not force scalar */
+    return hx_isa_current() >= HX_ISA_AVX2 ? kb_tile_avx2 : kb_tile_scalar;
+}
+
+hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_opts *o, kb_klist *dups,
+                         kb_klist *links, kb_klist *over1, hx_error *e) {
+    memset(dups, 0, sizeof *dups); memset(links, 0, sizeof *links); memset(over1, 0, sizeof *over1);
+    int nt = hx_pool_threads(pool);
+    int kd = kb_keep_depth(o->max_dups), kl = kb_keep_depth(o->max_links), ko = kb_keep_depth(kb_max_overlaps(o));
+    topk *hd = heaps(nt, kd), *hl = heaps(nt, kl), *ho = heaps(nt, ko);
+    uint8_t *single = malloc(r->n ? r->n : 1);
+    float *scratch = malloc((size_t)nt * (TILE * TILE + (size_t)r->dim * TILE) * sizeof(float));
+    hx_status st = HX_OK;
+    if (!hd || !hl || !ho || !single || !scratch) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+    for (size_t i = 0; i < r->n; i++) single[i] = r->count[r->topic[i]] == 1;
+    job j = {.vec = r->vec, .row0 = row0, .n_rows = r->n, .n = r->n, .incremental = row0 > 0, .dim = r->dim, .o = o,
+             .key = r->offset, .topic = r->topic, .single = single, .dups = hd, .links = hl, .over = ho,
+             .scratch = scratch, .kernel = tile_kernel()};
+    if (r->n > row0) hx_pool_run(pool, (int64_t)((r->n - row0 + TILE - 1) / TILE), tile_task, &j);
+    if ((st = heaps_to_klist(hd, nt, kd, dups, e)) || (st = heaps_to_klist(hl, nt, kl, links, e)) ||
+        (st = heaps_to_klist(ho, nt, ko, over1, e)))
+        goto done;
+done:
+    heaps_free(hd, nt); heaps_free(hl, nt); heaps_free(ho, nt);
+    free(single); free(scratch);
+    if (st) { kb_klist_free(dups); kb_klist_free(links); kb_klist_free(over1); }
+    return st;
+}
+
+hx_status kb_multi_overlaps(hx_pool *pool, const kb_rows *r, const kb_opts *o, kb_klist *over, hx_error *e) {
+    memset(over, 0, sizeof *over);
+    int T = r->n_topics, dim = r->dim, nt = hx_pool_threads(pool), ko = kb_keep_depth(kb_max_overlaps(o));
+    /* rows: unit centroids of the topics with 2+ entries (accumulated once, in
+     * double), then the single-entry topics' own vectors; only pairs with a
+     * multi-entry row are formed */
+    int *row = malloc((size_t)(T ? T : 1) * sizeof *row);
+    uint64_t *key = malloc((size_t)(T ? T : 1) * sizeof *key);
+    double *acc = NULL;
+    float *rows = NULL, *scratch = NULL;
+    topk *ho = NULL;
+    hx_status st = HX_OK;
+    if (!row || !key) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+    int n_multi = 0, n_rows = 0;
+    for (int t = 0; t < T; t++) if (r->count[t] > 1) { row[t] = n_multi; key[n_multi++] = (uint64_t)t; }
+    if (n_multi == 0) { st = heaps_to_klist(NULL, 0, ko, over, e); goto done; }
+    n_rows = n_multi;
+    for (int t = 0; t < T; t++) if (r->count[t] == 1) { row[t] = n_rows; key[n_rows++] = (uint64_t)t; }
+    acc = calloc((size_t)n_multi * (size_t)dim, sizeof *acc);
+    rows = malloc((size_t)n_rows * (size_t)dim * sizeof *rows);
+    scratch = malloc((size_t)nt * (TILE * TILE + (size_t)dim * TILE) * sizeof(float));
+    ho = heaps(nt, ko);
+    if (!acc || !rows || !scratch || !ho) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+    for (size_t i = 0; i < r->n; i++) {
+        int t = r->topic[i];
+        const float *v = r->vec + i * (size_t)dim;
+        if (r->count[t] == 1) { memcpy(rows + (size_t)row[t] * dim, v, (size_t)dim * sizeof *rows); continue; }
+        double *c = acc + (size_t)row[t] * dim;
+        for (int k = 0; k < dim; k++) c[k] += v[k];
+    }
+    for (int q = 0; q < n_multi; q++) {
+        double *c = acc + (size_t)q * dim, s = 0;
+        for (int k = 0; k < dim; k++) s += c[k] * c[k];
+        s = s > 0 ? 1.0 / sqrt(s) : 0;
+        for (int k = 0; k < dim; k++) rows[(size_t)q * dim + k] = (float)(c[k] * s);
+    }
+    job j = {.vec = rows, .row0 = 0, .n_rows = (size_t)n_multi, .n = (size_t)n_rows, .dim = dim, .o = o, .key = key,
+             .over = ho, .scratch = scratch, .kernel = tile_kernel()};
+    hx_pool_run(pool, (int64_t)((n_multi + TILE - 1) / TILE), tile_task, &j);
+    st = heaps_to_klist(ho, nt, ko, over, e);
+done:
+    heaps_free(ho, nt);
+    free(row); free(key); free(acc); free(rows); free(scratch);
+    return st;
+}
+
+/* ---- kb_analyze: one full analysis ---- */
 
 void kb_insights_free(kb_insights *in) {
     free(in->dups); free(in->links); free(in->overlaps);
@@ -108,81 +267,109 @@ void kb_insights_free(kb_insights *in) {
     memset(in, 0, sizeof *in);
 }
 
+typedef struct named { kb_topic_pair p; const char *a, *b; } named;
+
+static int named_cmp(const void *x, const void *y) {
+    const named *a = x, *b = y;
+    if (a->p.sim != b->p.sim) return a->p.sim > b->p.sim ? -1 : 1;
+    int c = strcmp(a->a, b->a);
+    return c ? c : strcmp(a->b, b->b);
+}
+
+static kb_pair *top_copy(const kb_klist *l, int k, int *n) {
+    *n = l->n < k ? l->n : k;
+    kb_pair *p = malloc((size_t)(*n ? *n : 1) * sizeof *p);
+    if (p && *n) memcpy(p, l->p, (size_t)*n * sizeof *p);
+    return p;
+}
+
+hx_status kb_insights_from(const kb_klist *dups, const kb_klist *links, const kb_klist *over, const kb_opts *o,
+                           char **names, int n_topics, kb_insights *out, hx_error *e) {
+    memset(out, 0, sizeof *out);
+    int n_over = 0;
+    out->dups = top_copy(dups, o->max_dups, &out->n_dups);
+    out->links = top_copy(links, o->max_links, &out->n_links);
+    kb_pair *ov = top_copy(over, kb_max_overlaps(o), &n_over);
+    named *nm = malloc((size_t)(n_over ? n_over : 1) * sizeof *nm);
+    out->overlaps = malloc((size_t)(n_over ? n_over : 1) * sizeof *out->overlaps);
+    out->topics = malloc((size_t)(n_topics ? n_topics : 1) * sizeof *out->topics);
+    if (!out->dups || !out->links || !ov || !nm || !out->overlaps || !out->topics) goto oom;
+    for (int t = 0; t < n_topics; t++) {
+        if (!(out->topics[t] = strdup(names[t]))) goto oom;
+        out->n_topics = t + 1;
+    }
+    /* a topic pair reads in name order, ties in name order: the same report
+     * whatever ids the topics got (full and incremental passes number them apart) */
+    for (int i = 0; i < n_over; i++) {
+        int a = (int)ov[i].a, b = (int)ov[i].b;
+        if (strcmp(names[a], names[b]) > 0) { int t = a; a = b; b = t; }
+        nm[i] = (named){{a, b, ov[i].sim}, names[a], names[b]};
+    }
+    qsort(nm, (size_t)n_over, sizeof *nm, named_cmp);
+    for (int i = 0; i < n_over; i++) out->overlaps[i] = nm[i].p;
+    out->n_overlaps = n_over;
+    free(ov); free(nm);
+    return HX_OK;
+oom:
+    free(ov); free(nm);
+    kb_insights_free(out);
+    return hx_err(e, HX_ERR_NOMEM, "insights: out of memory");
+}
+
+static uint64_t str_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Distinct topics in order of first appearance through an open-addressing hash
+ * map (O(n) however many topics): topic[i] = id of names[i]; ids index *ids_names. */
+hx_status kb_topic_table(const char *const *names, size_t n, int *topic, char ***ids_names, int *n_topics, hx_error *e) {
+    size_t cap = 64;
+    while (cap < 2 * n) cap *= 2;
+    int *slot = malloc(cap * sizeof *slot);
+    const char **tab = malloc((n ? n : 1) * sizeof *tab);
+    int T = 0;
+    if (!slot || !tab) { free(slot); free(tab); return hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); }
+    memset(slot, 0xff, cap * sizeof *slot); /* -1: empty */
+    for (size_t i = 0; i < n; i++) {
+        size_t h = (size_t)str_hash(names[i]) & (cap - 1);
+        while (slot[h] >= 0 && strcmp(tab[slot[h]], names[i])) h = (h + 1) & (cap - 1);
+        if (slot[h] < 0) { slot[h] = T; tab[T++] = names[i]; }
+        topic[i] = slot[h];
+    }
+    free(slot);
+    *ids_names = (char **)tab; /* pointers into names: the caller copies what it keeps */
+    *n_topics = T;
+    return HX_OK;
+}
+
 hx_status kb_analyze(hx_pool *pool, const kb_log *log, const size_t *idx, const float *vec, size_t n, int dim,
                      const kb_opts *o, kb_insights *out, hx_error *e) {
     memset(out, 0, sizeof *out);
-    int nt = hx_pool_threads(pool);
-    int *topic = calloc(n ? n : 1, sizeof *topic);
-    topk *dups = calloc((size_t)nt, sizeof *dups), *links = calloc((size_t)nt, sizeof *links);
+    uint64_t *off = malloc((n ? n : 1) * sizeof *off);
+    const char **nm = malloc((n ? n : 1) * sizeof *nm);
+    int *topic = malloc((n ? n : 1) * sizeof *topic), *count = NULL, T = 0;
+    char **tab = NULL;
+    kb_klist d = {0}, l = {0}, o1 = {0}, om = {0};
     hx_status st = HX_OK;
-    if (!topic || !dups || !links) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-    /* topics: distinct names (linear scan over a small set, hashed by first char would be overkill) */
-    int cap = 16;
-    out->topics = malloc((size_t)cap * sizeof *out->topics);
-    if (!out->topics) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-    for (size_t i = 0; i < n; i++) {
-        const char *tp = log->e[idx[i]].topic;
-        int t = 0;
-        while (t < out->n_topics && strcmp(out->topics[t], tp)) t++;
-        if (t == out->n_topics) {
-            if (t == cap) {
-                char **nt2 = realloc(out->topics, (size_t)cap * 2 * sizeof *nt2);
-                if (!nt2) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-                out->topics = nt2;
-                cap *= 2;
-            }
-            out->topics[out->n_topics++] = strdup(tp);
-        }
-        topic[i] = t;
-    }
-    for (int t = 0; t < nt; t++) {
-        dups[t] = (topk){calloc((size_t)o->max_dups + 1, sizeof(kb_pair)), 0, o->max_dups};
-        links[t] = (topk){calloc((size_t)o->max_links + 1, sizeof(kb_pair)), 0, o->max_links};
-        if (!dups[t].p || !links[t].p) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-    }
-    /* the AVX2 kernel when the CPU and OS allow it and HX_ISA does not force scalar */
-    job j = {vec, topic, n, dim, o, dups, links, NULL, hx_isa_current() >= HX_ISA_AVX2 ? kb_tile_avx2 : kb_tile_scalar};
-    j.scratch = malloc((size_t)nt * (TILE * TILE + (size_t)dim * TILE) * sizeof(float));
-    if (!j.scratch) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-    hx_pool_run(pool, (int64_t)((n + TILE - 1) / TILE), tile_task, &j);
-    free(j.scratch);
-    out->dups = merge(dups, nt, o->max_dups, &out->n_dups);
-    out->links = merge(links, nt, o->max_links, &out->n_links);
-    for (int i = 0; i < out->n_dups; i++) { out->dups[i].a = log->e[idx[out->dups[i].ia]].offset; out->dups[i].b = log->e[idx[out->dups[i].ib]].offset; }
-    for (int i = 0; i < out->n_links; i++) { out->links[i].a = log->e[idx[out->links[i].ia]].offset; out->links[i].b = log->e[idx[out->links[i].ib]].offset; }
-    /* topic centroids */
-    {
-        int T = out->n_topics;
-        double *c = calloc((size_t)T * (size_t)dim, sizeof *c);
-        out->overlaps = calloc((size_t)T * (size_t)T / 2 + 1, sizeof *out->overlaps);
-        if (!c || !out->overlaps) { free(c); st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-        for (size_t i = 0; i < n; i++)
-            for (int k = 0; k < dim; k++) c[(size_t)topic[i] * dim + k] += vec[i * (size_t)dim + k];
-        for (int t = 0; t < T; t++) {
-            double s = 0;
-            for (int k = 0; k < dim; k++) s += c[(size_t)t * dim + k] * c[(size_t)t * dim + k];
-            s = s > 0 ? 1.0 / sqrt(s) : 0;
-            for (int k = 0; k < dim; k++) c[(size_t)t * dim + k] *= s;
-        }
-        for (int a = 0; a < T; a++)
-            for (int b = a + 1; b < T; b++) {
-                double s = 0;
-                for (int k = 0; k < dim; k++) s += c[(size_t)a * dim + k] * c[(size_t)b * dim + k];
-                if (s > o->topic_threshold) out->overlaps[out->n_overlaps++] = (kb_topic_pair){a, b, (float)s};
-            }
-        free(c);
-        for (int x = 0; x < out->n_overlaps; x++) /* sort descending: few topics, insertion sort */
-            for (int y = x; y > 0 && out->overlaps[y].sim > out->overlaps[y - 1].sim; y--) {
-                kb_topic_pair t = out->overlaps[y]; out->overlaps[y] = out->overlaps[y - 1]; out->overlaps[y - 1] = t;
-            }
-    }
+    if (!off || !nm || !topic) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+    for (size_t i = 0; i < n; i++) { off[i] = log->e[idx[i]].offset; nm[i] = log->e[idx[i]].topic; }
+    if ((st = kb_topic_table(nm, n, topic, &tab, &T, e))) goto done;
+    if (!(count = calloc((size_t)(T ? T : 1), sizeof *count))) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+    for (size_t i = 0; i < n; i++) count[topic[i]]++;
+    kb_rows r = {n, dim, off, topic, vec, T, count};
+    if ((st = kb_entry_pairs(pool, &r, 0, o, &d, &l, &o1, e)) || (st = kb_multi_overlaps(pool, &r, o, &om, e)) ||
+        (st = kb_klist_union(&o1, &om, kb_keep_depth(kb_max_overlaps(o)), e)))
+        goto done;
+    st = kb_insights_from(&d, &l, &o1, o, tab, T, out, e);
 done:
-    for (int t = 0; dups && t < nt; t++) free(dups[t].p);
-    for (int t = 0; links && t < nt; t++) free(links[t].p);
-    free(dups); free(links); free(topic);
-    if (st) kb_insights_free(out);
+    kb_klist_free(&d); kb_klist_free(&l); kb_klist_free(&o1); kb_klist_free(&om);
+    free(off); free(nm); free(topic); free(count); free(tab);
     return st;
 }
+
+/* ---- the report ---- */
 
 static cJSON *pair_json(const kb_log *log, const kb_pair *p) {
     const kb_entry *a = kb_log_find(log, p->a), *b = kb_log_find(log, p->b);
@@ -247,89 +434,3 @@ void kb_print_summary(FILE *f, const kb_log *log, const kb_insights *in, size_t 
         fprintf(f, "  %.3f  %s  <->  %s\n", in->overlaps[i].sim, in->topics[in->overlaps[i].a], in->topics[in->overlaps[i].b]);
 }
 
-static int cache_find(const kb_cache *c, uint64_t off) {
-    size_t lo = 0, hi = c->n;
-    while (lo < hi) { size_t m = (lo + hi) / 2; if (c->offset[m] < off) lo = m + 1; else hi = m; }
-    return lo < c->n && c->offset[lo] == off ? (int)lo : -1;
-}
-
-hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_opts *o, bool print_summary,
-                      bool progress, uint64_t *reported_to, kb_pass_stats *stats, hx_error *e) {
-    double t0 = hx_now_s();
-    char log_path[4096], cache_path[4096], report_path[4096];
-    snprintf(log_path, sizeof log_path, "%s/data.log", dir);
-    snprintf(cache_path, sizeof cache_path, "%s/embeddings.bin", dir);
-    snprintf(report_path, sizeof report_path, "%s/insights.json", dir);
-    kb_log log = {0};
-    kb_cache old = {0}, cur = {0};
-    kb_insights in = {0};
-    size_t *idx = NULL;
-    char **texts = NULL;
-    int *todo = NULL;
-    log.quiet_below = reported_to ? *reported_to : 0;
-    hx_status st = kb_log_read(&log, log_path, e);
-    if (st) goto done;
-    if (reported_to) *reported_to = log.read_to;
-    size_t live = kb_log_live(&log);
-    idx = malloc((live ? live : 1) * sizeof *idx);
-    todo = malloc((live ? live : 1) * sizeof *todo);
-    if (!idx || !todo || !(cur.offset = malloc((live ? live : 1) * 8)) || !(cur.hash = malloc((live ? live : 1) * 8)) ||
-        !(cur.vec = malloc((live ? live : 1) * (size_t)em->dim * sizeof(float)))) {
-        st = hx_err(e, HX_ERR_NOMEM, "%s: out of memory", dir);
-        goto done;
-    }
-    cur.dim = em->dim;
-    cur.n = live;
-    size_t k = 0, n_todo = 0;
-    kb_cache_load(&old, cache_path, em);
-    for (size_t i = 0; i < log.n; i++) {
-        if (log.e[i].deleted) continue;
-        idx[k] = i;
-        cur.offset[k] = log.e[i].offset;
-        cur.hash[k] = log.e[i].hash;
-        int c = cache_find(&old, log.e[i].offset);
-        /* a cached vector is reused only for the same text (hash 0: v1 cache, trusted once) */
-        if (c >= 0 && (old.hash[c] == log.e[i].hash || old.hash[c] == 0))
-            memcpy(cur.vec + k * (size_t)em->dim, old.vec + (size_t)c * em->dim, sizeof(float) * (size_t)em->dim);
-        else
-            todo[n_todo++] = (int)k;
-        k++;
-    }
-    /* embed what the cache lacks, in chunks (progress between them) */
-    texts = calloc(256, sizeof *texts);
-    float *tmp = malloc(256 * (size_t)em->dim * sizeof(float));
-    if (!texts || !tmp) { free(tmp); st = hx_err(e, HX_ERR_NOMEM, "out of memory"); goto done; }
-    bool tty = progress && isatty(2);
-    double t_embed = hx_now_s();
-    for (size_t b = 0; b < n_todo; b += 256) {
-        size_t nb = n_todo - b < 256 ? n_todo - b : 256;
-        for (size_t q = 0; q < nb; q++) texts[q] = kb_entry_text(&log.e[idx[todo[b + q]]]);
-        for (size_t q = 0; q < nb; q++) if (!texts[q]) st = hx_err(e, HX_ERR_NOMEM, "out of memory");
-        if (!st) st = em->embed(em, (const char *const *)texts, (int)nb, tmp, e);
-        for (size_t q = 0; q < nb; q++) { free(texts[q]); texts[q] = NULL; }
-        if (st) { free(tmp); goto done; }
-        for (size_t q = 0; q < nb; q++)
-            memcpy(cur.vec + (size_t)todo[b + q] * em->dim, tmp + q * (size_t)em->dim, sizeof(float) * (size_t)em->dim);
-        if (tty) fprintf(stderr, "\rembedding %zu/%zu", b + nb, n_todo);
-    }
-    if (tty && n_todo) fputc('\n', stderr);
-    free(tmp);
-    t_embed = hx_now_s() - t_embed;
-    if (n_todo || old.n != cur.n) {
-        if ((st = kb_cache_save(&cur, cache_path, em, e))) goto done;
-    }
-    double t_an = hx_now_s();
-    if ((st = kb_analyze(pool, &log, idx, cur.vec, live, em->dim, o, &in, e))) goto done;
-    t_an = hx_now_s() - t_an;
-    if ((st = kb_write_report(report_path, &log, &in, live, em->name, e))) goto done;
-    if (print_summary) kb_print_summary(stdout, &log, &in, live);
-    if (stats) *stats = (kb_pass_stats){log.n, live, n_todo, log.n_malformed, (size_t)in.n_dups, (size_t)in.n_links,
-                                        (size_t)in.n_overlaps, hx_now_s() - t0, t_embed, t_an};
-done:
-    free(texts); free(idx); free(todo);
-    kb_insights_free(&in);
-    kb_cache_free(&old);
-    kb_cache_free(&cur);
-    kb_log_free(&log);
-    return st;
-}

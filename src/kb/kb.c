@@ -1,5 +1,7 @@
-/* kb.c — data.log reader, lexical embedder, embedding cache (see kb.h). */
+/* kb.c — KB files (safe opens, the lock), data.log reader, lexical embedder,
+ * embedding cache (see kb.h). */
 #include "kb/kb.h"
+#include "kb/analyze.h"
 #include "core/core.h"
 
 #include <cjson/cJSON.h>
@@ -8,6 +10,8 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +21,117 @@ static uint64_t fnv(const void *p, size_t n, uint64_t h) {
     return h;
 }
 #define FNV0 1469598103934665603ull
+
+uint64_t kb_sum64(const void *p, size_t n) {
+    const unsigned char *s = p;
+    uint64_t h[4] = {FNV0, FNV0 ^ 1, FNV0 ^ 2, FNV0 ^ 3};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int l = 0; l < 4; l++) {
+            uint64_t w;
+            memcpy(&w, s + i + 8 * l, 8);
+            h[l] = (h[l] ^ w) * 1099511628211ull;
+        }
+    uint64_t t = fnv(s + i, n - i, FNV0);
+    t = fnv(h, sizeof h, t);
+    return fnv(&n, sizeof n, t);
+}
+
+/* ---- files in the KB directory ----
+ * Every file helix-bg writes there goes through hx_write_file_atomic (a fresh
+ * O_EXCL|O_NOFOLLOW temp file, then rename). Files it reads must be regular:
+ * a FIFO would block the reader forever, /dev/zero would be read until memory
+ * runs out. They are opened O_NONBLOCK (so a FIFO open does not wait for a
+ * writer) and checked with fstat before any read. */
+
+int kb_open_regular(const char *path, bool nofollow, struct stat *sb, hx_error *e) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
+    if (fd < 0) {
+        if (nofollow && errno == ELOOP) hx_err(e, HX_ERR_IO, "%s: is a symbolic link; not followed", path);
+        else hx_err(e, HX_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, sb) != 0) {
+        hx_err(e, HX_ERR_IO, "%s: stat failed: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(sb->st_mode)) {
+        const char *what = S_ISFIFO(sb->st_mode) ? "a FIFO" : S_ISCHR(sb->st_mode) ? "a character device"
+                         : S_ISBLK(sb->st_mode) ? "a block device" : S_ISSOCK(sb->st_mode) ? "a socket"
+                         : S_ISDIR(sb->st_mode) ? "a directory" : "not a plain file";
+        hx_err(e, HX_ERR_IO, "%s: is %s, not a regular file; refusing to read it", path, what);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* pread exactly n bytes at off; false on a short read or an error. */
+static bool pread_all(int fd, void *buf, size_t n, uint64_t off) {
+    char *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        p += r; n -= (size_t)r; off += (uint64_t)r;
+    }
+    return true;
+}
+
+/* Stale temp files of writes a killed process left behind ("<name>.tmp.*" for
+ * the files the KB writes). Only called with the lock held: nobody writes now. */
+static void remove_stale_temps(int dfd) {
+    int d2 = dup(dfd);
+    DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
+    if (!d) { if (d2 >= 0) close(d2); return; }
+    static const char *outs[] = {"embeddings.bin.tmp.", "insights.json.tmp.", "insights.state.tmp.", ".helix.lock.tmp."};
+    struct dirent *de;
+    while ((de = readdir(d)))
+        for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+            if (!strncmp(de->d_name, outs[i], strlen(outs[i]))) unlinkat(dfd, de->d_name, 0); /* a link is removed, not followed */
+    closedir(d);
+}
+
+hx_status kb_lock(const char *dir, int *lock_fd, hx_error *e) {
+    *lock_fd = -1;
+    /* the lock is flock on the directory itself: it cannot be a planted link to
+     * another file, and removing .helix.lock (only a note of the holder's pid)
+     * does not release it */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return hx_err(e, HX_ERR_IO, "%s: cannot open the directory: %s", dir, strerror(errno));
+    char note[4200];
+    snprintf(note, sizeof note, "%s/.helix.lock", dir);
+    if (flock(dfd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        close(dfd);
+        if (err != EWOULDBLOCK) return hx_err(e, HX_ERR_IO, "%s: cannot lock: %s", dir, strerror(err));
+        char pid[32] = "?";
+        struct stat sb;
+        hx_error e2;
+        int fd = kb_open_regular(note, true, &sb, &e2);
+        if (fd >= 0) {
+            ssize_t r = pread(fd, pid, sizeof pid - 1, 0);
+            pid[r > 0 ? r : 0] = 0;
+            pid[strcspn(pid, "\n")] = 0;
+            if (!pid[0] || strspn(pid, "0123456789") != strlen(pid)) strcpy(pid, "?");
+            close(fd);
+        }
+        return hx_err(e, HX_ERR_IO, "%s is locked by another helix-bg (pid %s: a daemon, or a pass in progress)", dir, pid);
+    }
+    remove_stale_temps(dfd);
+    char pid[32];
+    int pn = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    hx_error e2;
+    if (hx_write_file_atomic(note, pid, (size_t)pn, &e2) != HX_OK)
+        HX_WARN("%s; the lock is held all the same", e2.msg); /* the note is informational only */
+    *lock_fd = dfd;
+    return HX_OK;
+}
+
+void kb_unlock(int lock_fd) {
+    if (lock_fd >= 0) close(lock_fd); /* closing the last fd releases the flock */
+}
 
 /* ---- data.log ---- */
 
@@ -78,20 +193,87 @@ static void malformed(kb_log *log, const char *path, uint64_t off, const char *w
     HX_WARN("%s: offset %llu: %s; line skipped", path, (unsigned long long)off, why);
 }
 
-/* Parse one complete line at offset off. */
-static hx_status parse_line(kb_log *log, const char *path, const char *line, size_t len, uint64_t off) {
+static bool find_u64(const uint64_t *v, size_t n, uint64_t x) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) { size_t m = (lo + hi) / 2; if (v[m] < x) lo = m + 1; else hi = m; }
+    return lo < n && v[lo] == x;
+}
+
+/* A JSON "\u0000" escape anywhere in the line (a backslash escape is skipped
+ * whole, so "\\u0000" - an escaped backslash, then text - is not one). */
+static bool has_nul_escape(const char *s, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return true;
+        i++; /* skip the escaped character */
+    }
+    return false;
+}
+
+/* 2^53: every integer below it is exact in the double cJSON parses numbers
+ * into. A byte offset beyond it (9 PB) names no entry of any real data.log. */
+#define KB_MAX_EXACT_OFFSET 9007199254740992.0
+
+/* Parse one complete line at offset off. line[len] is writable (it held the
+ * '\n') and is set to 0 for the parse, so trailing bytes after the object are
+ * caught. Choices for inputs that would otherwise be silent:
+ *  - a NUL byte, raw or as "\u0000": helix keeps strings as C strings and
+ *    would cut the text there, so the line is skipped with a warning;
+ *  - a bare CR inside the line (CR-only line endings): the line is skipped
+ *    with a warning that says so; "\r\n" endings are fine (JSON whitespace);
+ *  - {"delete": x} must be an exact integer in [0, 2^53) naming an entry
+ *    before it; anything else is warned about (naming the line) and ignored. */
+static hx_status parse_line(kb_log *log, const char *path, char *line, size_t len, uint64_t off) {
     if (len == 0 || (len == 1 && line[0] == '\r')) return HX_OK; /* blank line */
+    if (memchr(line, 0, len)) { malformed(log, path, off, "NUL byte in the line"); return HX_OK; }
     if (!utf8_valid((const unsigned char *)line, len)) { malformed(log, path, off, "invalid UTF-8"); return HX_OK; }
-    cJSON *j = cJSON_ParseWithLength(line, len);
-    if (!j || !cJSON_IsObject(j)) { malformed(log, path, off, "not a JSON object"); cJSON_Delete(j); return HX_OK; }
+    if (has_nul_escape(line, len)) {
+        malformed(log, path, off, "\\u0000 (NUL) in a string: helix would cut the text there");
+        return HX_OK;
+    }
+    char saved = line[len];
+    line[len] = 0;
+    cJSON *j = cJSON_ParseWithLengthOpts(line, len + 1, NULL, 1);
+    line[len] = saved;
+    if (!j || !cJSON_IsObject(j)) {
+        const char *cr = memchr(line, '\r', len);
+        malformed(log, path, off, cr && cr != line + len - 1
+                  ? "bare carriage return in the line (CR-only line endings? data.log lines end in \\n)"
+                  : j ? "not a JSON object" : "not a JSON object (or bytes after it)");
+        cJSON_Delete(j);
+        return HX_OK;
+    }
     const cJSON *del = cJSON_GetObjectItemCaseSensitive(j, "delete");
     if (del) {
-        if (!cJSON_IsNumber(del) || del->valuedouble < 0 || del->valuedouble != floor(del->valuedouble)) {
-            malformed(log, path, off, "\"delete\" is not a byte offset");
+        double v = cJSON_IsNumber(del) ? del->valuedouble : -1;
+        char why[160];
+        if (!cJSON_IsNumber(del) || !(v >= 0 && v < KB_MAX_EXACT_OFFSET) || v != floor(v)) {
+            if (cJSON_IsNumber(del))
+                snprintf(why, sizeof why, "\"delete\": %.17g is not a byte offset (an integer in [0, 2^53)); ignored", v);
+            else
+                snprintf(why, sizeof why, "\"delete\" is not a number; ignored");
+            malformed(log, path, off, why);
         } else {
-            kb_entry *t = kb_log_find(log, (uint64_t)del->valuedouble);
-            if (!t) HX_INFO("%s: offset %llu: delete of %.0f, which is no entry; ignored", path, (unsigned long long)off, del->valuedouble);
-            else t->deleted = true; /* deleting twice is harmless */
+            uint64_t x = (uint64_t)v;
+            kb_entry *t = kb_log_find(log, x);
+            if (!t && find_u64(log->prior_live, log->n_prior_live, x)) {
+                if (log->n_del == log->del_cap) {
+                    size_t cap = log->del_cap ? log->del_cap * 2 : 64;
+                    uint64_t *nd = realloc(log->del, cap * sizeof *nd);
+                    if (!nd) { cJSON_Delete(j); return HX_ERR_NOMEM; }
+                    log->del = nd;
+                    log->del_cap = cap;
+                }
+                log->del[log->n_del++] = x;
+            } else if (!t && find_u64(log->prior_deleted, log->n_prior_deleted, x)) {
+                /* deleted by an earlier pass: deleting twice is harmless */
+            } else if (!t) {
+                snprintf(why, sizeof why, "\"delete\": %llu names no entry (no entry line starts at that offset); ignored",
+                         (unsigned long long)v);
+                malformed(log, path, off, why);
+            } else {
+                t->deleted = true; /* deleting twice is harmless */
+            }
         }
         cJSON_Delete(j);
         return HX_OK;
@@ -116,10 +298,9 @@ static hx_status parse_line(kb_log *log, const char *path, const char *line, siz
 }
 
 hx_status kb_log_read(kb_log *log, const char *path, hx_error *e) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return hx_err(e, HX_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) { close(fd); return hx_err(e, HX_ERR_IO, "%s: stat failed: %s", path, strerror(errno)); }
+    int fd = kb_open_regular(path, false, &sb, e);
+    if (fd < 0) return e ? e->status : HX_ERR_IO;
     uint64_t size = (uint64_t)sb.st_size;
     if (size < log->read_to) {
         close(fd);
@@ -127,9 +308,9 @@ hx_status kb_log_read(kb_log *log, const char *path, hx_error *e) {
                       (unsigned long long)log->read_to, (unsigned long long)size);
     }
     /* read in chunks; only complete lines are consumed */
-    size_t cap = 1 << 20, have = 0;
-    char *buf = malloc(cap);
     uint64_t pos = log->read_to;
+    size_t cap = size - pos < (1u << 20) ? (size_t)(size - pos) + 1 : (1u << 20), have = 0; /* grows for longer lines */
+    char *buf = malloc(cap);
     hx_status st = HX_OK;
     if (!buf) { close(fd); return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path); }
     while (pos + have < size) {
@@ -161,15 +342,60 @@ hx_status kb_log_read(kb_log *log, const char *path, hx_error *e) {
         have -= start;
         pos += start;
     }
+    /* An unfinished last line is normally a write in progress. With carriage
+     * returns in it, it is more likely a file with CR-only line endings, which
+     * would otherwise never be read without a word: say so, once. */
+    if (!st && have && memchr(buf, '\r', have) && pos + have > log->quiet_below) {
+        HX_WARN("%s: offset %llu: the last %zu bytes hold carriage returns but no newline (CR-only line endings?); "
+                "data.log lines must end in \\n, so they are not read", path, (unsigned long long)pos, have);
+        log->quiet_below = pos + have;
+    }
     free(buf);
     close(fd);
     log->read_to = pos; /* a partial last line stays unread */
     return st;
 }
 
+hx_status kb_log_read_at(kb_log *log, const char *path, const uint64_t *offs, size_t n, hx_error *e) {
+    struct stat sb;
+    int fd = kb_open_regular(path, false, &sb, e);
+    if (fd < 0) return e ? e->status : HX_ERR_IO;
+    size_t cap = 4096;
+    char *buf = malloc(cap);
+    hx_status st = buf ? HX_OK : hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
+    for (size_t i = 0; i < n && !st; i++) {
+        size_t have = 0;
+        char *nl = NULL;
+        while (!nl) { /* the line, however long */
+            if (have == cap) {
+                char *nb = realloc(buf, cap * 2);
+                if (!nb) { st = hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path); break; }
+                buf = nb;
+                cap *= 2;
+            }
+            ssize_t r = pread(fd, buf + have, cap - have, (off_t)(offs[i] + have));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) break;
+            nl = memchr(buf + have, '\n', (size_t)r);
+            have += (size_t)r;
+        }
+        if (st) break;
+        size_t before = log->n;
+        if (nl && (st = parse_line(log, path, buf, (size_t)(nl - buf), offs[i])))
+            st = hx_err(e, st, "%s: out of memory", path);
+        else if (!nl || log->n != before + 1)
+            st = hx_err(e, HX_ERR_RANGE, "%s: offset %llu no longer holds an entry: the log was rewritten", path,
+                        (unsigned long long)offs[i]);
+    }
+    free(buf);
+    close(fd);
+    return st;
+}
+
 void kb_log_free(kb_log *log) {
     for (size_t i = 0; i < log->n; i++) { free(log->e[i].topic); free(log->e[i].title); free(log->e[i].text); }
     free(log->e);
+    free(log->del);
     memset(log, 0, sizeof *log);
 }
 
@@ -267,30 +493,6 @@ kb_embedder *kb_lexical_new(void) {
     return em;
 }
 
-/* ---- the neural embedder: hx_embed behind the same interface ---- */
-static hx_status neural_embed(kb_embedder *self, const char *const *texts, int n, float *out, hx_error *e) {
-    return hx_embed(self->impl, texts, n, out, e);
-}
-static void neural_free(kb_embedder *self) { hx_embedder_free(self->impl); free(self); }
-
-hx_status kb_neural_new(const char *model, int n_threads, kb_embedder **out, hx_error *e) {
-    *out = NULL;
-    kb_embedder *em = calloc(1, sizeof *em);
-    if (!em) return hx_err(e, HX_ERR_NOMEM, "out of memory");
-    hx_embedder *h = NULL;
-    hx_status st = hx_embedder_open(model, n_threads, &h, e);
-    if (st) { free(em); return st; }
-    const char *base = strrchr(model, '/');
-    snprintf(em->name, sizeof em->name, "%s", base && base[1] ? base + 1 : model);
-    snprintf(em->fingerprint, sizeof em->fingerprint, "%s", hx_embedder_fingerprint(h));
-    em->dim = hx_embedder_dim(h);
-    em->embed = neural_embed;
-    em->free = neural_free;
-    em->impl = h;
-    *out = em;
-    return HX_OK;
-}
-
 /* ---- cache ---- */
 
 void kb_cache_free(kb_cache *c) {
@@ -307,25 +509,63 @@ static bool cache_alloc(kb_cache *c, size_t n, int dim) {
     return c->offset && c->hash && c->vec;
 }
 
+/* Vectors in a cache are unit length (or all zero: a text without words). A
+ * checksum only says the file is as written, not that what was written is
+ * sane: a non-finite or huge vector would poison every similarity. */
+static bool vec_sane(const float *v, int dim) {
+    double s2 = 0;
+    for (int k = 0; k < dim; k++) {
+        if (!isfinite(v[k])) return false;
+        s2 += (double)v[k] * v[k];
+    }
+    return s2 == 0 || fabs(s2 - 1.0) <= 1e-3;
+}
+
 void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em) {
     memset(c, 0, sizeof *c);
     c->dim = em->dim;
-    char *buf;
-    size_t n;
-    hx_error e;
-    if (access(path, F_OK) != 0) return;
-    if (hx_read_file(path, &buf, &n, &e)) { HX_WARN("%s; starting without a cache", e.msg); return; }
+    char *buf = NULL;
+    char why_buf[200];
     const char *why = NULL;
-    uint32_t ver, count, dim;
-    if (n < 16 || memcmp(buf, "HXEC", 4)) { why = "not an embedding cache"; goto bad; }
-    memcpy(&ver, buf + 4, 4); memcpy(&count, buf + 8, 4); memcpy(&dim, buf + 12, 4);
+    struct stat sb;
+    hx_error e;
+    /* not followed if a link, refused if not a regular file; sizes are checked
+     * against what the header promises before anything is allocated */
+    if (lstat(path, &sb) != 0 && errno == ENOENT) return; /* no cache yet */
+    int fd = kb_open_regular(path, true, &sb, &e);
+    if (fd < 0) { HX_WARN("%s; starting without a cache (entries will be embedded again)", e.msg); return; }
+    uint64_t n = (uint64_t)sb.st_size;
+    unsigned char hdr[20];
+    uint32_t ver = 0, count = 0, dim = 0, fpl = 0;
+    uint64_t want;
+    if (n < 16 || !pread_all(fd, hdr, 16, 0) || memcmp(hdr, "HXEC", 4)) { why = "not an embedding cache"; goto bad; }
+    memcpy(&ver, hdr + 4, 4); memcpy(&count, hdr + 8, 4); memcpy(&dim, hdr + 12, 4);
     if (dim != (uint32_t)em->dim) { why = "written with another vector size"; goto bad; }
     if (ver == 1) {
         /* v1 has no fingerprint or text hashes: its vectors are taken only for
          * the built-in embedder, and the hashes are filled in by the caller */
         if (strcmp(em->name, "lexical-384")) { why = "version 1 cache from an unknown embedder"; goto bad; }
+        want = 16 + (uint64_t)count * (4 + 4 * (uint64_t)dim);
+    } else if (ver == 2 || ver == 3) {
+        if (n < 28 || !pread_all(fd, hdr + 16, 4, 16)) { why = "truncated header"; goto bad; }
+        memcpy(&fpl, hdr + 16, 4);
+        if (fpl != strlen(em->fingerprint)) { why = "made by another embedding model"; goto bad; }
+        want = 20 + (uint64_t)fpl + (uint64_t)count * (16 + 4 * (uint64_t)dim) + 8;
+    } else {
+        why = "unknown version";
+        goto bad;
+    }
+    if (n != want) {
+        snprintf(why_buf, sizeof why_buf, "size %llu bytes, but its header promises %llu (count %u, dim %u)",
+                 (unsigned long long)n, (unsigned long long)want, count, dim);
+        why = why_buf;
+        goto bad;
+    }
+    buf = malloc(n ? (size_t)n : 1);
+    if (!buf) { why = "out of memory"; goto bad; }
+    if (!pread_all(fd, buf, (size_t)n, 0)) { why = "read failed or the file shrank"; goto bad; }
+    if (ver == 1) {
         size_t rec = 4 + 4 * (size_t)dim;
-        if ((n - 16) / rec < count || 16 + rec * count != n) { why = "truncated or oversized (v1)"; goto bad; }
         if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
         for (uint32_t i = 0; i < count; i++) {
             uint32_t off;
@@ -334,45 +574,51 @@ void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em) {
             c->hash[i] = 0; /* unknown */
             memcpy(c->vec + (size_t)i * dim, buf + 16 + rec * i + 4, 4 * (size_t)dim);
         }
-        free(buf);
-        return;
+    } else {
+        uint64_t sum;
+        memcpy(&sum, buf + n - 8, 8);
+        if ((ver == 2 ? fnv(buf, n - 8, FNV0) : kb_sum64(buf, n - 8)) != sum) { why = "checksum mismatch"; goto bad; }
+        c->sum = sum;
+        if (memcmp(buf + 20, em->fingerprint, fpl)) { why = "made by another embedding model"; goto bad; }
+        size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl;
+        if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
+        for (uint32_t i = 0; i < count; i++) {
+            const char *r = buf + body + rec * i;
+            memcpy(&c->offset[i], r, 8);
+            memcpy(&c->hash[i], r + 8, 8);
+            memcpy(c->vec + (size_t)i * dim, r + 16, 4 * (size_t)dim);
+        }
     }
-    if (ver != 2) { why = "unknown version"; goto bad; }
-    if (n < 28) { why = "truncated header"; goto bad; }
-    uint64_t sum;
-    memcpy(&sum, buf + n - 8, 8);
-    if (fnv(buf, n - 8, FNV0) != sum) { why = "checksum mismatch"; goto bad; }
-    uint32_t fpl;
-    memcpy(&fpl, buf + 16, 4);
-    if (fpl > n - 28) { why = "bad fingerprint length"; goto bad; }
-    if (fpl != strlen(em->fingerprint) || memcmp(buf + 20, em->fingerprint, fpl)) {
-        why = "made by another embedding model";
-        goto bad;
-    }
-    size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl;
-    if ((n - body - 8) / rec < count || body + rec * count + 8 != n) { why = "size does not match its count"; goto bad; }
-    if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
     for (uint32_t i = 0; i < count; i++) {
-        const char *r = buf + body + rec * i;
-        memcpy(&c->offset[i], r, 8);
-        memcpy(&c->hash[i], r + 8, 8);
-        memcpy(c->vec + (size_t)i * dim, r + 16, 4 * (size_t)dim);
+        if (i && c->offset[i] <= c->offset[i - 1]) {
+            snprintf(why_buf, sizeof why_buf, "record %u: offsets not increasing", i);
+            why = why_buf;
+            goto bad;
+        }
+        if (!vec_sane(c->vec + (size_t)i * dim, (int)dim)) {
+            snprintf(why_buf, sizeof why_buf, "record %u (offset %llu): vector is not finite and unit length", i,
+                     (unsigned long long)c->offset[i]);
+            why = why_buf;
+            goto bad;
+        }
     }
     free(buf);
+    close(fd);
     return;
 bad:
     HX_WARN("%s: %s; discarding it (entries will be embedded again)", path, why);
     free(buf);
+    close(fd);
     kb_cache_free(c);
     c->dim = em->dim;
 }
 
-hx_status kb_cache_save(const kb_cache *c, const char *path, const kb_embedder *em, hx_error *e) {
+hx_status kb_cache_save(kb_cache *c, const char *path, const kb_embedder *em, hx_error *e) {
     uint32_t fpl = (uint32_t)strlen(em->fingerprint);
     size_t rec = 16 + 4 * (size_t)c->dim, n = 20 + fpl + rec * c->n + 8;
     char *buf = malloc(n);
     if (!buf) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
-    uint32_t hdr[5] = {0, 2, (uint32_t)c->n, (uint32_t)c->dim, fpl};
+    uint32_t hdr[5] = {0, 3, (uint32_t)c->n, (uint32_t)c->dim, fpl};
     memcpy(hdr, "HXEC", 4);
     memcpy(buf, hdr, 20);
     memcpy(buf + 20, em->fingerprint, fpl);
@@ -382,9 +628,10 @@ hx_status kb_cache_save(const kb_cache *c, const char *path, const kb_embedder *
         memcpy(r + 8, &c->hash[i], 8);
         memcpy(r + 16, c->vec + i * (size_t)c->dim, 4 * (size_t)c->dim);
     }
-    uint64_t sum = fnv(buf, n - 8, FNV0);
+    uint64_t sum = kb_sum64(buf, n - 8);
     memcpy(buf + n - 8, &sum, 8);
     hx_status st = hx_write_file_atomic(path, buf, n, e);
+    if (!st) c->sum = sum;
     free(buf);
     return st;
 }

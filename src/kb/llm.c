@@ -108,7 +108,12 @@ static char *chat(kb_llm *l, const char *system, sb *user) {
     hx_chat_message m[2] = {{"system", system}, {"user", user->p}};
     char *out = NULL;
     hx_error e;
-    if (hx_chat_apply(l->model, m, 2, true, &out, &e)) out = NULL;
+    if (hx_chat_apply(l->model, m, 2, true, &out, &e)) {
+        /* no template the library knows (a base model): plain text turns */
+        sb p = {0};
+        sb_add(&p, "%s\n\nUser: %s\nAssistant:", system, user->p);
+        out = p.oom ? (free(p.p), NULL) : p.p;
+    }
     free(user->p);
     return out;
 }

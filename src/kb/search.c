@@ -59,8 +59,8 @@ static int cmp_post(const void *a, const void *b) {
     return x->doc < y->doc ? -1 : x->doc > y->doc;
 }
 
-/* The fingerprint an embeddings.bin (v2) was written with, into fp; false when
- * the file is absent or not a v2 cache (then the open decides nothing). */
+/* The fingerprint an embeddings.bin (v2 or v3) was written with, into fp; false when
+ * the file is absent or not a v2/v3 cache (then the open decides nothing). */
 static bool cache_fingerprint(const char *path, char *fp, size_t cap) {
     FILE *f = fopen(path, "rb");
     if (!f) return false;
@@ -69,7 +69,7 @@ static bool cache_fingerprint(const char *path, char *fp, size_t cap) {
     uint32_t ver, fpl;
     memcpy(&ver, h + 4, 4);
     memcpy(&fpl, h + 16, 4);
-    ok = ok && ver == 2 && fpl < cap && fread(fp, 1, fpl, f) == fpl;
+    ok = ok && (ver == 2 || ver == 3) && fpl < cap && fread(fp, 1, fpl, f) == fpl;
     fclose(f);
     if (ok) fp[fpl] = 0;
     return ok;

@@ -107,8 +107,13 @@ hx_status hx_model_config_from_gguf(const hx_gguf *g, hx_model_config *c, hx_err
         snprintf(key, sizeof key, "%s.rope.scaling.type", a);
         if (hx_gguf_get_str(g, key, &type) && hx_gguf_str_eq(type, "linear")) c->rope_scale = (float)d;
     }
-    c->norm_eps = get_f(g, a, "attention.layer_norm_rms_epsilon", &d) ? (float)d
-                : get_f(g, a, "attention.layer_norm_epsilon", &d) ? (float)d : 1e-5f;
+    const char *eps_key = get_f(g, a, "attention.layer_norm_rms_epsilon", &d) ? "attention.layer_norm_rms_epsilon"
+                        : get_f(g, a, "attention.layer_norm_epsilon", &d) ? "attention.layer_norm_epsilon" : NULL;
+    /* the norm divides by sqrt(mean + eps): NaN, inf, 0 or < 0 give NaN/inf activations */
+    if (eps_key && !(isfinite(d) && d > 0 && (float)d > 0 && d < 1))
+        return hx_err(e, HX_ERR_FORMAT, "%s: metadata %s.%s = %g must be a finite number in (0, 1)", g->path, a,
+                      eps_key, d);
+    c->norm_eps = eps_key ? (float)d : 1e-5f;
     c->act = HX_ACT_SILU;
     c->rope_style = HX_ROPE_NORM;
     switch (c->arch) {

@@ -147,13 +147,11 @@ static const hx_vec_dot_fn k_avx2[HX_TYPE_COUNT] = {
     ROW(Q3_K, q3_K_avx2), ROW(Q4_K, q4_K_avx2), ROW(Q5_K, q5_K_avx2),
     ROW(Q6_K, q6_K_avx2),
 };
-static const hx_vec_dot_fn k_avx512[HX_TYPE_COUNT] = {
-    ROW(F32, f32_avx512), ROW(F16, f16_avx512), ROW(Q4_0, q4_0_avx512),
-    ROW(Q8_0, q8_0_avx512), ROW(Q4_K, q4_K_avx512), ROW(Q6_K, q6_K_avx512),
-};
+/* AVX-512 without VNNI has no kernel of its own: its integer work is AVX2's
+ * (maddubs has no wider-but-same-order form worth a second copy); VNNI's are
+ * bit-identical to AVX2's (dot.h), so every level gives the same results. */
 static const hx_vec_dot_fn k_avx512_vnni[HX_TYPE_COUNT] = {
-    ROW(F32, f32_avx512vnni), ROW(F16, f16_avx512vnni), ROW(Q4_0, q4_0_avx512vnni),
-    ROW(Q8_0, q8_0_avx512vnni), ROW(Q4_K, q4_K_avx512vnni), ROW(Q6_K, q6_K_avx512vnni),
+    ROW(Q4_0, q4_0_avx512vnni), ROW(Q5_0, q5_0_avx512vnni), ROW(Q8_0, q8_0_avx512vnni),
 };
 
 hx_vec_dot_fn hx_get_vec_dot(int type, hx_isa isa) {
@@ -164,7 +162,7 @@ hx_vec_dot_fn hx_get_vec_dot(int type, hx_isa isa) {
     hx_vec_dot_fn fn = NULL;
     switch (isa) {
     case HX_ISA_AVX512_VNNI: if ((fn = k_avx512_vnni[type])) return fn; /* fall through */
-    case HX_ISA_AVX512: if ((fn = k_avx512[type])) return fn; /* fall through */
+    case HX_ISA_AVX512: /* fall through */
     case HX_ISA_AVX2: if ((fn = k_avx2[type])) return fn; /* fall through */
     case HX_ISA_SCALAR: return k_scalar[type];
     }
@@ -181,9 +179,11 @@ hx_gemm_fn hx_get_gemm(int type, hx_isa isa) {
         if (env && sscanf(env, "%dx%d:%d", &mr, &nr, &mv) >= 2)
             for (int k = 0; k < 4; k++) hx_gemm_avx2_set_tile(k, mr, nr, mv);
     }
+    const bool vnni = isa >= HX_ISA_AVX512_VNNI;
     switch (type) {
-    case HX_TYPE_Q8_0: return hx_gemm_q8_0_avx2;
-    case HX_TYPE_Q4_0: return hx_gemm_q4_0_avx2;
+    case HX_TYPE_Q8_0: return vnni ? hx_gemm_q8_0_avx512vnni : hx_gemm_q8_0_avx2;
+    case HX_TYPE_Q4_0: return vnni ? hx_gemm_q4_0_avx512vnni : hx_gemm_q4_0_avx2;
+    case HX_TYPE_Q5_0: return vnni ? hx_gemm_q5_0_avx512vnni : hx_gemm_q5_0_avx2;
     case HX_TYPE_Q4_K: return hx_gemm_q4_K_avx2;
     case HX_TYPE_Q6_K: return hx_gemm_q6_K_avx2;
     default: return NULL;
@@ -194,9 +194,10 @@ hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa) {
     static _Atomic int packed = -1; /* HX_GEMM_NO_PACKED=1: benchmark knob, read once */
     if (packed < 0) packed = getenv("HX_GEMM_NO_PACKED") == NULL;
     if (packed && hx_get_gemm(HX_TYPE_Q4_0, isa)) { /* the AVX2 kernels are available */
-        if (type == HX_TYPE_Q8_0) return hx_gemm_q8_0_packed_avx2;
-        if (type == HX_TYPE_Q4_0) return hx_gemm_q4_0_packed_avx2;
-        if (type == HX_TYPE_Q5_0) return hx_gemm_q5_0_packed_avx2;
+        const bool vnni = (isa > hx_isa_best() ? hx_isa_best() : isa) >= HX_ISA_AVX512_VNNI;
+        if (type == HX_TYPE_Q8_0) return vnni ? hx_gemm_q8_0_packed_avx512vnni : hx_gemm_q8_0_packed_avx2;
+        if (type == HX_TYPE_Q4_0) return vnni ? hx_gemm_q4_0_packed_avx512vnni : hx_gemm_q4_0_packed_avx2;
+        if (type == HX_TYPE_Q5_0) return vnni ? hx_gemm_q5_0_packed_avx512vnni : hx_gemm_q5_0_packed_avx2;
         if (type == HX_TYPE_Q4_K) return hx_gemm_q4_K_packed_avx2;
         if (type == HX_TYPE_Q6_K) return hx_gemm_q6_K_packed_avx2;
     }
@@ -205,8 +206,10 @@ hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa) {
 
 hx_gemm_fn hx_get_gemm_ggml(int type, hx_isa isa) {
     if (!hx_get_gemm(HX_TYPE_Q8_0, isa)) return NULL; /* no AVX2 kernels here */
-    if (type == HX_TYPE_Q8_0) return hx_gemm_q8_0_avx2;
-    if (type == HX_TYPE_Q5_0) return hx_gemm_q5_0_avx2;
+    if (isa > hx_isa_best()) isa = hx_isa_best();
+    const bool vnni = isa >= HX_ISA_AVX512_VNNI; /* same bits as the AVX2 tiles */
+    if (type == HX_TYPE_Q8_0) return vnni ? hx_gemm_q8_0_avx512vnni : hx_gemm_q8_0_avx2;
+    if (type == HX_TYPE_Q5_0) return vnni ? hx_gemm_q5_0_avx512vnni : hx_gemm_q5_0_avx2;
     if (type == HX_TYPE_Q6_K) return hx_gemm_q6_K_avx2;
     return NULL;
 }
@@ -214,7 +217,9 @@ hx_gemm_fn hx_get_gemm_ggml(int type, hx_isa isa) {
 hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa) {
     hx_gemm_fn g = hx_get_gemm_batch(type, isa);
     return g == hx_gemm_q8_0_packed_avx2 || g == hx_gemm_q4_0_packed_avx2 || g == hx_gemm_q5_0_packed_avx2 ||
-                   g == hx_gemm_q4_K_packed_avx2 || g == hx_gemm_q6_K_packed_avx2
+                   g == hx_gemm_q4_K_packed_avx2 || g == hx_gemm_q6_K_packed_avx2 ||
+                   g == hx_gemm_q4_0_packed_avx512vnni || g == hx_gemm_q5_0_packed_avx512vnni ||
+                   g == hx_gemm_q8_0_packed_avx512vnni
                ? HX_ISA_SCALAR : HX_ISA_AVX2;
 }
 

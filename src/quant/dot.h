@@ -18,12 +18,18 @@
 HX_DOT_KERNELS(HX_DECL_SCALAR)
 HX_DOT_KERNELS(HX_DECL_AVX2)
 
-/* AVX-512: plain (AVX512F/BW/VL) and VNNI (vpdpbusd) variants of the hot ones */
-#define HX_DOT_KERNELS_AVX512(X) X(f32) X(f16) X(q4_0) X(q8_0) X(q4_K) X(q6_K)
-#define HX_DECL_AVX512(t) \
-    void hx_dot_##t##_avx512(int64_t n, float *out, const void *w, const void *x); \
-    void hx_dot_##t##_avx512vnni(int64_t n, float *out, const void *w, const void *x);
-HX_DOT_KERNELS_AVX512(HX_DECL_AVX512)
+/* AVX512-VNNI (gemm_avx512.c): the legacy-quant tiles with vpdpbusd, bit-identical to
+ * the AVX2 ones (so a higher level never changes a result); per-row dots are the 1x1
+ * tiles. Every other (type, level) uses the AVX2 kernel. */
+#define HX_DECL_GEMM_VNNI(t) void hx_gemm_##t##_avx512vnni(int64_t n, int64_t nr, int64_t nc, const void *w, \
+                                                          size_t ldw, const void *x, size_t ldx, float *y, size_t ldy);
+#define HX_DECL_VNNI(t) \
+    void hx_dot_##t##_avx512vnni(int64_t n, float *out, const void *w, const void *x); \
+    void hx_gemm_##t##_avx512vnni(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x, \
+                                  size_t ldx, float *y, size_t ldy);
+HX_DECL_VNNI(q8_0) HX_DECL_VNNI(q5_0) HX_DECL_VNNI(q4_0)
+/* batch GEMMs on packed 8-row groups with vpdpbusd, bit-identical to hx_dot_{q4_0,q5_0,q8_0}_scalar */
+HX_DECL_GEMM_VNNI(q4_0_packed) HX_DECL_GEMM_VNNI(q5_0_packed) HX_DECL_GEMM_VNNI(q8_0_packed)
 
 /* tiled GEMM kernels (gemm_avx2.c); which = 0..3 for Q8_0, Q4_0, Q4_K, Q6_K */
 #define HX_DECL_GEMM(t) void hx_gemm_##t##_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, \

@@ -95,7 +95,8 @@ void hx_vec_dot(int type, int64_t n, float *out, const void *w, const void *x);
  * activation block reused across a tile of rows. Every output is bit-identical
  * to hx_get_vec_dot(type, HX_ISA_AVX2) on that pair (the per-row kernel is the
  * 1x1 tile). NULL where the type has no GEMM kernel at that ISA (use the
- * per-row kernel). AVX2 kernels: Q8_0, Q4_0, Q4_K, Q6_K. */
+ * per-row kernel). AVX2 kernels: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K; AVX512-VNNI: its
+ * own Q8_0, Q4_0, Q5_0 (vpdpbusd, the same bits), AVX2's for the K-quants. */
 typedef void (*hx_gemm_fn)(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
                            size_t ldx, float *y, size_t ldy);
 hx_gemm_fn hx_get_gemm(int type, hx_isa isa);

@@ -1,10 +1,11 @@
-/* cli.h — subcommands of helix-bg. Each lives in its own cmd_*.c file. */
+/* cli.h — subcommands of helix-bg. Each lives in its own cmd_*.c file and,
+ * except the knowledge-base commands and the developer tools, uses only the
+ * public API (helix.h) and the shared helpers here. */
 #ifndef HX_CLI_H
 #define HX_CLI_H
 
 #include "helix.h"
-#include "backend/cpu/forward.h"
-#include "run/sampler.h"
+#include "cli_args.h"
 
 /* Each returns the process exit code. argv[0] is the subcommand name. */
 int cmd_load_model(int argc, char **argv);
@@ -20,25 +21,35 @@ int cmd_daemon(int argc, char **argv);
 int cmd_embed_test(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
 int cmd_search(int argc, char **argv);
-
-/* One forward (logits of the last token, or of all with all_logits) and the
- * cache truncation, on the CUDA context gc when not NULL, else on the CPU
- * context c (cli_backend.c). cli_truncate returns the positions kept (0 when a
- * sliding-window ring no longer holds the window before pos).  */
-hx_status cli_forward(hx_cpu_ctx *c, void *gc, const int32_t *t, int n, int pos, float *logits, bool all_logits,
-                      hx_error *e);
-int cli_truncate(hx_cpu_ctx *c, void *gc, int pos);
-/* One decode step: runs token t at pos and picks the next token into *next,
- * the argmax when greedy, else with the sampler smp (its draw; the caller
- * accepts the token). On the GPU, greedy decode and the sampling chain run
- * there and only the token comes back; logits (V floats) are then not
- * written unless want_logits, which forces the logits back and the choice
- * onto the CPU. Settings the GPU chain does not take (hx_cuda_sample_supported)
- * also fall back to the CPU sampler. */
-hx_status cli_decode_next(hx_cpu_ctx *c, void *gc, hx_sampler *smp, bool greedy, bool want_logits, int32_t t, int pos,
-                          float *logits, int V, int32_t *next, hx_error *e);
+int cmd_ask(int argc, char **argv);
 
 /* Shared helper for not-yet-built commands: prints a clear message, returns 2. */
 int cli_not_built(const char *cmd, const char *issue);
+
+/* ---- cli_model.c: what generate, chat and bench share ---- */
+
+/* --device and -ngl as the user gave them. */
+typedef struct cli_device {
+    int device;       /* index into cli_device_names: auto, cpu, cuda */
+    int ngl;          /* -ngl N; -2 when not given */
+} cli_device;
+extern const char *const cli_device_names[]; /* {"auto", "cpu", "cuda", NULL} */
+
+/* Opens the model at path on the device asked for, with a progress bar on a
+ * terminal (stderr) when the file is over ~100 MB. Prints the error as
+ * "helix-bg CMD: ..." and returns NULL on failure; says on stderr why AUTO
+ * fell back to the CPU. *load_s: seconds spent (may be NULL). */
+hx_model *cli_model_open(const char *cmd, const char *path, const cli_device *d, double *load_s);
+/* Clears the progress line if one is shown: after hx_context_new, which on
+ * CUDA reports the weight upload through the same callback. */
+void cli_progress_end(void);
+
+/* hx_context_new; with hx_dev_context_new (helix_dev.h) when there is a dump
+ * folder or, on CUDA, HX_CUDA_* measurement switches in the environment.
+ * Prints the error as "helix-bg CMD: ..." and returns NULL on failure. */
+hx_context *cli_context_new(const char *cmd, hx_model *m, const hx_context_params *cp, const char *dump_dir);
+
+/* Monotonic seconds. */
+double cli_now(void);
 
 #endif

@@ -1,14 +1,16 @@
-/* cmd_bench.c — helix-bg bench: prompt-processing (pp) and text-generation (tg)
- * throughput, llama-bench style: -p 512 prefill tokens as one batch, -n 128
- * decode steps one token at a time, each repeated -r times, mean ± stddev. */
+/* cmd_bench.c — helix-bg bench: throughput, llama-bench style, a client of
+ * helix.h (helix_dev.h for the model's mix, decode bytes and the GPU's name).
+ *
+ *   pp N: N random prompt tokens in one hx_decode, logits of the last only;
+ *   tg N: N greedy decode steps of hx_generate after a one-token prompt (on
+ *         the GPU the token is picked there, as in generate);
+ *   --batch B1,B2,..: llama-batched-bench's shape: B sequences of 128 random
+ *         prompt tokens prefilled in one hx_decode (pp128-bB: all of them per
+ *         second), then 128 steps each decoding one token of every sequence
+ *         in one hx_decode (tg128-bB: aggregate generated tokens per second).
+ * Each test runs -r times after a warm-up; rows give mean ± stddev. */
 #include "cli.h"
-#include "backend/cpu/forward.h"
-#include "core/core.h"
-#include "model/model.h"
-#include "quant/quant.h"
-#ifdef HX_HAVE_CUDA
-#include "backend/cuda/cuda.h"
-#endif
+#include "helix_dev.h"
 
 #include "hx_version.h"
 
@@ -20,30 +22,16 @@
 #include <unistd.h>
 #include <sys/wait.h>
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: helix-bg bench (-m FILE.gguf | --synth PRESET:MIX) [options]\n"
-        "  -p N          prompt tokens processed as one batch (default 512; 0 = skip)\n"
-        "  -n N          tokens generated one at a time (default 128; 0 = skip)\n"
-        "  -r N          repetitions (default 3)\n"
-        "  -t N          threads (default: all CPUs)\n"
-        "  --kv f16|f32  KV cache type (default f16)\n"
-        "  --device cpu|cuda  backend (default cpu); cuda decodes with greedy argmax on the GPU\n"
-        "  --json        one JSON object per test on stdout (with stddev, size, threads)\n"
-        "  --jsonl       one line per test for bench/results.jsonl: date, commit, device,\n"
-        "                engine, model, mix, test, tokens_per_s\n"
-        "  --synth P:M   benchmark a random-weight model of preset P in mix M\n"
-        "                (written by 'helix-bg synth' to a temporary file)\n");
-}
+#define CMD "bench"
+#define BATCH_PROMPT 128 /* --batch: prompt and generated tokens per sequence */
+#define BATCH_GEN 128
 
-/* Run `helix-bg synth` as a child process so bench needs no synth internals. */
+/* Runs `helix-bg synth` as a child process: bench needs none of its internals. */
 static int make_synth(const char *spec, char *out, size_t outn) {
     char preset[64], mix[32];
     const char *colon = strchr(spec, ':');
-    if (!colon || colon - spec >= (long)sizeof preset || strlen(colon + 1) >= sizeof mix) {
-        fprintf(stderr, "helix-bg bench: --synth wants PRESET:MIX (e.g. qwen3-0.6b:q4_0), got '%s'\n", spec);
-        return -1;
-    }
+    if (!colon || colon == spec || colon - spec >= (long)sizeof preset || !colon[1] || strlen(colon + 1) >= sizeof mix)
+        return cli_usage_error(CMD, "--synth wants PRESET:MIX (e.g. qwen3-0.6b:q4_0), not '%s'", spec), -1;
     memcpy(preset, spec, (size_t)(colon - spec));
     preset[colon - spec] = 0;
     strcpy(mix, colon + 1);
@@ -59,7 +47,7 @@ static int make_synth(const char *spec, char *out, size_t outn) {
     int st = 0;
     waitpid(pid, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "helix-bg bench: synth %s failed\n", spec);
+        fprintf(stderr, "helix-bg " CMD ": synth %s failed\n", spec);
         return -1;
     }
     return 0;
@@ -71,45 +59,6 @@ static void stats(const double *v, int n, double *mean, double *sd) {
     *mean = s / n;
     for (int i = 0; i < n; i++) s2 += (v[i] - *mean) * (v[i] - *mean);
     *sd = n > 1 ? sqrt(s2 / (n - 1)) : 0;
-}
-
-/* The model's dominant weight type, e.g. "Q4_K" (by bytes). */
-static const char *main_type(const hx_model *m) {
-    uint64_t bytes[HX_TYPE_COUNT] = {0};
-    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
-        const hx_gguf_tensor *t = &m->gguf->tensors[i];
-        if (t->type >= 0 && t->type < HX_TYPE_COUNT) bytes[t->type] += t->n_bytes;
-    }
-    int best = 0;
-    for (int i = 1; i < HX_TYPE_COUNT; i++) if (bytes[i] > bytes[best]) best = i;
-    return hx_type_name(best);
-}
-
-/* The llama.cpp file-type name of general.file_type ("q4_k_m"), else the
- * dominant weight type in lower case. */
-static void mix_name(const hx_model *m, char *out, size_t n) {
-    static const char *ft[] = {"f32", "f16", "q4_0", "q4_1", NULL, NULL, NULL, "q8_0", "q5_0", "q5_1", "q2_k",
-                               "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k"};
-    uint64_t v;
-    const char *s = NULL;
-    if (hx_gguf_get_u64(m->gguf, "general.file_type", &v)) {
-        if (v < sizeof ft / sizeof *ft) s = ft[v];
-        else if (v == 32) s = "bf16";
-    }
-    snprintf(out, n, "%s", s ? s : main_type(m));
-    for (char *c = out; *c; c++) if (*c >= 'A' && *c <= 'Z') *c = (char)(*c - 'A' + 'a');
-}
-
-/* Bytes of weights a decode step reads: every tensor but the token embedding
- * (a row lookup), which counts when it doubles as the output matrix. */
-static uint64_t decode_weight_bytes(const hx_model *m) {
-    uint64_t b = 0;
-    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
-        const hx_gguf_tensor *t = &m->gguf->tensors[i];
-        if (!m->cfg.tied_output && t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) continue;
-        b += t->n_bytes;
-    }
-    return b;
 }
 
 /* The CPU's model name from /proc/cpuinfo ("cpu" when unknown). */
@@ -131,160 +80,213 @@ static void cpu_name(char *out, size_t n) {
     fclose(f);
 }
 
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* One result row. */
+typedef struct row {
+    char test[32];
+    int batch;        /* 0: a plain pp/tg test */
+    double mean, sd;
+} row;
+
+/* pp: n tokens of sequence 0 from position 0 in one hx_decode; tokens/s. */
+static hx_status run_pp(hx_context *ctx, const int32_t *toks, int n, double *tps, hx_error *e) {
+    hx_batch b = hx_batch_init(n);
+    if (!b.capacity) return snprintf(e->msg, sizeof e->msg, "out of memory"), e->status = HX_ERR_NOMEM;
+    for (int i = 0; i < n; i++) hx_batch_add(&b, toks[i], i, 0, i == n - 1);
+    hx_seq_clear(ctx, 0);
+    double t0 = cli_now();
+    hx_status s = hx_decode(ctx, &b, e);
+    *tps = n / (cli_now() - t0);
+    hx_batch_free(&b);
+    return s;
+}
+
+/* tg: n greedy steps through hx_generate after the one-token prompt tok. */
+static hx_status run_tg(hx_context *ctx, int32_t tok, int n, double *tps, hx_error *e) {
+    hx_seq_clear(ctx, 0);
+    hx_generate_params gp = hx_generate_default_params();
+    gp.prompt_ids = &tok;
+    gp.n_prompt_ids = 1;
+    gp.max_tokens = n + 1; /* the first token comes from the prompt's logits; n decode steps follow */
+    gp.ignore_eog = true;
+    hx_generate_result r = {0};
+    hx_status s = hx_generate(ctx, &gp, &r, e);
+    *tps = r.metrics.decode_tok_per_s;
+    hx_generate_result_free(&r);
+    return s;
+}
+
+/* --batch: B sequences, BATCH_PROMPT prompt tokens each in one hx_decode, then
+ * BATCH_GEN steps of B tokens. pp/tg: aggregate tokens per second. */
+static hx_status run_batched(hx_context *ctx, int B, uint64_t *rng, double *pp, double *tg, hx_error *e) {
+    const hx_model *m = hx_context_model(ctx);
+    int V = hx_model_n_vocab(m);
+    hx_batch b = hx_batch_init(B * BATCH_PROMPT);
+    int32_t *next = malloc(sizeof(int32_t) * (size_t)B);
+    hx_status s = HX_OK;
+    if (!b.capacity || !next) {
+        snprintf(e->msg, sizeof e->msg, "out of memory");
+        s = e->status = HX_ERR_NOMEM;
+        goto done;
+    }
+    for (int q = 0; q < B; q++) {
+        hx_seq_clear(ctx, q);
+        for (int i = 0; i < BATCH_PROMPT; i++)
+            hx_batch_add(&b, (int32_t)(rng_next(rng) % (uint64_t)V), i, q, i == BATCH_PROMPT - 1);
+    }
+    double t0 = cli_now();
+    if ((s = hx_decode(ctx, &b, e))) goto done;
+    double t1 = cli_now();
+    *pp = (double)B * BATCH_PROMPT / (t1 - t0);
+    for (int q = 0; q < B; q++) next[q] = hx_argmax(hx_get_logits(ctx, (q + 1) * BATCH_PROMPT - 1), V);
+    for (int step = 0; step < BATCH_GEN; step++) {
+        hx_batch_clear(&b);
+        for (int q = 0; q < B; q++) hx_batch_add(&b, next[q], BATCH_PROMPT + step, q, true);
+        if ((s = hx_decode(ctx, &b, e))) goto done;
+        for (int q = 0; q < B; q++) next[q] = hx_argmax(hx_get_logits(ctx, q), V);
+    }
+    *tg = (double)B * BATCH_GEN / (cli_now() - t1);
+done:
+    free(next);
+    hx_batch_free(&b);
+    return s;
+}
+
+/* The model's name for the rows: the synth spec's preset, the preset of a
+ * file synth wrote ("helix synthetic P"), else the file's name. */
+static void model_label(const hx_model *m, const char *path, const char *synth, char *name, size_t n) {
+    if (synth) {
+        snprintf(name, n, "%.*s", (int)(strchr(synth, ':') - synth), synth);
+        return;
+    }
+    const char *gn = hx_model_name(m), *syn = "helix synthetic ";
+    if (gn && !strncmp(gn, syn, strlen(syn)) && gn[strlen(syn)]) {
+        snprintf(name, n, "%s", gn + strlen(syn));
+        return;
+    }
+    size_t plen = strlen(path);
+    while (plen > 1 && path[plen - 1] == '/') plen--;
+    const char *b = path + plen;
+    while (b > path && b[-1] != '/') b--;
+    size_t len = (size_t)(path + plen - b);
+    if (len > 5 && !strncmp(b + len - 5, ".gguf", 5)) len -= 5;
+    snprintf(name, n, "%.*s", (int)len, b);
+}
+
 int cmd_bench(int argc, char **argv) {
-    const char *path = NULL, *synth = NULL;
-    int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, kv = HX_TYPE_F16;
-    bool json = false, jsonl = false, gpu = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool more = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "-m") && more) path = argv[++i];
-        else if (!strcmp(a, "--synth") && more) synth = argv[++i];
-        else if (!strcmp(a, "-p") && more) n_prompt = atoi(argv[++i]);
-        else if (!strcmp(a, "-n") && more) n_gen = atoi(argv[++i]);
-        else if (!strcmp(a, "-r") && more) reps = atoi(argv[++i]);
-        else if (!strcmp(a, "-t") && more) threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--kv") && more) {
-            const char *k = argv[++i];
-            if (!strcmp(k, "f16")) kv = HX_TYPE_F16;
-            else if (!strcmp(k, "f32")) kv = HX_TYPE_F32;
-            else { fprintf(stderr, "helix-bg bench: --kv takes f16 or f32, not '%s'\n", k); return 2; }
-        }
-        else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--jsonl")) jsonl = true;
-        else if (!strcmp(a, "--device") && more) {
-            const char *d = argv[++i];
-            if (!strcmp(d, "cuda")) gpu = true;
-            else if (strcmp(d, "cpu")) { fprintf(stderr, "helix-bg bench: --device takes cpu or cuda, not '%s'\n", d); return 2; }
-        }
-        else { fprintf(stderr, "helix-bg bench: unknown or incomplete option '%s'\n", a); usage(stderr); return 2; }
-    }
-#ifndef HX_HAVE_CUDA
-    if (gpu) { fprintf(stderr, "helix-bg bench: this build has no CUDA backend (configure with nvcc on PATH)\n"); return 2; }
-#endif
-    if (!path == !synth) { fprintf(stderr, "helix-bg bench: give exactly one of -m FILE or --synth PRESET:MIX\n"); usage(stderr); return 2; }
-    if (n_prompt < 0 || n_gen < 0 || reps < 1 || reps > 1000 || threads < 0 || (n_prompt == 0 && n_gen == 0)) {
-        fprintf(stderr, "helix-bg bench: need -p >= 0, -n >= 0 (not both 0), 1 <= -r <= 1000, -t >= 0\n");
-        return 2;
-    }
+    const char *path = NULL, *synth = NULL, *batch_arg = NULL;
+    int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, kv = 0;
+    bool json = false, jsonl = false;
+    cli_device dev = {.device = 1, .ngl = -2};
+    static const char *const kv_names[] = {"f16", "f32", NULL};
+    const cli_opt opts[] = {
+        {CLI_STR, "-m|--model", &path, "FILE", "model: a .gguf file or a Hugging Face folder", 0, 0, NULL},
+        {CLI_STR, "--synth", &synth, "PRESET:MIX", "a random-weight model instead (helix-bg synth, temporary file)",
+         0, 0, NULL},
+        {CLI_INT, "-p|--n-prompt", &n_prompt, "N", "prompt tokens processed as one batch, 0 = skip", 0, 1 << 20, NULL},
+        {CLI_INT, "-n|--n-gen", &n_gen, "N", "tokens generated one at a time, 0 = skip", 0, 1 << 20, NULL},
+        {CLI_INT, "-r|--repetitions", &reps, "N", "repetitions of each test", 1, 1000, NULL},
+        {CLI_STR, "--batch", &batch_arg, "B1,B2,..", "instead of pp/tg: B sequences decoded together, 128 prompt + "
+         "128 generated tokens each (aggregate tokens/s)", 0, 0, NULL},
+        {CLI_INT, "-t|--threads", &threads, "N", "CPU threads, 0 = all", 0, 4096, NULL},
+        {CLI_CHOICE, "--kv", &kv, NULL, "KV cache type (f32: CPU only)", 0, 0, kv_names},
+        {CLI_CHOICE, "--device", &dev.device, NULL, "backend; auto takes CUDA when usable", 0, 0, cli_device_names},
+        {CLI_INT, "-ngl|--n-gpu-layers", &dev.ngl, "N", "0 = cpu, more = cuda (default: as --device)", 0, 1 << 20,
+         NULL},
+        {CLI_BOOL, "--json", &json, NULL, "one JSON object per test on stdout (with stddev, size, threads)", 0, 0, NULL},
+        {CLI_BOOL, "--jsonl", &jsonl, NULL, "one line per test for bench/results.jsonl: date, commit, device, engine, "
+         "model, mix, test, tokens_per_s", 0, 0, NULL},
+        {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
+    };
+    int pr = cli_parse(CMD, CMD " (-m FILE | --synth PRESET:MIX) [options]", NULL, opts, argc, argv);
+    if (pr) return pr == 1 ? 0 : 2;
+    if (!path == !synth) return cli_usage_error(CMD, "give exactly one of -m FILE and --synth PRESET:MIX");
+    if (n_prompt == 0 && n_gen == 0 && !batch_arg) return cli_usage_error(CMD, "-p and -n are both 0: nothing to run");
+    int32_t *batches = NULL;
+    int n_batches = 0;
+    if (batch_arg && !cli_parse_int_list(CMD, "--batch", batch_arg, 1, 4096, &batches, &n_batches)) return 2;
     char synth_path[512] = "";
     if (synth) {
-        if (make_synth(synth, synth_path, sizeof synth_path)) return 1;
+        if (make_synth(synth, synth_path, sizeof synth_path)) { free(batches); return 1; }
         path = synth_path;
     }
-    int rc = 1;
+    int rc = 1, n_rows = 0;
     hx_error e = {0};
-    hx_model *m = NULL;
-    hx_cpu_ctx *ctx = NULL;
-    float *logits = NULL;
+    hx_context *ctx = NULL;
     int32_t *toks = NULL;
-    double *pp = NULL, *tg = NULL;
-    void *gp = NULL; /* the CUDA context when --device cuda */
-#ifdef HX_HAVE_CUDA
-    hx_cuda_ctx *gctx = NULL;
-#endif
-    hx_gguf_open_opts oo = {.prefault = true};
-    if (hx_model_load(path, &oo, &m, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
-    int n_ctx = n_prompt + n_gen + 8;
-    hx_cpu_opts co = {.n_ctx = n_ctx, .kv_type = kv, .n_threads = threads};
-#ifdef HX_HAVE_CUDA
-    if (gpu) {
-        if (kv != HX_TYPE_F16) { fprintf(stderr, "helix-bg bench: the CUDA KV cache is f16\n"); goto done; }
-        hx_cuda_opts go = {.device = -1, .n_ctx = n_ctx};
-        if (hx_cuda_ctx_new(m, &go, &gctx, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
-        gp = gctx;
-    } else
-#endif
-    if (hx_cpu_ctx_new(m, &co, &ctx, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
-    int nv = m->cfg.n_vocab;
-    logits = malloc((size_t)nv * sizeof *logits);
-    toks = malloc((size_t)(n_prompt > 1 ? n_prompt : 1) * sizeof *toks);
-    pp = calloc((size_t)reps, sizeof *pp);
-    tg = calloc((size_t)reps, sizeof *tg);
-    if (!logits || !toks || !pp || !tg) { fprintf(stderr, "helix-bg bench: out of memory\n"); goto done; }
-    hx_rng rng;
-    hx_rng_seed(&rng, 1234);
-    for (int i = 0; i < (n_prompt > 1 ? n_prompt : 1); i++) toks[i] = (int32_t)(hx_rng_u64(&rng) % (uint64_t)nv);
-    /* warm-up: a short prefill (on the GPU the full one: first-call allocations and cuBLAS set-up) */
-    if (ctx) hx_cpu_truncate(ctx, 0);
-    int n_warm = gp && n_prompt > 0 ? n_prompt : n_prompt > 8 ? 8 : (n_prompt ? n_prompt : 1);
-    if (cli_forward(ctx, gp, toks, n_warm, 0, logits, false, &e) != HX_OK) {
-        fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done;
-    }
-#ifdef HX_HAVE_CUDA
-    if (gctx && n_gen > 0) { /* capture the decode graph outside the timing */
-        int32_t next;
-        if (hx_cuda_decode_greedy(gctx, toks[0], 0, &next, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
-    }
-#endif
-    for (int r = 0; r < reps; r++) {
-#ifdef HX_HAVE_CUDA
-        /* the greedy lookahead step of the last decode is still running: not part of what is timed next */
-        if (gctx && hx_cuda_finish(gctx, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
-#endif
+    double *v1 = calloc((size_t)reps, sizeof *v1), *v2 = calloc((size_t)reps, sizeof *v2);
+    row *rows = calloc((size_t)(2 + 2 * n_batches), sizeof *rows);
+    hx_model *m = cli_model_open(CMD, path, &dev, NULL);
+    if (!m) goto done;
+    if (!v1 || !v2 || !rows) { fprintf(stderr, "helix-bg " CMD ": out of memory\n"); goto done; }
+    bool gpu = hx_model_device(m) == HX_DEVICE_CUDA;
+    int V = hx_model_n_vocab(m);
+    uint64_t rng = 1234;
+    hx_context_params cp = hx_context_default_params();
+    cp.n_threads = threads;
+    cp.kv_f32 = kv == 1;
+    if (!batches) {
+        cp.n_ctx = n_prompt + n_gen + 8;
+        if (cp.n_batch < n_prompt) cp.n_batch = n_prompt;
+        toks = malloc(sizeof(int32_t) * (size_t)(n_prompt > 1 ? n_prompt : 1));
+        if (!toks) { fprintf(stderr, "helix-bg " CMD ": out of memory\n"); goto done; }
+        for (int i = 0; i < (n_prompt > 1 ? n_prompt : 1); i++) toks[i] = (int32_t)(rng_next(&rng) % (uint64_t)V);
+        if (!(ctx = cli_context_new(CMD, m, &cp, NULL))) goto done;
+        /* warm-up outside the timing: first-call allocations, cuBLAS set-up, the decode graph's capture */
+        double t;
+        int n_warm = gpu && n_prompt > 0 ? n_prompt : n_prompt > 8 ? 8 : n_prompt;
+        if (n_warm > 0 && run_pp(ctx, toks, n_warm, &t, &e)) goto fail;
+        if (n_gen > 0 && run_tg(ctx, toks[0], n_gen < 4 ? n_gen : 4, &t, &e)) goto fail;
+        for (int r = 0; r < reps; r++) {
+            if (n_prompt > 0 && run_pp(ctx, toks, n_prompt, &v1[r], &e)) goto fail;
+            if (n_gen > 0 && run_tg(ctx, toks[0], n_gen, &v2[r], &e)) goto fail;
+        }
         if (n_prompt > 0) {
-            if (ctx) hx_cpu_truncate(ctx, 0);
-            double t0 = hx_now_s();
-            if (cli_forward(ctx, gp, toks, n_prompt, 0, logits, false, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
-            pp[r] = n_prompt / (hx_now_s() - t0);
+            snprintf(rows[n_rows].test, sizeof rows[n_rows].test, "pp%d", n_prompt);
+            stats(v1, reps, &rows[n_rows].mean, &rows[n_rows].sd);
+            n_rows++;
         }
         if (n_gen > 0) {
-            if (ctx) hx_cpu_truncate(ctx, 0);
-            int32_t tok = toks[0];
-#ifdef HX_HAVE_CUDA
-            if (gctx && hx_cuda_finish(gctx, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
-#endif
-            double t0 = hx_now_s();
-            for (int i = 0; i < n_gen; i++) {
-#ifdef HX_HAVE_CUDA
-                if (gctx) {
-                    /* GPU: one graph launch + greedy argmax on the device + 8-byte copy back per token, the
-                     * next step launched before this one's token is back (the clock stops at the n-th token;
-                     * the lookahead step then running is waited for before the next timing) */
-                    int32_t next;
-                    if (hx_cuda_decode_greedy(gctx, tok, i, &next, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
-                    tok = next;
-                    continue;
-                }
-#endif
-                if (hx_cpu_forward(ctx, &tok, 1, i, logits, false, &e) != HX_OK) { fprintf(stderr, "helix-bg bench: %s\n", e.msg); goto done; }
-                tok = (int32_t)(hx_rng_u64(&rng) % (uint64_t)nv);
-            }
-            tg[r] = n_gen / (hx_now_s() - t0);
+            snprintf(rows[n_rows].test, sizeof rows[n_rows].test, "tg%d", n_gen);
+            stats(v2, reps, &rows[n_rows].mean, &rows[n_rows].sd);
+            n_rows++;
         }
     }
-    /* model and mix: the synth spec's two halves, else the file name and general.file_type */
-    char name[128], mix[32];
-    if (synth) {
-        const char *colon = strchr(synth, ':');
-        snprintf(name, sizeof name, "%.*s", (int)(colon - synth), synth);
-        snprintf(mix, sizeof mix, "%s", colon + 1);
-    } else {
-        /* a file written by synth names its preset; any other file is named by its file name */
-        hx_gguf_str gn;
-        const char *syn = "helix synthetic ";
-        const char *b = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-        size_t len = strlen(b);
-        if (len > 5 && !strcmp(b + len - 5, ".gguf")) len -= 5;
-        if (hx_gguf_get_str(m->gguf, "general.name", &gn) && gn.len > strlen(syn) && !memcmp(gn.ptr, syn, strlen(syn)))
-            snprintf(name, sizeof name, "%.*s", (int)(gn.len - strlen(syn)), gn.ptr + strlen(syn));
-        else
-            snprintf(name, sizeof name, "%.*s", (int)len, b);
-        mix_name(m, mix, sizeof mix);
+    for (int k = 0; k < n_batches; k++) {
+        int B = batches[k];
+        hx_context_free(ctx);
+        ctx = NULL;
+        cp.n_seq_max = B;
+        cp.n_ctx = B * (BATCH_PROMPT + BATCH_GEN + 8);
+        cp.n_batch = B * BATCH_PROMPT > 2048 ? B * BATCH_PROMPT : 2048;
+        if (!(ctx = cli_context_new(CMD, m, &cp, NULL))) goto done;
+        double p0, t0;
+        if (run_batched(ctx, B, &rng, &p0, &t0, &e)) goto fail; /* warm-up */
+        for (int r = 0; r < reps; r++)
+            if (run_batched(ctx, B, &rng, &v1[r], &v2[r], &e)) goto fail;
+        for (int j = 0; j < 2; j++) {
+            row *w = &rows[n_rows++];
+            snprintf(w->test, sizeof w->test, "%s%d-b%d", j ? "tg" : "pp", j ? BATCH_GEN : BATCH_PROMPT, B);
+            w->batch = B;
+            stats(j ? v2 : v1, reps, &w->mean, &w->sd);
+        }
     }
-    double size_mib = (double)m->gguf->file_size / (1024.0 * 1024);
-    int nt = threads > 0 ? threads : hx_cpu_count();
-    char device[300];
-    double copy_gbps = 0; /* the GPU's device-to-device copy bandwidth, the ceiling for tg */
-#ifdef HX_HAVE_CUDA
-    if (gctx) {
-        hx_cuda_device dev;
-        snprintf(device, sizeof device, "%s", hx_cuda_init(-1, &dev, &e) == HX_OK ? dev.name : "cuda");
-        if (n_gen > 0 && !jsonl && hx_cuda_copy_bandwidth((size_t)256 << 20, 10, &copy_gbps, &e) != HX_OK) copy_gbps = 0;
-    } else
-#endif
-    {
+
+    char name[128], device[300];
+    const char *mix = synth ? strchr(synth, ':') + 1 : hx_dev_model_mix(m);
+    model_label(m, path, synth, name, sizeof name);
+    int nt = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    double copy_gbps = 0; /* the GPU's device-to-device copy bandwidth: the ceiling for tg */
+    if (gpu) {
+        if (hx_dev_cuda_device_name(0, device, sizeof device, &e)) snprintf(device, sizeof device, "cuda");
+        if (!jsonl && !json && hx_dev_cuda_copy_bandwidth((size_t)256 << 20, 10, &copy_gbps, &e)) copy_gbps = 0;
+    } else {
         char cpu[256];
         cpu_name(cpu, sizeof cpu);
         snprintf(device, sizeof device, "%s (%d threads)", cpu, nt);
@@ -293,48 +295,51 @@ int cmd_bench(int argc, char **argv) {
     time_t now = time(NULL);
     struct tm tm;
     if (gmtime_r(&now, &tm)) strftime(date, sizeof date, "%Y-%m-%d", &tm);
-    double wgb = (double)decode_weight_bytes(m) / 1e9;
+    double wgb = (double)hx_dev_model_decode_bytes(m) / 1e9;
+    uint64_t size = hx_model_size_bytes(m);
     if (!json && !jsonl) {
-        printf("| %-20s | %-6s | %10s | %6s | %-6s | %20s | %8s | %18s |\n", "model", "mix", "size", "thr", "test", "t/s",
-               "ms/tok", copy_gbps > 0 ? "weights GB/s (copy)" : "weights GB/s");
+        printf("| %-20s | %-6s | %10s | %6s | %-11s | %20s | %8s | %18s |\n", "model", "mix", "size", "thr", "test",
+               "t/s", "ms/tok", copy_gbps > 0 ? "weights GB/s (copy)" : "weights GB/s");
         printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", "----------------------", "--------", "------------", "--------",
-               "--------", "----------------------", "----------", "--------------------");
+               "-------------", "----------------------", "----------", "--------------------");
     }
-    for (int k = 0; k < 2; k++) {
-        int n = k == 0 ? n_prompt : n_gen;
-        if (n == 0) continue;
-        double mean, sd;
-        stats(k == 0 ? pp : tg, reps, &mean, &sd);
-        char test[32];
-        snprintf(test, sizeof test, "%s%d", k == 0 ? "pp" : "tg", n);
+    for (int k = 0; k < n_rows; k++) {
+        const row *w = &rows[k];
         if (jsonl)
             printf("{\"date\": \"%s\", \"commit\": \"%s\", \"device\": \"%s\", \"engine\": \"helix\", "
                    "\"model\": \"%s\", \"mix\": \"%s\", \"test\": \"%s\", \"tokens_per_s\": %.2f}\n",
-                   date, HX_GIT_COMMIT, device, name, mix, test, mean);
+                   date, HX_GIT_COMMIT, device, name, mix, w->test, w->mean);
         else if (json)
             printf("{\"engine\": \"helix\", \"device\": \"%s\", \"model\": \"%s\", \"mix\": \"%s\", \"size_bytes\": %llu, "
-                   "\"threads\": %d, \"test\": \"%s\", \"reps\": %d, \"tokens_per_s\": %.3f, \"stddev\": %.3f, "
-                   "\"ms_per_token\": %.4f, \"commit\": \"%s\"}\n",
-                   device, name, mix, (unsigned long long)m->gguf->file_size, gpu ? 0 : nt, test, reps, mean, sd,
-                   1e3 / mean, HX_GIT_COMMIT);
+                   "\"threads\": %d, \"test\": \"%s\", \"batch\": %d, \"reps\": %d, \"tokens_per_s\": %.3f, "
+                   "\"stddev\": %.3f, \"ms_per_token\": %.4f, \"commit\": \"%s\"}\n",
+                   device, name, mix, (unsigned long long)size, gpu ? 0 : nt, w->test, w->batch ? w->batch : 1, reps,
+                   w->mean, w->sd, 1e3 / w->mean, HX_GIT_COMMIT);
         else {
+            /* weights read per second: one pass over them per decode step (B tokens in a batched step) */
             char bw[32] = "";
-            if (k == 1 && copy_gbps > 0) snprintf(bw, sizeof bw, "%.0f (%.0f%%)", wgb * mean, 100 * wgb * mean / copy_gbps);
-            else if (k == 1) snprintf(bw, sizeof bw, "%.1f", wgb * mean);
-            char thr[8];
+            bool decode = w->test[0] == 't';
+            double steps = w->mean / (w->batch ? w->batch : 1);
+            if (decode && copy_gbps > 0) snprintf(bw, sizeof bw, "%.0f (%.0f%%)", wgb * steps, 100 * wgb * steps / copy_gbps);
+            else if (decode) snprintf(bw, sizeof bw, "%.1f", wgb * steps);
+            char thr[16];
             snprintf(thr, sizeof thr, "%d", nt);
-            printf("| %-20s | %-6s | %6.1f MiB | %6s | %-6s | %9.2f ± %8.2f | %8.3f | %18s |\n", name, mix, size_mib,
-                   gpu ? "cuda" : thr, test, mean, sd, 1e3 / mean, bw);
+            printf("| %-20s | %-6s | %6.1f MiB | %6s | %-11s | %9.2f ± %8.2f | %8.3f | %18s |\n", name, mix,
+                   size / 1048576.0, gpu ? "cuda" : thr, w->test, w->mean, w->sd, 1e3 / w->mean, bw);
         }
     }
     if (!json && !jsonl) printf("commit %s, %s, %s\n", HX_GIT_COMMIT, device, date);
     rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "helix-bg " CMD ": %s\n", e.msg);
 done:
-    free(logits); free(toks); free(pp); free(tg);
-    hx_cpu_ctx_free(ctx);
-#ifdef HX_HAVE_CUDA
-    hx_cuda_ctx_free(gctx);
-#endif
+    free(toks);
+    free(v1);
+    free(v2);
+    free(rows);
+    free(batches);
+    hx_context_free(ctx);
     hx_model_free(m);
     if (synth_path[0]) unlink(synth_path);
     return rc;

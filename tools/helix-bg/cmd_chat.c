@@ -1,236 +1,209 @@
-/* cmd_chat.c — helix-bg chat -m FILE: interactive chat with the model's own
- * template. Each turn renders the whole conversation, tokenizes it, and runs
- * only the tokens after the longest prefix already in the KV cache, so history
- * is never recomputed. Reads user lines from stdin ("/reset" clears history,
- * "/quit" or EOF ends), streams the reply. --device auto|cpu|cuda (-ngl N) as
- * for generate: the forward pass runs on the GPU when one is usable; sampling
- * stays on the CPU (the logits of each step are copied back). */
+/* cmd_chat.c — helix-bg chat -m FILE: a conversation in the model's chat
+ * template, a client of helix.h.
+ *
+ * Every turn hands the whole conversation to hx_generate on sequence 0 of one
+ * context; hx_generate reuses the longest prefix already in the KV cache, so a
+ * turn runs only its new tokens. Input: one message per line; on a terminal
+ * with line editing and history (libedit, when the build found it). Ctrl-C
+ * while the model answers stops the reply and returns to the prompt, keeping
+ * what was said (the partial reply too); Ctrl-C at the prompt (libedit's
+ * readline returns no line on it, typed or not), Ctrl-D or /quit ends. /reset (after a
+ * confirmation on a terminal) forgets the conversation. */
 #include "cli.h"
-#include "backend/cpu/forward.h"
-#include "core/core.h"
-#include "model/model.h"
-#include "quant/quant.h"
-#include "run/sampler.h"
-#include "tok/chat.h"
-#include "tok/tok.h"
-#ifdef HX_HAVE_CUDA
-#include "backend/cuda/cuda.h"
-#endif
+#include "cli_sampling.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef HX_HAVE_LIBEDIT
+#include <editline/readline.h>
+#endif
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: helix-bg chat -m FILE.gguf [--system TEXT] [-n MAX_REPLY_TOKENS] [-c CTX] [-t N]\n"
-               "                     [--temp T --top-k K --top-p P --min-p P --repeat-penalty R --seed S]\n"
-               "                     [--device auto|cpu|cuda] [-ngl N]\n"
-               "  one user message per line on stdin; /reset clears the history, /quit ends.\n"
-               "  The template comes from tokenizer.chat_template (ChatML/Qwen, Llama 3, Gemma, Llama 2);\n"
-               "  an unrecognized one falls back to ChatML with a warning. Default sampling: temp 0.7,\n"
-               "  top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.1.\n");
-}
+#define CMD "chat"
 
-typedef struct history { hx_chat_msg *m; size_t n, cap; } history;
+typedef struct history {
+    hx_chat_message *m;
+    int n, cap;
+} history;
 
 static bool push(history *h, const char *role, const char *content) {
     if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 8;
-        hx_chat_msg *nm = realloc(h->m, cap * sizeof *nm);
+        int cap = h->cap ? h->cap * 2 : 8;
+        hx_chat_message *nm = realloc(h->m, (size_t)cap * sizeof *nm);
         if (!nm) return false;
         h->m = nm;
         h->cap = cap;
     }
     char *c = strdup(content);
     if (!c) return false;
-    h->m[h->n++] = (hx_chat_msg){role, c};
+    h->m[h->n++] = (hx_chat_message){role, c};
     return true;
 }
 
-static void clear(history *h, size_t keep) {
+static void truncate_history(history *h, int keep) {
     while (h->n > keep) free((char *)h->m[--h->n].content);
 }
 
+/* SIGINT: while the model answers it cancels the reply (hx_generate polls
+ * g_cancel); at the prompt it ends the session. */
+static volatile int g_cancel;
+static volatile sig_atomic_t g_at_prompt, g_quit;
+static void on_sigint(int sig) {
+    (void)sig;
+    if (g_at_prompt) g_quit = 1; /* readline / getline then return NULL: the session ends */
+    g_cancel = 1;
+}
+
+/* One line without its newline, malloc'ed; NULL at end of input or Ctrl-C. */
+static char *read_line(const char *prompt, bool edit) {
+    g_at_prompt = 1;
+    char *line = NULL;
+#ifdef HX_HAVE_LIBEDIT
+    if (edit) {
+        line = readline(prompt);
+        if (line && *line) add_history(line);
+        g_at_prompt = 0;
+        return g_quit ? (free(line), NULL) : line;
+    }
+#endif
+    if (edit) {
+        fputs(prompt, stdout);
+        fflush(stdout);
+    }
+    size_t cap = 0;
+    ssize_t len = getline(&line, &cap, stdin);
+    g_at_prompt = 0;
+    if (len < 0 || g_quit) { /* EOF, or Ctrl-C interrupted the read (no SA_RESTART) */
+        free(line);
+        if (edit) putchar('\n');
+        return NULL;
+    }
+    if (len > 0 && line[len - 1] == '\n') line[--len] = 0;
+    if (len > 0 && line[len - 1] == '\r') line[--len] = 0;
+    return line;
+}
+
+static bool on_text(const char *text, size_t len, void *user) {
+    (void)user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return true;
+}
+
 int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *system = NULL, *device = "auto";
+    const char *model = NULL, *system = NULL;
     int n_reply = 512, n_ctx = 4096, threads = 0;
+    cli_device dev = {.ngl = -2};
     hx_sampler_params sp = hx_sampler_defaults();
     sp.temp = 0.7f;
     sp.repeat_penalty = 1.1f;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "-m") && has) model = argv[++i];
-        else if (!strcmp(a, "--system") && has) system = argv[++i];
-        else if (!strcmp(a, "-n") && has) n_reply = atoi(argv[++i]);
-        else if (!strcmp(a, "-c") && has) n_ctx = atoi(argv[++i]);
-        else if (!strcmp(a, "-t") && has) threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--temp") && has) sp.temp = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--top-k") && has) sp.top_k = atoi(argv[++i]);
-        else if (!strcmp(a, "--top-p") && has) sp.top_p = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--min-p") && has) sp.min_p = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--repeat-penalty") && has) sp.repeat_penalty = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--seed") && has) sp.seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--device") && has) device = argv[++i];
-        else if (!strcmp(a, "-ngl") && has) device = atoi(argv[++i]) > 0 ? "cuda" : "cpu";
-        else { fprintf(stderr, "helix-bg chat: bad or incomplete option '%s'\n", a); usage(stderr); return 2; }
-    }
-    if (!model || n_reply < 1 || n_ctx < 64 || threads < 0 || sp.temp < 0) { usage(stderr); return 2; }
-    if (strcmp(device, "auto") && strcmp(device, "cpu") && strcmp(device, "cuda")) {
-        fprintf(stderr, "helix-bg chat: --device takes auto, cpu or cuda, not '%s'\n", device);
-        return 2;
-    }
-    hx_error e = {0};
-    hx_model *m = NULL;
-    hx_tok *tok = NULL;
-    hx_cpu_ctx *c = NULL;
-    void *gc = NULL; /* hx_cuda_ctx when running on the GPU */
-    hx_sampler *smp = NULL;
-    float *logits = NULL;
-    int32_t *cache_ids = NULL; /* the tokens in the KV cache, in order */
-    int n_cached = 0, rc = 1;
+    const cli_opt opts[] = {
+        {CLI_STR, "-m|--model", &model, "FILE", "model: a .gguf file or a Hugging Face folder", 0, 0, NULL},
+        {CLI_STR, "--system", &system, "TEXT", "system message at the start of the conversation", 0, 0, NULL},
+        {CLI_INT, "-n|--n-predict", &n_reply, "N", "most tokens per reply, -1 = until end of turn or context", -1,
+         1 << 30, NULL},
+        {CLI_INT, "-c|--ctx-size", &n_ctx, "N", "context positions (at most the model's)", 64, 1 << 24, NULL},
+        {CLI_INT, "-t|--threads", &threads, "N", "CPU threads, 0 = all", 0, 4096, NULL},
+        {CLI_CHOICE, "--device", &dev.device, NULL, "where to run; cuda fails instead of falling back", 0, 0,
+         cli_device_names},
+        {CLI_INT, "-ngl|--n-gpu-layers", &dev.ngl, "N", "0 = cpu, more = cuda (default: as --device)", 0, 1 << 20,
+         NULL},
+        CLI_SAMPLING_OPTS(sp),
+        {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
+    };
+    int pr = cli_parse(CMD, CMD " -m FILE [options]",
+                       "One message per line. Ctrl-C stops a reply (the conversation is kept); Ctrl-C at the\n"
+                       "prompt, Ctrl-D or /quit ends; /reset forgets the conversation. The template comes from\n"
+                       "the model (ChatML, Llama 3, Gemma, Llama 2), or from its architecture when it has none.\n",
+                       opts, argc, argv);
+    if (pr) return pr == 1 ? 0 : 2;
+    if (!model) return cli_usage_error(CMD, "-m FILE is required (see helix-bg " CMD " --help)");
+
+    hx_model *m = cli_model_open(CMD, model, &dev, NULL);
+    if (!m) return 1;
+    int rc = 1;
+    hx_context *ctx = NULL;
     history h = {0};
-    char *line = NULL;
-    size_t lcap = 0;
-    hx_gguf_open_opts go = {.prefault = true};
-    if (hx_model_load(model, &go, &m, &e) || hx_tok_load_gguf(model, &tok, &e)) {
-        fprintf(stderr, "helix-bg chat: %s\n", e.msg);
+    hx_error e = {0};
+    int train = hx_model_n_ctx_train(m);
+    hx_context_params cp = hx_context_default_params();
+    cp.n_ctx = train > 0 && n_ctx > train ? train : n_ctx;
+    cp.n_threads = threads;
+    if (!(ctx = cli_context_new(CMD, m, &cp, NULL))) goto done;
+    if (system && !push(&h, "system", system)) {
+        fprintf(stderr, "helix-bg " CMD ": out of memory\n");
         goto done;
     }
-    if (n_ctx > m->cfg.n_ctx_train) n_ctx = m->cfg.n_ctx_train;
-#ifdef HX_HAVE_CUDA
-    if (strcmp(device, "cpu")) {
-        hx_cuda_opts gopt = {.device = -1, .n_ctx = n_ctx};
-        hx_cuda_ctx *g = NULL;
-        if (hx_cuda_ctx_new(m, &gopt, &g, &e) != HX_OK) {
-            if (!strcmp(device, "cuda")) { fprintf(stderr, "helix-bg chat: --device cuda: %s\n", e.msg); goto done; }
-            fprintf(stderr, "helix-bg chat: running on the CPU (%s)\n", e.msg);
-        }
-        gc = g;
-    }
-#else
-    if (!strcmp(device, "cuda")) {
-        fprintf(stderr, "helix-bg chat: --device cuda: this build has no CUDA backend (nvcc was not found at configure time)\n");
-        goto done;
-    }
-#endif
-    hx_cpu_opts co = {.n_ctx = n_ctx, .kv_type = HX_TYPE_F16, .n_threads = threads, .ggml_compat = true};
-    if (!gc && hx_cpu_ctx_new(m, &co, &c, &e)) { fprintf(stderr, "helix-bg chat: %s\n", e.msg); goto done; }
-    hx_gguf_str tmpl = {0};
-    char *tmpl_c = NULL;
-    if (hx_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl)) tmpl_c = strndup(tmpl.ptr, (size_t)tmpl.len);
-    hx_chat_kind kind = hx_chat_detect(tmpl_c);
-    free(tmpl_c);
-    if (kind == HX_CHAT_UNKNOWN) {
-        fprintf(stderr, "helix-bg chat: %s chat template not recognized; using ChatML\n", tmpl.ptr ? "the model's" : "no");
-        kind = HX_CHAT_CHATML;
-    }
-    smp = hx_sampler_new(&sp, m->cfg.n_vocab);
-    logits = malloc(sizeof(float) * (size_t)m->cfg.n_vocab);
-    cache_ids = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    if (!smp || !logits || !cache_ids || (system && !push(&h, "system", system))) {
-        fprintf(stderr, "helix-bg chat: out of memory\n");
-        goto done;
-    }
-    size_t base = h.n;
-    bool tty = isatty(0);
-    fprintf(stderr, "helix-bg chat: %s, template %s, context %d, %s; /reset, /quit\n", m->cfg.name[0] ? m->cfg.name : model,
-            hx_chat_name(kind), n_ctx, gc ? "cuda" : "cpu");
+    int base = h.n;
+    const char *name = hx_model_name(m);
+    if (!hx_model_chat_template(m))
+        fprintf(stderr, "helix-bg " CMD ": the model carries no chat template; using %s (from its architecture %s)\n",
+                hx_chat_template_name(m), hx_model_arch(m));
+    fprintf(stderr, "helix-bg " CMD ": %s, template %s, context %d, %s; /reset, /quit\n", name && *name ? name : model,
+            hx_chat_template_name(m), hx_context_n_ctx_seq(ctx), hx_model_device(m) == HX_DEVICE_CUDA ? "cuda" : "cpu");
+
+    bool tty = isatty(0) && isatty(1);
+    struct sigaction sa = {0}, old;
+    sa.sa_handler = on_sigint; /* no SA_RESTART: Ctrl-C interrupts a plain read at the prompt */
+    sigaction(SIGINT, &sa, &old);
     rc = 0;
-    for (;;) {
-        if (tty) { fputs("> ", stdout); fflush(stdout); }
-        ssize_t len = getline(&line, &lcap, stdin);
-        if (len < 0) break;
-        if (len > 0 && line[len - 1] == '\n') line[--len] = 0;
-        if (!strcmp(line, "/quit")) break;
-        if (!strcmp(line, "/reset")) { clear(&h, base); continue; }
-        if (!len) continue;
-        if (!push(&h, "user", line)) { fprintf(stderr, "helix-bg chat: out of memory\n"); rc = 1; break; }
-        char *prompt = NULL;
-        int32_t *ids = NULL;
-        size_t n_ids = 0;
-        if (hx_chat_format(kind, h.m, h.n, true, &prompt, &e) ||
-            hx_tok_encode(tok, prompt, strlen(prompt), true, true, &ids, &n_ids, &e)) {
-            fprintf(stderr, "helix-bg chat: %s\n", e.msg);
-            free(prompt); rc = 1; break;
-        }
-        free(prompt);
-        if ((int)n_ids + n_reply > n_ctx) {
-            fprintf(stderr, "helix-bg chat: the conversation (%zu tokens) plus a reply no longer fits the context of %d; "
-                            "/reset or raise -c\n", n_ids, n_ctx);
-            free(ids);
-            clear(&h, h.n - 1);
+    for (char *line; (line = read_line("> ", tty));) {
+        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) { free(line); break; }
+        if (!strcmp(line, "/reset")) {
+            free(line);
+            char *yes = tty ? read_line("forget the conversation? [y/N] ", true) : NULL;
+            if (!tty || (yes && (!strcmp(yes, "y") || !strcmp(yes, "yes")))) {
+                truncate_history(&h, base);
+                hx_seq_clear(ctx, 0);
+                fprintf(stderr, "[conversation cleared]\n");
+            }
+            free(yes);
+            if (g_quit) break;
             continue;
         }
-        /* reuse the longest cached prefix; run only the rest */
-        int keep = 0;
-        while (keep < n_cached && keep < (int)n_ids - 1 && cache_ids[keep] == ids[keep]) keep++;
-        keep = cli_truncate(c, gc, keep); /* 0 when a sliding-window ring lost the window before keep */
-        double t0 = hx_now_s();
-        if (cli_forward(c, gc, ids + keep, (int)n_ids - keep, keep, logits, false, &e)) {
-            fprintf(stderr, "helix-bg chat: %s\n", e.msg);
-            free(ids); rc = 1; break;
+        if (!*line) { free(line); continue; }
+        bool ok = push(&h, "user", line);
+        free(line);
+        if (!ok) { fprintf(stderr, "helix-bg " CMD ": out of memory\n"); rc = 1; break; }
+
+        hx_generate_params gp = hx_generate_default_params();
+        gp.messages = h.m;
+        gp.n_messages = h.n;
+        gp.max_tokens = n_reply;
+        gp.sampling = sp;
+        gp.on_text = on_text;
+        gp.cancel = &g_cancel;
+        g_cancel = 0;
+        hx_generate_result res = {0};
+        if (hx_generate(ctx, &gp, &res, &e)) {
+            fprintf(stderr, "helix-bg " CMD ": %s\n", e.msg);
+            truncate_history(&h, h.n - 1); /* the message was not answered: forget it */
+            if (e.status == HX_ERR_RANGE) {
+                fprintf(stderr, "helix-bg " CMD ": /reset or raise -c\n");
+                continue;
+            }
+            rc = 1;
+            break;
         }
-        memcpy(cache_ids, ids, n_ids * sizeof *ids);
-        n_cached = (int)n_ids;
-        double t_prompt = hx_now_s() - t0;
-        hx_sampler_reset(smp);
-        for (size_t i = 0; i < n_ids; i++) hx_sampler_accept(smp, ids[i]);
-        free(ids);
-        /* generate the reply */
-        size_t rcap = 4096, rlen = 0;
-        char *reply = malloc(rcap);
-        hx_tok_stream ts = {0};
-        int n_gen = 0;
-        t0 = hx_now_s();
-        /* the first token from the prompt's logits; each later one from a decode
-         * step (cli_decode_next: on the GPU only the token comes back) */
-        int V = m->cfg.n_vocab;
-        bool greedy = sp.temp <= 0 && !hx_sampler_penalizes(&sp);
-        int32_t t = greedy ? hx_argmax(logits, V) : hx_sampler_sample(smp, logits);
-        while (reply && n_gen < n_reply) {
-            if (hx_tok_is_eog(tok, t)) break;
-            hx_sampler_accept(smp, t);
-            char piece[256];
-            size_t k = hx_tok_stream_push(tok, &ts, t, piece, sizeof piece);
-            if (k > sizeof piece) k = sizeof piece;
-            fwrite(piece, 1, k, stdout);
-            fflush(stdout);
-            if (rlen + k + 1 > rcap) { char *nr = realloc(reply, rcap *= 2); if (!nr) break; reply = nr; }
-            memcpy(reply + rlen, piece, k);
-            rlen += k;
-            n_gen++;
-            int32_t next = t;
-            hx_status st = n_gen < n_reply ? cli_decode_next(c, gc, smp, greedy, false, t, n_cached, logits, V, &next, &e)
-                                           : cli_forward(c, gc, &t, 1, n_cached, logits, false, &e); /* last: into the cache only */
-            if (st) { fprintf(stderr, "\nhelix-bg chat: %s\n", e.msg); break; }
-            cache_ids[n_cached++] = t;
-            t = next;
-        }
-        double t_gen = hx_now_s() - t0;
         putchar('\n');
-        fprintf(stderr, "[prompt %d new of %d tokens, %.1f tok/s | reply %d tokens, %.1f tok/s]\n", (int)n_ids - keep,
-                (int)n_ids, t_prompt > 0 ? ((int)n_ids - keep) / t_prompt : 0.0, n_gen, t_gen > 0 ? n_gen / t_gen : 0.0);
-        if (reply) {
-            reply[rlen] = 0;
-            push(&h, "assistant", reply);
-            free(reply);
-        }
+        fflush(stdout);
+        const hx_metrics *mt = &res.metrics;
+        fprintf(stderr, "[prompt %d new of %d tokens, %.1f tok/s | reply %d tokens, %.1f tok/s%s]\n", mt->prompt_tokens,
+                res.n_prompt_ids, mt->prefill_tok_per_s, mt->gen_tokens, mt->decode_tok_per_s,
+                res.stop == HX_STOP_CANCELLED ? " | stopped"
+                : res.stop == HX_STOP_CONTEXT ? " | context full: /reset or raise -c" : "");
+        ok = push(&h, "assistant", res.text ? res.text : "");
+        hx_generate_result_free(&res);
+        if (!ok) { fprintf(stderr, "helix-bg " CMD ": out of memory\n"); rc = 1; break; }
     }
+    sigaction(SIGINT, &old, NULL);
 done:
-    clear(&h, 0);
+    truncate_history(&h, 0);
     free(h.m);
-    free(line);
-    free(cache_ids);
-    free(logits);
-    hx_sampler_free(smp);
-    hx_cpu_ctx_free(c);
-#ifdef HX_HAVE_CUDA
-    hx_cuda_ctx_free(gc);
-#endif
-    hx_tok_free(tok);
+    hx_context_free(ctx);
     hx_model_free(m);
     return rc;
 }

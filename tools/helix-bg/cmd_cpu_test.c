@@ -12,19 +12,38 @@
  *    1024x3072), over as many layers as make >= 192 MiB of weights (max 28) so
  *    the working set is far beyond the LLC, plus the 151936x1024 output
  *    matrix. Reported as GB/s of weight bytes and % of the read bandwidth.
- * 3. Matmul (batch 64 and 512) GFLOP/s on one layer's matrices.
- * --json: one JSON object per matvec result on stdout (bench/cpu-results.jsonl).
+ *    Every ISA level from AVX2 up to the best this CPU has is measured (each
+ *    level's kernels via hx_dev_isa_set), and a level whose layers GB/s is more
+ *    than 5% below a lower level's is flagged "SLOWER than <level>": a higher
+ *    level must never lose to a lower one on decode-shaped matvecs. A report
+ *    for the log and bench/RESULTS.md, not a pass/fail test: the machine may
+ *    be shared (see 1.), so a flag is rerun before it is believed.
+ * 3. Matmul (batch 64 and 512) GFLOP/s on one layer's matrices, at the best level.
+ * --json: one JSON object per (type, level) matvec result on stdout
+ * (bench/cpu-results.jsonl); "slower_than" names the flagged lower level.
  * --type T (repeatable): only these weight types.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/matmul.h"
 #include "cli.h"
-#include "core/core.h"
-#include "core/pool.h"
-#include "quant/quant.h"
+#include "helix_dev.h"
+
+/* N(0, 1) samples for the inputs (splitmix64 + Box-Muller): contents only need
+ * to be realistic, not to match any other generator. */
+typedef struct rng { uint64_t s; } rng;
+static double rng_uniform(rng *r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return ((z ^ (z >> 31)) >> 11) * (1.0 / 9007199254740992.0);
+}
+static float rng_normal(rng *r) {
+    double u = rng_uniform(r), v = rng_uniform(r);
+    return (float)(sqrt(-2.0 * log(u > 0 ? u : 1e-300)) * cos(6.283185307179586 * v));
+}
 
 /* ---- bandwidth ---- */
 typedef struct bw_job {
@@ -62,9 +81,9 @@ static double bw_best(bw_run *r, int reps) {
     double best = 1e30;
     for (int k = 0; k < reps; k++) {
         r->job->first = (k * r->win) % r->units;
-        double t0 = hx_now_s();
+        double t0 = cli_now();
         hx_pool_run(r->pool, r->win, r->copy ? bw_copy_task : bw_read_task, r->job);
-        double dt = hx_now_s() - t0;
+        double dt = cli_now() - t0;
         if (dt < best) best = dt;
     }
     return best;
@@ -78,46 +97,45 @@ static const int64_t shapes[N_MATS][2] = { /* rows, cols */
 
 /* Fill buf (n_rows rows of `type`, row length cols) by quantizing 64 random
  * rows once and tiling them: realistic block contents, fast set-up. */
-static void fill_rows(int type, uint8_t *buf, int64_t n_rows, int64_t cols, hx_rng *rng) {
+static void fill_rows(int type, uint8_t *buf, int64_t n_rows, int64_t cols, rng *rng) {
     size_t rb = hx_row_size(type, cols);
     float *tmp = malloc(sizeof(float) * cols);
     int64_t seed_rows = n_rows < 64 ? n_rows : 64;
     for (int64_t r = 0; r < seed_rows; r++) {
-        for (int64_t i = 0; i < cols; i++) tmp[i] = hx_rng_normal(rng) * 0.02f;
+        for (int64_t i = 0; i < cols; i++) tmp[i] = rng_normal(rng) * 0.02f;
         hx_quantize_row(type, tmp, buf + r * rb, cols);
     }
     for (int64_t r = seed_rows; r < n_rows; r++) memcpy(buf + r * rb, buf + (r % seed_rows) * rb, rb);
     free(tmp);
 }
 
-static const int bench_types[] = { HX_TYPE_F32, HX_TYPE_F16, HX_TYPE_BF16, HX_TYPE_Q8_0, HX_TYPE_Q4_0,
-    HX_TYPE_Q4_1, HX_TYPE_Q5_0, HX_TYPE_Q5_1, HX_TYPE_Q2_K, HX_TYPE_Q3_K, HX_TYPE_Q4_K,
-    HX_TYPE_Q5_K, HX_TYPE_Q6_K };
+static const char *const bench_types[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K",
+                                          "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
 
 int cmd_cpu_test(int argc, char **argv) {
     int n_threads = 0;
     bool quick = false, json = false;
     int only[16], n_only = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-t") && i + 1 < argc) n_threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_only < 16) {
-            if ((only[n_only++] = hx_type_from_name(argv[++i])) < 0) {
-                fprintf(stderr, "cpu-test: unknown type '%s'\n", argv[i]);
-                return 2;
-            }
-        }
-        else if (!strcmp(argv[i], "--quick")) quick = true;
-        else if (!strcmp(argv[i], "--json")) json = true;
-        else {
-            fprintf(stderr, "usage: helix-bg cpu-test [-t N] [--quick] [--json] [--type T]...\n");
-            return 2;
-        }
-    }
+    cli_strs types = {0};
+    const cli_opt opts[] = {
+        {CLI_INT, "-t|--threads", &n_threads, "N", "threads, 0 = all", 0, 4096, NULL},
+        {CLI_BOOL, "--quick", &quick, NULL, "smaller buffers and fewer layers (a smoke test)", 0, 0, NULL},
+        {CLI_BOOL, "--json", &json, NULL, "one JSON object per matvec result on stdout", 0, 0, NULL},
+        {CLI_STRS, "--type", &types, "T", "only this weight type (repeatable; default: all)", 0, 0, NULL},
+        {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
+    };
+    int pr = cli_parse("cpu-test", "cpu-test [options]",
+                       "Memory bandwidth, then matvec and matmul throughput per weight type at qwen3-0.6b's shapes.\n",
+                       opts, argc, argv);
+    if (pr) return pr == 1 ? 0 : 2;
+    for (int i = 0; i < types.n; i++)
+        if ((only[n_only++] = hx_type_from_name(types.v[i])) < 0)
+            return cli_usage_error("cpu-test", "--type: unknown type '%s'", types.v[i]);
     hx_pool *pool = hx_pool_create(n_threads);
     if (!pool) { fprintf(stderr, "cpu-test: cannot create thread pool\n"); return 1; }
     int nth = hx_pool_threads(pool);
     FILE *out = json ? stderr : stdout;
-    fprintf(out, "cpu-test: %d threads, ISA %s\n", nth, hx_isa_name(hx_isa_current()));
+    fprintf(out, "cpu-test: %d threads, ISA %s\n", nth, hx_dev_cpu_isa());
 
     /* 1. bandwidth */
     size_t bw_bytes = (size_t)(quick ? 64 : 256) << 20;
@@ -139,16 +157,18 @@ int cmd_cpu_test(int argc, char **argv) {
     free(src);
 
     /* 2. matvec */
-    hx_rng rng;
-    hx_rng_seed(&rng, 42);
+    rng rng = {42};
     float *x = malloc(sizeof(float) * 3072 * 512), *y = malloc(sizeof(float) * 151936 * 64);
     if (!x || !y) { fprintf(stderr, "cpu-test: out of memory\n"); return 1; }
-    for (int i = 0; i < 3072 * 512; i++) x[i] = hx_rng_normal(&rng);
+    for (int i = 0; i < 3072 * 512; i++) x[i] = rng_normal(&rng);
     fprintf(out, "\nmatvec, qwen3-0.6b shapes (GB/s of weight bytes, %% of read bandwidth; best layer / best call)\n");
-    fprintf(out, "%-6s %7s %10s %6s %12s %6s %12s %12s\n", "type", "layers", "layers GB/s", "%bw",
+    /* levels: AVX2 up to the current one (HX_ISA may lower it); the last row of a type is the current level's */
+    const int lv_hi = hx_dev_isa_level(), lv_avx2 = hx_dev_isa_avx2_level(), lv_lo = lv_hi >= lv_avx2 ? lv_avx2 : lv_hi;
+    int n_slower = 0;
+    fprintf(out, "%-6s %-10s %7s %10s %6s %12s %6s %12s %12s\n", "type", "level", "layers", "layers GB/s", "%bw",
             "output GB/s", "%bw", "mm64 GFLOP/s", "mm512 GFLOP/s");
     for (size_t ti = 0; ti < sizeof bench_types / sizeof bench_types[0]; ti++) {
-        int type = bench_types[ti];
+        int type = hx_type_from_name(bench_types[ti]);
         bool want = n_only == 0;
         for (int k = 0; k < n_only; k++) want |= only[k] == type;
         if (!want) continue;
@@ -164,70 +184,95 @@ int cmd_cpu_test(int argc, char **argv) {
         size_t out_row = hx_row_size(type, 1024);
         uint8_t *wo = malloc(out_row * 151936);
         if (!wl || !wo) { fprintf(stderr, "cpu-test: out of memory\n"); return 1; }
-        hx_tensor mats[28][N_MATS];
+        hx_dev_matrix mats[28][N_MATS];
         size_t off = 0;
         for (int l = 0; l < n_layers; l++)
             for (int m = 0; m < N_MATS; m++) {
                 fill_rows(type, wl + off, shapes[m][0], shapes[m][1], &rng);
-                mats[l][m] = (hx_tensor){ "w", type, { shapes[m][1], shapes[m][0], 1, 1 }, wl + off };
+                mats[l][m] = (hx_dev_matrix){type, shapes[m][0], shapes[m][1], wl + off};
                 off += mat_bytes[m];
             }
         fill_rows(type, wo, 151936, 1024, &rng);
-        hx_tensor wout = { "output", type, { 1024, 151936, 1, 1 }, wo };
+        hx_dev_matrix wout = {type, 151936, 1024, wo};
         hx_error e = {0};
         int reps = quick ? 3 : 8;
-        double best = 1e30; /* best single layer */
-        for (int r = 0; r < reps; r++) {
-            /* as a decode step runs them: q/k/v and gate/up grouped */
-            for (int l = 0; l < n_layers; l++) {
-                double t0 = hx_now_s();
-                const hx_tensor *qkv[3] = { &mats[l][0], &mats[l][1], &mats[l][2] };
-                const hx_tensor *gu[2] = { &mats[l][4], &mats[l][5] };
-                float *yq[3] = { y, y + 2048, y + 3072 }, *yg[2] = { y, y + 3072 };
-                hx_matmul_multi(pool, 3, qkv, x, 1, yq, 0, &e);
-                hx_matvec(pool, &mats[l][3], x, y, &e);
-                hx_matmul_multi(pool, 2, gu, x, 1, yg, 0, &e);
-                hx_matvec(pool, &mats[l][6], x, y, &e);
-                double dt = hx_now_s() - t0;
-                if (dt < best) best = dt;
+        double lv_gbps[8] = {0}, gbps = 0, gbps_o = 0;
+        for (int lv = lv_lo; lv <= lv_hi; lv++) {
+            hx_dev_isa_set(lv);
+            double best = 1e30; /* best single layer */
+            for (int r = 0; r < reps; r++) {
+                /* as a decode step runs them: q/k/v and gate/up grouped */
+                for (int l = 0; l < n_layers; l++) {
+                    double t0 = cli_now();
+                    const hx_dev_matrix *qkv[3] = { &mats[l][0], &mats[l][1], &mats[l][2] };
+                    const hx_dev_matrix *gu[2] = { &mats[l][4], &mats[l][5] };
+                    float *yq[3] = { y, y + 2048, y + 3072 }, *yg[2] = { y, y + 3072 };
+                    hx_dev_matmul_multi(pool, 3, qkv, x, 1, yq, &e);
+                    hx_dev_matvec(pool, &mats[l][3], x, y, &e);
+                    hx_dev_matmul_multi(pool, 2, gu, x, 1, yg, &e);
+                    hx_dev_matvec(pool, &mats[l][6], x, y, &e);
+                    double dt = cli_now() - t0;
+                    if (dt < best) best = dt;
+                }
             }
+            gbps = lv_gbps[lv] = layer_bytes / best / 1e9;
+            double best_o = 1e30;
+            for (int r = 0; r < reps; r++) {
+                double t0 = cli_now();
+                hx_dev_matvec(pool, &wout, x, y, &e);
+                double dt = cli_now() - t0;
+                if (dt < best_o) best_o = dt;
+            }
+            gbps_o = out_row * 151936.0 / best_o / 1e9;
+            int slower = -1; /* the lowest level measured faster by more than 5% */
+            for (int k = lv_lo; k < lv && slower < 0; k++)
+                if (gbps < 0.95 * lv_gbps[k]) slower = k;
+            if (lv < lv_hi || lv_lo < lv_hi) {
+                fprintf(out, "%-6s %-10s %7d %10.1f %5.0f%% %12.1f %5.0f%%%s%s\n", hx_type_name(type),
+                        hx_dev_isa_level_name(lv), n_layers, gbps, 100 * gbps / read_gbps, gbps_o,
+                        100 * gbps_o / read_gbps, slower >= 0 ? "  SLOWER than " : "",
+                        slower >= 0 ? hx_dev_isa_level_name(slower) : "");
+                n_slower += slower >= 0;
+            }
+            if (json)
+                printf("{\"test\": \"matvec\", \"mix\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"gbps\": %.2f, "
+                       "\"pct_of_bw\": %.1f, \"output_gbps\": %.2f, \"output_pct_of_bw\": %.1f, "
+                       "\"read_bw_gbps\": %.2f, \"slower_than\": \"%s\"}\n",
+                       hx_type_name(type), nth, hx_dev_isa_level_name(lv), gbps, 100 * gbps / read_gbps, gbps_o,
+                       100 * gbps_o / read_gbps, read_gbps, slower >= 0 ? hx_dev_isa_level_name(slower) : "");
         }
-        double gbps = layer_bytes / best / 1e9;
-        double best_o = 1e30;
-        for (int r = 0; r < reps; r++) {
-            double t0 = hx_now_s();
-            hx_matvec(pool, &wout, x, y, &e);
-            double dt = hx_now_s() - t0;
-            if (dt < best_o) best_o = dt;
-        }
-        double gbps_o = out_row * 151936.0 / best_o / 1e9;
         /* 3. matmul on layer 0 */
         double gf[2];
         int batches[2] = { 64, 512 };
         for (int b = 0; b < 2; b++) {
             int n = batches[b];
             if (quick && n > 64) { gf[b] = 0; continue; }
-            double flops = 0, t0 = hx_now_s();
+            double flops = 0, t0 = cli_now();
             for (int m = 0; m < N_MATS; m++) {
                 float *Y = malloc(sizeof(float) * shapes[m][0] * n);
-                hx_matmul(pool, &mats[0][m], x, n, Y, &e);
+                hx_dev_matmul(pool, &mats[0][m], x, n, Y, &e);
                 flops += 2.0 * shapes[m][0] * shapes[m][1] * n;
                 free(Y);
             }
-            gf[b] = flops / (hx_now_s() - t0) / 1e9;
+            gf[b] = flops / (cli_now() - t0) / 1e9;
         }
-        fprintf(out, "%-6s %7d %10.1f %5.0f%% %12.1f %5.0f%% %12.1f %12.1f\n", hx_type_name(type), n_layers,
-                gbps, 100 * gbps / read_gbps, gbps_o, 100 * gbps_o / read_gbps, gf[0], gf[1]);
+        fprintf(out, "%-6s %-10s %7d %10.1f %5.0f%% %12.1f %5.0f%% %12.1f %12.1f\n", hx_type_name(type),
+                hx_dev_cpu_isa(), n_layers, gbps, 100 * gbps / read_gbps, gbps_o, 100 * gbps_o / read_gbps, gf[0],
+                gf[1]);
         fflush(out);
         if (json)
-            printf("{\"test\": \"matvec\", \"mix\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"gbps\": %.2f, "
-                   "\"pct_of_bw\": %.1f, \"output_gbps\": %.2f, \"output_pct_of_bw\": %.1f, "
-                   "\"read_bw_gbps\": %.2f, \"mm64_gflops\": %.1f, \"mm512_gflops\": %.1f}\n",
-                   hx_type_name(type), nth, hx_isa_name(hx_isa_current()), gbps, 100 * gbps / read_gbps,
-                   gbps_o, 100 * gbps_o / read_gbps, read_gbps, gf[0], gf[1]);
+            printf("{\"test\": \"matmul\", \"mix\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
+                   "\"mm64_gflops\": %.1f, \"mm512_gflops\": %.1f}\n",
+                   hx_type_name(type), nth, hx_dev_cpu_isa(), gf[0], gf[1]);
         free(wl);
         free(wo);
     }
+    if (lv_lo < lv_hi)
+        fprintf(out, "\nlevels %s..%s: %d (type, level) rows slower than a lower level by more than 5%%%s\n",
+                hx_dev_isa_level_name(lv_lo), hx_dev_isa_level_name(lv_hi), n_slower,
+                n_slower ? " (rerun on a quiet machine before believing it)" : "");
+    else
+        fprintf(out, "\none ISA level (%s): nothing to compare across levels\n", hx_dev_isa_level_name(lv_hi));
     free(x);
     free(y);
     hx_pool_free(pool);

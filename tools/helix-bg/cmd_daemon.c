@@ -3,16 +3,17 @@
  * One pass = read data.log, embed entries the cache lacks, analyze, rewrite
  * embeddings.bin and insights.json atomically. Between passes the daemon waits
  * for data.log to change (inotify on the directory, with a poll of size/mtime
- * every --interval seconds as the fallback and safety net). KB-DIR/.helix.lock
- * (flock) keeps a second daemon off the same KB. SIGINT/SIGTERM end the daemon
- * after the write in progress; SIGHUP starts a pass now. */
+ * every --interval seconds as the fallback and safety net). A failed pass is
+ * retried with backoff (1 s doubling to 60 s) without waiting for a change.
+ * The KB lock (flock on KB-DIR, see kb_lock) keeps a second daemon and one-shot
+ * off the same KB. SIGINT/SIGTERM end the daemon after the write in progress;
+ * SIGHUP starts a pass now. */
 #include "cli.h"
 #include "kb_cli.h"
 #include "core/core.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -63,43 +64,25 @@ int cmd_daemon(int argc, char **argv) {
     kb_cli c;
     int rc = kb_cli_parse(&c, argc, argv, "daemon", true);
     if (rc) return rc < 0 ? 0 : rc;
-    char log_path[4096], lock_path[4096];
+    char log_path[4096];
     snprintf(log_path, sizeof log_path, "%s/data.log", c.dir);
-    snprintf(lock_path, sizeof lock_path, "%s/.helix.lock", c.dir);
     struct stat sb;
     if (stat(c.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         fprintf(stderr, "helix-bg daemon: '%s' is not a directory (a knowledge base is a directory holding data.log)\n", c.dir);
         return 1;
     }
     if (stat(log_path, &sb) != 0) { fprintf(stderr, "helix-bg daemon: %s: no such file: not a knowledge base\n", log_path); return 1; }
-    int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock < 0) { fprintf(stderr, "helix-bg daemon: %s: cannot open: %s\n", lock_path, strerror(errno)); return 1; }
-    if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
-        char other[32] = "";
-        ssize_t r = pread(lock, other, sizeof other - 1, 0);
-        other[r > 0 ? r : 0] = 0;
-        fprintf(stderr, "helix-bg daemon: %s is locked by another daemon (pid %s); not starting a second one\n",
-                c.dir, other[0] ? strtok(other, "\n") : "?");
-        close(lock);
+    hx_error e = {0};
+    int lock;
+    if (kb_lock(c.dir, &lock, &e) != HX_OK) {
+        fprintf(stderr, "helix-bg daemon: %s; not starting a second one\n", e.msg);
         return 1;
-    }
-    /* temp files of writes a killed daemon left behind (never read; the lock says nobody is writing now) */
-    const char *outs[] = {"embeddings.bin", "insights.json"};
-    for (int i = 0; i < 2; i++) {
-        char pat[4200];
-        snprintf(pat, sizeof pat, "%s/%s.tmp.*", c.dir, outs[i]);
-        glob_t gl;
-        if (glob(pat, 0, NULL, &gl) == 0)
-            for (size_t k = 0; k < gl.gl_pathc; k++) unlink(gl.gl_pathv[k]);
-        globfree(&gl);
     }
     char pid[32];
     int pn = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (ftruncate(lock, 0) != 0 || pwrite(lock, pid, (size_t)pn, 0) != pn) { /* informational only */ }
-    hx_error e = {0};
     if (c.pidfile && hx_write_file_atomic(c.pidfile, pid, (size_t)pn, &e) != HX_OK) {
         fprintf(stderr, "helix-bg daemon: --pidfile: %s\n", e.msg);
-        close(lock);
+        kb_unlock(lock);
         return 1;
     }
     struct sigaction sa = {0};
@@ -109,8 +92,13 @@ int cmd_daemon(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     kb_embedder *em = kb_cli_embedder(&c, "daemon");
-    if (!em) { close(lock); return 1; }
+    if (!em) { kb_unlock(lock); return 1; }
     kb_opts o = kb_cli_opts(&c, em);
+    bool llm_failed;
+    kb_llm *llm = kb_cli_llm(&c, "daemon", &llm_failed);
+    if (llm_failed) { em->free(em); kb_unlock(lock); return 1; }
+    kb_think_opts to = kb_cli_think_opts(&c, llm);
+    to.progress = false;
     hx_pool *pool = hx_pool_create(c.threads);
     int ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (ino >= 0 && inotify_add_watch(ino, c.dir, IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE) < 0) {
@@ -123,29 +111,55 @@ int cmd_daemon(int argc, char **argv) {
     file_id last = {0};
     uint64_t reported_to = 0; /* malformed lines are reported once */
     bool first = true;
+    double retry_at = 0, backoff = 0; /* a failed pass is tried again at retry_at (monotonic s) */
     rc = 0;
     while (!g_stop) {
         file_id now = stat_id(log_path);
-        if (first || g_hup || !same_id(&now, &last)) {
+        bool retry = retry_at > 0 && hx_now_s() >= retry_at;
+        if (first || g_hup || retry || !same_id(&now, &last)) {
             if (g_hup && !c.quiet) log_line("SIGHUP: running a pass now");
             g_hup = 0;
             first = false;
             if (now.size < last.size || now.ino != last.ino) reported_to = 0; /* rewritten: report afresh */
             kb_pass_stats st = {0};
             if (kb_run_pass(c.dir, em, pool, &o, false, false, &reported_to, &st, &e) != HX_OK) {
-                log_line("pass failed: %s", e.msg);
-                if (c.once) { rc = 1; break; }
-                if (e.status == HX_ERR_RANGE || e.status == HX_ERR_IO) { /* rewritten or vanished: retry next poll */ }
-            } else if (!c.quiet) {
-                log_line("pass: %zu entries, %zu new, %.2f s, %zu near-duplicates, %zu cross-links, %zu topic overlaps%s",
-                         st.live, st.embedded, st.seconds, st.dups, st.links, st.overlaps,
-                         st.malformed ? " (malformed lines skipped: see warnings)" : "");
+                if (c.once) { log_line("pass failed: %s", e.msg); rc = 1; break; }
+                /* disk full, a file in the way, data.log gone: try again without
+                 * waiting for a change, 1 s, 2 s, 4 s ... up to 60 s apart */
+                backoff = backoff > 0 ? (backoff * 2 < 60 ? backoff * 2 : 60) : 1;
+                retry_at = hx_now_s() + backoff;
+                log_line("pass failed: %s; retrying in %.0f s", e.msg, backoff);
+            } else {
+                if (retry_at > 0) log_line("pass succeeded after a failure");
+                retry_at = 0;
+                backoff = 0;
+                if (!c.quiet)
+                    log_line("%s pass: %zu entries, %zu new, %.2f s, %zu near-duplicates, %zu cross-links, %zu topic overlaps%s",
+                             st.incremental ? "incremental" : "full", st.live, st.embedded, st.seconds, st.dups,
+                             st.links, st.overlaps,
+                             st.malformed ? " (malformed lines skipped: see warnings)" : "");
+                kb_think_stats ts;
+                if (!c.no_think && kb_think(c.dir, em, pool, &to, false, &ts, &e) != HX_OK) {
+                    /* the pass's own report stands; the classification and LLM stage is retried */
+                    backoff = 1;
+                    retry_at = hx_now_s() + backoff;
+                    log_line("classification / LLM stage failed: %s; retrying in 1 s", e.msg);
+                } else if (!c.no_think && !c.quiet) {
+                    log_line("%zu classified, %zu likely misfiled, %zu patterns%s, %zu prompts run, %.2f s", ts.classified,
+                             ts.misfiled, ts.patterns, llm ? ", LLM answers cached in llm.bin" : "", ts.llm_asked,
+                             ts.seconds);
+                }
             }
             last = now;
             if (c.once) break;
         }
         /* wait for a change, a signal, or the poll interval */
         int wait_ms = (int)(c.interval * 1000);
+        if (retry_at > 0) {
+            double left = retry_at - hx_now_s();
+            int left_ms = left > 0 ? (int)(left * 1000) + 1 : 0;
+            if (left_ms < wait_ms) wait_ms = left_ms;
+        }
         if (ino >= 0) {
             struct pollfd pfd = {ino, POLLIN, 0};
             int r = poll(&pfd, 1, wait_ms);
@@ -161,8 +175,9 @@ int cmd_daemon(int argc, char **argv) {
     if (!c.quiet && g_stop) log_line("stopping (signal); cache and report are complete");
     if (ino >= 0) close(ino);
     hx_pool_free(pool);
+    kb_llm_free(llm);
     em->free(em);
     if (c.pidfile) unlink(c.pidfile);
-    close(lock);
+    kb_unlock(lock);
     return rc;
 }

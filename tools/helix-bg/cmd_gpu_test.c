@@ -749,35 +749,32 @@ out:
 #endif
 
 int cmd_gpu_test(int argc, char **argv) {
-#ifdef HX_HAVE_CUDA
     bool quick = false, json = false, probe = false, ref64 = false;
-    const char *models[16], *emodels[8];
-    int n_emodels = 0;
-    int n_models = 0, n_prompt = 32, n_gen = 64, ubatch = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool more = i + 1 < argc;
-        if (!strcmp(a, "--quick")) quick = true;
-        else if (!strcmp(a, "--probe")) probe = true;
-        else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--ref64")) ref64 = true;
-        else if (!strcmp(a, "-m") && more && n_models < 16) models[n_models++] = argv[++i];
-        else if (!strcmp(a, "-e") && more && n_emodels < 8) emodels[n_emodels++] = argv[++i];
-        else if (!strcmp(a, "-p") && more) n_prompt = atoi(argv[++i]);
-        else if (!strcmp(a, "-n") && more) n_gen = atoi(argv[++i]);
-        else if (!strcmp(a, "--ubatch") && more) ubatch = atoi(argv[++i]);
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: helix-bg gpu-test [--quick] [--json] [-m MODEL.gguf ...] [-e BERT_MODEL ...] [-p PROMPT_TOKENS] [-n STEPS]\n"
-                   "                     [--ubatch N]   (tokens per batch; sliding-window layers keep window + N rows)\n"
-                   "                     [--ref64]      (-m: also both prefills against the float64 reference forward)\n"
-                   "       helix-bg gpu-test --probe   (exit 0: a GPU is usable; 77: not, with the reason)\n");
-            return 0;
-        } else {
-            fprintf(stderr, "gpu-test: unknown or incomplete option '%s' (see --help)\n", a);
-            return 2;
-        }
-    }
-    if (n_prompt < 1 || n_gen < 1) { fprintf(stderr, "gpu-test: -p and -n must be >= 1\n"); return 2; }
+    cli_strs models = {0}, emodels = {0};
+    int n_prompt = 32, n_gen = 64, ubatch = 0;
+    const cli_opt opts[] = {
+        {CLI_BOOL, "--probe", &probe, NULL, "only say whether a GPU is usable (exit 0; 77: not, with the reason)", 0,
+         0, NULL},
+        {CLI_BOOL, "--quick", &quick, NULL, "fewer repetitions", 0, 0, NULL},
+        {CLI_BOOL, "--json", &json, NULL, "model results as JSON lines", 0, 0, NULL},
+        {CLI_STRS, "-m", &models, "MODEL.gguf", "also check this decoder against the CPU (repeatable)", 0, 0, NULL},
+        {CLI_STRS, "-e", &emodels, "BERT_MODEL", "also check this encoder against the CPU (repeatable)", 0, 0, NULL},
+        {CLI_INT, "-p", &n_prompt, "N", "-m: prompt tokens", 1, 1 << 20, NULL},
+        {CLI_INT, "-n", &n_gen, "N", "-m: decode steps", 1, 1 << 20, NULL},
+        {CLI_INT, "--ubatch", &ubatch, "N", "tokens per batch, 0 = the default (sliding-window layers keep "
+         "window + N rows)", 0, 1 << 20, NULL},
+        {CLI_BOOL, "--ref64", &ref64, NULL, "-m: also both prefills against the float64 reference forward", 0, 0,
+         NULL},
+        {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
+    };
+    int pr = cli_parse("gpu-test", "gpu-test [options]",
+                       "GPU bandwidth, GEMM, every linear and attention kernel against the CPU, the sampler, and\n"
+                       "whole models (-m, -e) against the CPU path. Needs a CUDA build.\n",
+                       opts, argc, argv);
+    if (pr) return pr == 1 ? 0 : 2;
+#ifdef HX_HAVE_CUDA
+    const char *const *model_v = models.v, *const *emodel_v = emodels.v;
+    int n_models = models.n, n_emodels = emodels.n;
     hx_error e = {0};
     if (hx_cuda_dev_opts_from_env(&g_dev, &e) != HX_OK) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 2; }
     hx_cuda_device dev;
@@ -833,13 +830,12 @@ int cmd_gpu_test(int argc, char **argv) {
     fails += check_attn_decode(&r, json);
     fails += check_attn_prefill(&r, json);
     fails += check_sampler(&r);
-    for (int i = 0; i < n_models; i++) fails += check_model(models[i], n_prompt, n_gen, ubatch, ref64, json);
-    for (int i = 0; i < n_emodels; i++) fails += check_embed(emodels[i], json);
+    for (int i = 0; i < n_models; i++) fails += check_model(model_v[i], n_prompt, n_gen, ubatch, ref64, json);
+    for (int i = 0; i < n_emodels; i++) fails += check_embed(emodel_v[i], json);
     printf("\ngpu-test: %s\n", fails ? "FAILED" : "all checks passed");
     return fails ? 1 : 0;
 #else
-    bool probe = false;
-    for (int i = 1; i < argc; i++) probe |= !strcmp(argv[i], "--probe");
+    (void)quick, (void)json, (void)ref64, (void)models, (void)emodels, (void)n_prompt, (void)n_gen, (void)ubatch;
     fprintf(stderr, "gpu-test: this helix-bg was built without CUDA (configure with -DHX_CUDA=ON and nvcc on PATH)\n");
     return probe ? 77 : 1;
 #endif

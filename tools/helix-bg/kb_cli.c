@@ -13,10 +13,18 @@ void kb_cli_usage(FILE *f, const char *cmd, bool daemon) {
                "  --link-low X --link-high X   cross-link band (lexical 0.36-0.88, MiniLM 0.75-0.92)\n"
                "  --topic X         topic-overlap threshold (lexical 0.45, MiniLM 0.60)\n"
                "  --max-dups N --max-links N   how many to keep (20, 50)\n"
+               "  --max-overlaps N  topic overlaps to keep, the best (100)\n"
+               "  --full            compare all pairs (default: incremental when insights.state allows)\n"
+               "  --llm-model M     decoder .gguf or HF folder: classify, summarize, digest, name patterns\n"
+               "                    (default: none; entries are classified by the nearest topic centroid)\n"
+               "  --llm-device D    auto (default), cpu or cuda\n"
+               "  --misfiled X      report entries predicted elsewhere with probability > X (0.8)\n"
+               "  --summarize-min-words N   summarize entries longer than N words (60)\n"
+               "  --no-think        only the pass: no classification, patterns or LLM stage\n"
                "  -q, --quiet       no summary / per-pass log\n");
     if (daemon)
         fprintf(f, "  --interval S      seconds between polls of data.log (default 30)\n"
-                   "  --pidfile P       write the pid here (the KB is locked with KB-DIR/.helix.lock)\n"
+                   "  --pidfile P       write the pid here (the KB is locked: flock on KB-DIR; one-shot refuses too)\n"
                    "  --once            one pass, then exit (like one-shot, with the lock)\n"
                    "  SIGINT/SIGTERM finish the current write and exit; SIGHUP starts a pass now.\n");
 }
@@ -31,7 +39,8 @@ static bool num(const char *s, double lo, double hi, double *out) {
 
 int kb_cli_parse(kb_cli *c, int argc, char **argv, const char *cmd, bool daemon) {
     *c = (kb_cli){.dir = ".", .dup = -1, .link_low = -1, .link_high = -1, .topic = -1, .max_dups = 20,
-                  .max_links = 50, .interval = 30};
+                  .max_links = 50, .max_overlaps = KB_DEFAULT_MAX_OVERLAPS, .interval = 30, .llm_device = "auto",
+                  .misfiled = 0.8f, .summarize_min_words = 60};
     bool have_dir = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -46,7 +55,17 @@ int kb_cli_parse(kb_cli *c, int argc, char **argv, const char *cmd, bool daemon)
         else if (!strcmp(a, "--topic") && v && num(v, -1, 1, &x)) { c->topic = (float)x; i++; }
         else if (!strcmp(a, "--max-dups") && v && num(v, 0, 100000, &x)) { c->max_dups = (int)x; i++; }
         else if (!strcmp(a, "--max-links") && v && num(v, 0, 100000, &x)) { c->max_links = (int)x; i++; }
+        else if (!strcmp(a, "--max-overlaps") && v && num(v, 1, 100000, &x)) { c->max_overlaps = (int)x; i++; }
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) c->quiet = true;
+        else if (!strcmp(a, "--full")) c->full = true;
+        else if (!strcmp(a, "--no-think")) c->no_think = true;
+        else if (!strcmp(a, "--llm-model") && v) { c->llm_model = v; i++; }
+        else if (!strcmp(a, "--llm-device") && v && (!strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"))) {
+            c->llm_device = v;
+            i++;
+        }
+        else if (!strcmp(a, "--misfiled") && v && num(v, 0, 1, &x)) { c->misfiled = (float)x; i++; }
+        else if (!strcmp(a, "--summarize-min-words") && v && num(v, 0, 1e6, &x)) { c->summarize_min_words = (int)x; i++; }
         else if (daemon && !strcmp(a, "--interval") && v && num(v, 0.05, 86400, &x)) { c->interval = x; i++; }
         else if (daemon && !strcmp(a, "--pidfile") && v) { c->pidfile = v; i++; }
         else if (daemon && !strcmp(a, "--once")) c->once = true;
@@ -83,5 +102,34 @@ kb_opts kb_cli_opts(const kb_cli *c, const kb_embedder *em) {
     if (c->topic >= 0) o.topic_threshold = c->topic;
     o.max_dups = c->max_dups;
     o.max_links = c->max_links;
+    o.max_overlaps = c->max_overlaps;
+    o.full = c->full;
     return o;
+}
+
+kb_llm *kb_cli_llm(const kb_cli *c, const char *cmd, bool *failed) {
+    *failed = false;
+    if (!c->llm_model || c->no_think) return NULL;
+    kb_llm_opts o = kb_llm_defaults();
+    o.model = c->llm_model;
+    o.device = !strcmp(c->llm_device, "cpu") ? HX_DEVICE_CPU : !strcmp(c->llm_device, "cuda") ? HX_DEVICE_CUDA
+                                                                                          : HX_DEVICE_AUTO;
+    o.n_threads = c->threads;
+    kb_llm *l = NULL;
+    hx_error e = {0};
+    if (kb_llm_open(&o, &l, &e) != HX_OK) {
+        fprintf(stderr, "helix-bg %s: --llm-model: %s\n", cmd, e.msg);
+        *failed = true;
+        return NULL;
+    }
+    return l;
+}
+
+kb_think_opts kb_cli_think_opts(const kb_cli *c, kb_llm *llm) {
+    kb_think_opts t = kb_think_defaults();
+    t.llm = llm;
+    t.misfiled = c->misfiled;
+    t.summarize_min_words = c->summarize_min_words;
+    t.progress = !c->quiet;
+    return t;
 }

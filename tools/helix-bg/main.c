@@ -5,6 +5,8 @@
 #include "cli.h"
 #include "cli_lora.h"
 
+int cmd_serve(int argc, char **argv);   /* cmd_serve.c */
+
 typedef struct command {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -15,6 +17,7 @@ static const command commands[] = {
     {"one-shot",   cmd_one_shot,   "[kb-dir]            analyze a knowledge base once, write insights.json"},
     {"daemon",     cmd_daemon,     "[kb-dir]            watch data.log and keep insights current"},
     {"search",     cmd_search,     "KB-DIR QUERY        find entries (semantic + BM25), best first"},
+    {"ask",        cmd_ask,        "KB-DIR QUESTION --llm-model M   answer from the KB's entries, citing them"},
     {"embed-test", cmd_embed_test, "                    embed sample texts, print their similarity table"},
     {"embed",      cmd_embed,      "-m FILE             embed stdin lines with a BERT model"},
     {"load-model", cmd_load_model, "FILE [--json]       GGUF metadata, tensors and model config"},
@@ -25,6 +28,7 @@ static const command commands[] = {
     {"generate",   cmd_generate,   "-m FILE -p PROMPT   generate text"},
     {"chat",       cmd_chat,       "-m FILE             interactive chat"},
     {"bench",      cmd_bench,      "-m FILE             prompt and decode throughput"},
+    {"serve",      cmd_serve,      "-m FILE             OpenAI-compatible HTTP server (continuous batching)"},
     {"cpu-test",   cmd_cpu_test,   "                    memory bandwidth and matvec/matmul throughput"},
     {"gpu-test",   cmd_gpu_test,   "                    GPU bandwidth, GEMM and matvec throughput"},
 };

@@ -21,6 +21,7 @@
 #include "backend/cpu/matmul.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,40 @@ static void act_round(int wtype, const float *x, float *dst, int64_t n) {
         for (int64_t i = 0; i < n; i++) dst[i] = hx_bf16_to_fp32(hx_fp32_to_bf16(x[i]));
 }
 
+
+/* The quantized activations of a call live in a per-calling-thread buffer
+ * that only grows (freed when the thread exits): decode calls matmul a few
+ * hundred times per token, and a malloc/free pair per call (an mmap and its
+ * page faults for prefill-sized batches) is avoidable. Per thread because two
+ * threads may run products at once (the daemon); a call never re-enters
+ * matmul on its own thread, so one buffer per thread suffices. */
+typedef struct { uint8_t *p; size_t cap; } scratch;
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_free(void *v) {
+    scratch *s = v;
+    free(s->p);
+    free(s);
+}
+static void scratch_init(void) {
+    if (pthread_key_create(&g_scratch_key, scratch_free) != 0) abort();
+}
+static uint8_t *scratch_get(size_t bytes) {
+    pthread_once(&g_scratch_once, scratch_init);
+    scratch *s = pthread_getspecific(g_scratch_key);
+    if (!s) {
+        if (!(s = calloc(1, sizeof *s))) return NULL;
+        if (pthread_setspecific(g_scratch_key, s) != 0) { free(s); return NULL; }
+    }
+    if (s->cap < bytes) {
+        size_t cap = bytes + bytes / 4; /* room for a slightly longer next batch */
+        uint8_t *p = realloc(s->p, cap);
+        if (!p) return NULL;
+        s->p = p;
+        s->cap = cap;
+    }
+    return s->p;
+}
 
 typedef struct q_job { int type, wtype; const float *X; uint8_t *dst; int64_t cols; size_t row_bytes; } q_job;
 static void q_task(void *ctx, int64_t t, int thread) {
@@ -137,12 +172,13 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
                  (!x_as_is(ti, W->type, flags) && ti->dot_type == HX_TYPE_F32 && W->type != Ws[0]->type))
             return hx_err(e, HX_ERR_ARG, "matmul: tensors '%s' and '%s' cannot share activations",
                           Ws[0]->name ? Ws[0]->name : "?", W->name ? W->name : "?");
-        /* the tiled kernels give the same bits as the AVX2 per-row ones; on
-         * AVX-512 machines its per-row kernels stay in charge of matvec */
+        /* the tiled kernels give the same bits as the AVX2 per-row ones, and
+         * every ISA level above AVX2 the same bits as AVX2 (quant/dot.h): so
+         * the parity order below holds on AVX-512 machines too */
         hx_isa isa = hx_isa_current();
-        j.gemm[m] = n > 1 ? hx_get_gemm_batch(W->type, isa) : isa == HX_ISA_AVX2 ? hx_get_gemm(W->type, isa) : NULL;
+        j.gemm[m] = n > 1 ? hx_get_gemm_batch(W->type, isa) : hx_get_gemm(W->type, isa);
         j.dot_main[m] = NULL; j.n_main[m] = 0;
-        if ((flags & HX_MM_GGML_ORDER) && isa == HX_ISA_AVX2) {
+        if ((flags & HX_MM_GGML_ORDER) && isa >= HX_ISA_AVX2) {
             if (W->type == HX_TYPE_Q4_K && rows % 8 == 0) {
                 dot = hx_dot_q4_K_ggml_gemv_avx2;
                 j.dot_main[m] = hx_dot_q4_K_ggml_gemm_avx2;
@@ -158,11 +194,10 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
     j.x_row = hx_row_size(ti0->dot_type, j.cols);
     if (!j.x_row) return hx_err(e, HX_ERR_ARG, "matmul: row length %lld", (long long)j.cols);
 
-    uint8_t *xq = NULL;
     if (x_as_is(ti0, Ws[0]->type, flags)) {
         j.x = (const uint8_t *)X;
     } else {
-        xq = malloc(j.x_row * (size_t)n);
+        uint8_t *xq = scratch_get(j.x_row * (size_t)n);
         if (!xq) return hx_err(e, HX_ERR_NOMEM, "matmul: out of memory for %lld activation rows", (long long)n);
         q_job q = { ti0->dot_type, Ws[0]->type, X, xq, j.cols, j.x_row };
         hx_pool_run(n >= 8 && (double)j.x_row * n >= 65536.0 ? pool : NULL, n, q_task, &q);
@@ -190,7 +225,6 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
     int64_t tb = (int64_t)(262144 / j.x_row);
     j.tok_block = tb < 1 ? 1 : tb;
     hx_pool_run(pool, j.task0[count], mm_task, &j);
-    free(xq);
     return HX_OK;
 }
 

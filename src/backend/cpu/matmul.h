@@ -22,7 +22,7 @@ hx_status hx_matmul(hx_pool *pool, const hx_tensor *W, const float *X, int64_t n
  * activations to f16/bf16 first, as ggml does (its vec_dot_type), for
  * token-exact parity with llama.cpp; off = exact f32 activations. */
 enum { HX_MM_ROUND_F16_ACT = 1u, HX_MM_GGML_ORDER = 2u };
-/* HX_MM_GGML_ORDER (AVX2): sum each output in the order llama.cpp's x86 CPU backend does,
+/* HX_MM_GGML_ORDER (AVX2 and above): sum each output in the order llama.cpp's x86 CPU backend does,
  * for token-exact parity on real models: Q8_0/Q5_0/Q6_K batches through the tiled / per-row
  * kernels (ggml's vec_dot and llamafile order) instead of the packed ones, and Q4_K with rows
  * % 8 == 0 in the order of ggml's repacked 8x8 kernels (gemm for the first n - n % 4 tokens,

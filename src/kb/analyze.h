@@ -1,0 +1,68 @@
+/* analyze.h — private to src/kb: the insight engine's parts, shared by
+ * kb_analyze (one full analysis) and kb_run_pass (full or incremental).
+ *
+ * Pairs are ordered by similarity, then a, then b (lower first): a total
+ * order, so which pairs make a top-k cut never depends on thread timing, and
+ * a full and an incremental pass keep the same ones. */
+#ifndef HX_KB_ANALYZE_H
+#define HX_KB_ANALYZE_H
+
+#include "kb/kb.h"
+
+/* The best pairs found so far, sorted best first, complete down to `cut`:
+ * every pair at least as good as cut is in p. Without a cut, p holds every
+ * pair that passed the kind's threshold. */
+typedef struct kb_klist {
+    kb_pair *p;
+    int n;
+    bool has_cut;
+    kb_pair cut;
+} kb_klist;
+
+/* The live entries of a pass, in offset order. */
+typedef struct kb_rows {
+    size_t n;
+    int dim;
+    const uint64_t *offset;  /* (n) */
+    const int *topic;        /* (n) topic id */
+    const float *vec;        /* (n, dim) unit rows */
+    int n_topics;
+    const int *count;        /* (n_topics) entries per topic */
+} kb_rows;
+
+/* How deep a kind's list is kept: deeper than reported, so deletes can eat
+ * into it before a full pass is needed. */
+static inline int kb_keep_depth(int k) { return k > 0 ? 2 * k + 64 : 0; }
+
+bool kb_pair_better(const kb_pair *p, const kb_pair *q);
+
+/* Entry pairs with at least one row in [row0, n) (row0 = 0: all pairs) into
+ * dups/links (a, b = offsets) and over1 (overlaps of two single-entry topics,
+ * a, b = topic ids), each the best kb_keep_depth(k) with its cut. */
+hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_opts *o, kb_klist *dups,
+                         kb_klist *links, kb_klist *over1, hx_error *e);
+/* Overlaps of topic pairs with at least one topic of 2+ entries (centroids
+ * accumulated once), the best kb_keep_depth(max_overlaps) with its cut. */
+hx_status kb_multi_overlaps(hx_pool *pool, const kb_rows *r, const kb_opts *o, kb_klist *over, hx_error *e);
+/* kept := kept with add, both complete down to their cuts: the union is
+ * complete down to the better cut; at most depth pairs stay. */
+hx_status kb_klist_union(kb_klist *kept, const kb_klist *add, int depth, hx_error *e);
+/* The best k of l, or false when l holds fewer than k and has a cut (pairs
+ * below it are unknown: the caller needs a full pass). */
+bool kb_klist_fills(const kb_klist *l, int k);
+void kb_klist_free(kb_klist *l);
+void kb_klist_sort(kb_klist *l); /* best first, by kb_pair_better */
+/* Report the lists: the best max_* of each into out (topics named by names). */
+hx_status kb_insights_from(const kb_klist *dups, const kb_klist *links, const kb_klist *over, const kb_opts *o,
+                           char **names, int n_topics, kb_insights *out, hx_error *e);
+int kb_max_overlaps(const kb_opts *o);
+/* Distinct topic names in order of first appearance (a hash map: O(n)):
+ * topic[i] = id of names[i]; *ids_names (malloc'd array of pointers into
+ * names, caller frees the array) lists them by id. */
+hx_status kb_topic_table(const char *const *names, size_t n, int *topic, char ***ids_names, int *n_topics, hx_error *e);
+/* Append to log the entries whose lines start at offs[0..n) (increasing),
+ * read from path: the labels a report needs after an incremental pass. An
+ * offset that no longer holds an entry line is an HX_ERR_RANGE error. */
+hx_status kb_log_read_at(kb_log *log, const char *path, const uint64_t *offs, size_t n, hx_error *e);
+
+#endif

@@ -1,0 +1,31 @@
+/* embed_neural.c — the BERT embedder (hx_embed) behind kb_embedder. Kept apart
+ * from kb.c so the data.log and cache readers link without the model code
+ * (the fuzz targets build from kb.c and core.c alone). */
+#include "kb/kb.h"
+#include "core/core.h"
+
+#include <stdlib.h>
+
+static hx_status neural_embed(kb_embedder *self, const char *const *texts, int n, float *out, hx_error *e) {
+    return hx_embed(self->impl, texts, n, out, e);
+}
+static void neural_free(kb_embedder *self) { hx_embedder_free(self->impl); free(self); }
+
+hx_status kb_neural_new(const char *model, int n_threads, kb_embedder **out, hx_error *e) {
+    *out = NULL;
+    kb_embedder *em = calloc(1, sizeof *em);
+    if (!em) return hx_err(e, HX_ERR_NOMEM, "out of memory");
+    hx_embedder *h = NULL;
+    hx_status st = hx_embedder_open(model, n_threads, &h, e);
+    if (st) { free(em); return st; }
+    const char *base = strrchr(model, '/');
+    snprintf(em->name, sizeof em->name, "%s", base && base[1] ? base + 1 : model);
+    snprintf(em->fingerprint, sizeof em->fingerprint, "%s", hx_embedder_fingerprint(h));
+    em->dim = hx_embedder_dim(h);
+    em->embed = neural_embed;
+    em->free = neural_free;
+    em->impl = h;
+    *out = em;
+    return HX_OK;
+}
+

@@ -1,0 +1,579 @@
+/* think.c — classifications, misfiled entries, patterns, and with an LLM
+ * summaries, digests and merge suggestions, added to insights.json (see
+ * think.h). */
+#include "kb/think.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/core.h"
+#include "kb/classify.h"
+
+kb_think_opts kb_think_defaults(void) {
+    return (kb_think_opts){.misfiled = 0.8f, .summarize_min_words = 60, .max_labels = 24};
+}
+
+static uint64_t fnv_str(const char *s, uint64_t h) {
+    for (; s && *s; s++) { h ^= (unsigned char)*s; h *= 0x100000001b3ull; }
+    return h;
+}
+#define FNV0 0xcbf29ce484222325ull
+
+static int count_words(const char *s) {
+    int n = 0;
+    bool in = false;
+    for (; s && *s; s++) {
+        bool w = !isspace((unsigned char)*s);
+        if (w && !in) n++;
+        in = w;
+    }
+    return n;
+}
+
+typedef struct topic_ref { const char *name; size_t row; } topic_ref;
+static int cmp_topic_ref(const void *a, const void *b) {
+    const topic_ref *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->row < y->row ? -1 : x->row > y->row);
+}
+
+/* The state of one run: live entries with vectors, their topics. */
+typedef struct think {
+    kb_log log;
+    size_t *idx;          /* rows -> log.e */
+    float *vec;           /* rows x dim */
+    size_t n;
+    int dim;
+    int *topic;           /* row -> topic index */
+    char **topics;        /* distinct names (pointers into log entries) */
+    int *topic_count;
+    int n_topics;
+    kb_llm_cache cache;
+    char cache_path[4096];
+    const kb_think_opts *o;
+    kb_think_stats *st;
+} think;
+
+static void think_free(think *t) {
+    kb_log_free(&t->log);
+    free(t->idx); free(t->vec); free(t->topic); free(t->topics); free(t->topic_count);
+    kb_llm_cache_free(&t->cache);
+}
+
+static const kb_entry *ent(const think *t, size_t row) { return &t->log.e[t->idx[row]]; }
+
+/* Save the LLM cache when it changed (after every batch: a killed pass keeps its work). */
+static hx_status save_cache(think *t, hx_error *e) {
+    if (!t->o->llm || !t->cache.dirty) return HX_OK;
+    hx_status st = kb_llm_cache_save(&t->cache, t->cache_path, kb_llm_fingerprint(t->o->llm), e);
+    if (!st) t->cache.dirty = false;
+    return st;
+}
+
+/* Run the model on prompts[0..n) in batches, storing each answer under keys[i]. */
+static hx_status ask_batch(think *t, char **prompts, const uint64_t (*keys)[2], uint32_t kind, int n, int max_tokens,
+                           const char *what, hx_error *e) {
+    const int B = 64;
+    for (int b0 = 0; b0 < n; b0 += B) {
+        int nb = n - b0 < B ? n - b0 : B;
+        char **out = calloc((size_t)nb, sizeof *out);
+        if (!out) return hx_err(e, HX_ERR_NOMEM, "think: out of memory");
+        hx_status st = kb_llm_generate(t->o->llm, (const char *const *)prompts + b0, nb, max_tokens, true, out, NULL,
+                                       NULL, e);
+        for (int i = 0; i < nb && !st; i++)
+            st = kb_llm_cache_put(&t->cache, kind, keys[b0 + i][0], keys[b0 + i][1], out[i] ? out[i] : "", e);
+        for (int i = 0; i < nb; i++) free(out[i]);
+        free(out);
+        if (st) return st;
+        t->st->llm_asked += (size_t)nb;
+        if ((st = save_cache(t, e))) return st;
+        if (t->o->progress) fprintf(stderr, "llm: %s %d/%d\n", what, b0 + nb, n);
+    }
+    return HX_OK;
+}
+
+static hx_status load(think *t, const char *dir, kb_embedder *em, hx_error *e) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/data.log", dir);
+    hx_status st = kb_log_read(&t->log, p, e);
+    if (st) return st;
+    kb_cache c;
+    snprintf(p, sizeof p, "%s/embeddings.bin", dir);
+    kb_cache_load(&c, p, em);
+    size_t live = kb_log_live(&t->log);
+    t->dim = em->dim;
+    t->idx = malloc((live + 1) * sizeof *t->idx);
+    t->vec = malloc((live + 1) * (size_t)t->dim * sizeof *t->vec);
+    t->topic = malloc((live + 1) * sizeof *t->topic);
+    if (!t->idx || !t->vec || !t->topic) { kb_cache_free(&c); return hx_err(e, HX_ERR_NOMEM, "think: out of memory"); }
+    size_t j = 0;
+    for (size_t i = 0; i < t->log.n; i++) {
+        const kb_entry *en = &t->log.e[i];
+        if (en->deleted) continue;
+        while (j < c.n && c.offset[j] < en->offset) j++;
+        if (j < c.n && c.offset[j] == en->offset && (c.hash[j] == en->hash || c.hash[j] == 0)) {
+            t->idx[t->n] = i;
+            memcpy(t->vec + t->n * (size_t)t->dim, c.vec + j * (size_t)c.dim, sizeof(float) * (size_t)t->dim);
+            t->n++;
+        }
+    }
+    kb_cache_free(&c);
+    /* topics: sort (name, row) once, number the distinct names: O(n log n) */
+    topic_ref *r = malloc((t->n + 1) * sizeof *r);
+    t->topics = malloc((t->n + 1) * sizeof *t->topics);
+    t->topic_count = calloc(t->n + 1, sizeof *t->topic_count);
+    if (!r || !t->topics || !t->topic_count) { free(r); return hx_err(e, HX_ERR_NOMEM, "think: out of memory"); }
+    for (size_t i = 0; i < t->n; i++) r[i] = (topic_ref){ent(t, i)->topic ? ent(t, i)->topic : "", i};
+    qsort(r, t->n, sizeof *r, cmp_topic_ref);
+    for (size_t i = 0; i < t->n; i++) {
+        if (i == 0 || strcmp(r[i].name, r[i - 1].name)) t->topics[t->n_topics++] = (char *)r[i].name;
+        t->topic[r[i].row] = t->n_topics - 1;
+        t->topic_count[t->n_topics - 1]++;
+    }
+    free(r);
+    return HX_OK;
+}
+
+typedef struct rank { int topic, count; } rank;
+static int rank_desc(const void *a, const void *b) {
+    const rank *x = a, *y = b;
+    return x->count != y->count ? y->count - x->count : x->topic - y->topic;
+}
+
+/* LLM classification over the largest topics: cls[row] updated where it answers. */
+static hx_status classify_llm(think *t, kb_class *cls, hx_error *e) {
+    rank *rk = malloc(sizeof *rk * (size_t)(t->n_topics + 1));
+    if (!rk) return hx_err(e, HX_ERR_NOMEM, "think: out of memory");
+    for (int i = 0; i < t->n_topics; i++) rk[i] = (rank){i, t->topic_count[i]};
+    qsort(rk, (size_t)t->n_topics, sizeof *rk, rank_desc);
+    int nl = 0;
+    const char *labels[256];
+    int label_topic[256];
+    int max_l = t->o->max_labels > 0 && t->o->max_labels < 256 ? t->o->max_labels : 24;
+    for (int i = 0; i < t->n_topics && nl < max_l && rk[i].count >= 2; i++) {
+        label_topic[nl] = rk[i].topic;
+        labels[nl++] = t->topics[rk[i].topic];
+    }
+    free(rk);
+    if (nl < 2) return HX_OK;
+    uint64_t lset = FNV0;
+    for (int i = 0; i < nl; i++) lset = fnv_str(labels[i], fnv_str("\x1f", lset));
+    /* ask about the entries the cache lacks */
+    size_t np = 0;
+    char **prompts = malloc(sizeof *prompts * (t->n + 1));
+    size_t *rows = malloc(sizeof *rows * (t->n + 1));
+    float *probs = malloc(sizeof(float) * 64 * (size_t)nl);
+    hx_status st = HX_OK;
+    if (!prompts || !rows || !probs) { st = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto done; }
+    for (size_t i = 0; i < t->n; i++) {
+        const kb_entry *en = ent(t, i);
+        if (kb_llm_cache_get(&t->cache, KB_LLM_CLASS, en->offset, en->hash ^ lset)) continue;
+        rows[np] = i;
+        if (!(prompts[np++] = kb_llm_prompt_classify(t->o->llm, en->title, en->text, labels, nl))) {
+            np--;
+            st = hx_err(e, HX_ERR_NOMEM, "think: cannot build a prompt");
+            goto done;
+        }
+    }
+    for (size_t b0 = 0; b0 < np && !st; b0 += 64) {
+        int nb = np - b0 < 64 ? (int)(np - b0) : 64;
+        if ((st = kb_llm_classify(t->o->llm, (const char *const *)prompts + b0, nb, labels, nl, probs, e))) break;
+        for (int k = 0; k < nb && !st; k++) {
+            const float *pr = probs + (size_t)k * nl;
+            char val[64 * 32 + 16];
+            size_t len = 0;
+            for (int j = 0; j < nl; j++) len += (size_t)snprintf(val + len, sizeof val - len, "%s%.6f", j ? "," : "", pr[j]);
+            const kb_entry *en = ent(t, rows[b0 + k]);
+            st = kb_llm_cache_put(&t->cache, KB_LLM_CLASS, en->offset, en->hash ^ lset, val, e);
+        }
+        t->st->llm_asked += (size_t)nb;
+        if (!st) st = save_cache(t, e);
+        if (t->o->progress) fprintf(stderr, "llm: classified %zu/%zu\n", b0 + (size_t)nb, np);
+    }
+    /* contextual calibration (Zhao et al., 2021): the label distribution for a
+     * content-free note measures the model's prior for each label's tokens;
+     * every answer is divided by it and renormalized, so a label that small
+     * models favour whatever the note says does not swallow the others */
+    float cf[256];
+    for (int j = 0; j < nl; j++) cf[j] = 1.0f;
+    if (!st) {
+        char *cfp = kb_llm_prompt_classify(t->o->llm, "N/A", "N/A", labels, nl);
+        if (!cfp) st = hx_err(e, HX_ERR_NOMEM, "think: cannot build a prompt");
+        else st = kb_llm_classify(t->o->llm, (const char *const *)&cfp, 1, labels, nl, cf, e);
+        free(cfp);
+        for (int j = 0; j < nl; j++) if (!(cf[j] > 1e-30f)) cf[j] = 1e-30f;
+    }
+    /* every entry from the cache */
+    for (size_t i = 0; i < t->n && !st; i++) {
+        const kb_entry *en = ent(t, i);
+        const char *v = kb_llm_cache_get(&t->cache, KB_LLM_CLASS, en->offset, en->hash ^ lset);
+        if (!v) continue;
+        float pr[256];
+        int k = 0;
+        for (const char *q = v; k < nl && *q; k++) {
+            char *end;
+            pr[k] = strtof(q, &end);
+            q = *end == ',' ? end + 1 : end;
+        }
+        if (k != nl) continue;   /* an answer for another label set: ignored */
+        double z = 0;
+        for (int j = 0; j < nl; j++) z += pr[j] / cf[j];
+        for (int j = 0; j < nl; j++) pr[j] = z > 0 ? (float)(pr[j] / cf[j] / z) : pr[j];
+        int best = 0;
+        for (int j = 1; j < nl; j++) if (pr[j] > pr[best]) best = j;
+        cls[i].predicted = label_topic[best];
+        cls[i].prob = pr[best];
+        cls[i].prob_current = 0;
+        for (int j = 0; j < nl; j++) if (label_topic[j] == t->topic[i]) cls[i].prob_current = pr[j];
+    }
+done:
+    for (size_t i = 0; prompts && i < np; i++) free(prompts[i]);
+    free(prompts); free(rows); free(probs);
+    return st;
+}
+
+/* union-find over rows */
+static size_t uf_find(size_t *p, size_t x) {
+    while (p[x] != x) { p[x] = p[p[x]]; x = p[x]; }
+    return x;
+}
+
+static long row_of(const think *t, uint64_t off) {
+    size_t lo = 0, hi = t->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        uint64_t o = ent(t, mid)->offset;
+        if (o == off) return (long)mid;
+        if (o < off) lo = mid + 1; else hi = mid;
+    }
+    return -1;
+}
+
+hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_think_opts *o, bool print,
+                   kb_think_stats *st, hx_error *e) {
+    double t0 = hx_now_s();
+    memset(st, 0, sizeof *st);
+    think t = {0};
+    t.o = o;
+    t.st = st;
+    hx_status s = load(&t, dir, em, e);
+    char ipath[4096];
+    snprintf(ipath, sizeof ipath, "%s/insights.json", dir);
+    char *json = NULL;
+    size_t jn = 0;
+    cJSON *root = NULL;
+    kb_class *cls = NULL;
+    size_t *mis = NULL;
+    float *central = NULL;
+    if (!s && (s = hx_read_file(ipath, &json, &jn, e)) == HX_OK && !(root = cJSON_ParseWithLength(json, jn)))
+        s = hx_err(e, HX_ERR_FORMAT, "%s: not valid JSON (run a pass first)", ipath);
+    if (s) goto out;
+    if (o->llm) {
+        snprintf(t.cache_path, sizeof t.cache_path, "%s/llm.bin", dir);
+        kb_llm_cache_load(&t.cache, t.cache_path, kb_llm_fingerprint(o->llm));
+    }
+
+    /* classification: centroids, then the LLM where it answers */
+    cls = malloc(sizeof *cls * (t.n + 1));
+    mis = malloc(sizeof *mis * (t.n + 1));
+    int nc = 0;
+    if (!cls || !mis) { s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
+    if ((s = kb_classify_centroid(pool, t.vec, t.n, t.dim, t.topic, t.n_topics, NULL, cls, &nc, e))) goto out;
+    const char *method = "centroid";
+    /* closeness of each entry to its own topic (centroid), for the digests: fixed
+     * whatever the LLM says, so the digests' inputs (and cache keys) are stable */
+    central = malloc(sizeof(float) * (t.n + 1));
+    if (!central) { s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
+    for (size_t i = 0; i < t.n; i++) central[i] = cls[i].prob_current;
+    if (o->llm) {
+        if ((s = classify_llm(&t, cls, e))) goto out;
+        method = "llm";
+    }
+    cJSON *ca = cJSON_CreateArray(), *ma = cJSON_CreateArray();
+    cJSON_DeleteItemFromObject(root, "classifications");
+    cJSON_DeleteItemFromObject(root, "misfiled");
+    cJSON_AddItemToObject(root, "classifications", ca);
+    cJSON_AddItemToObject(root, "misfiled", ma);
+    cJSON_DeleteItemFromObject(root, "classifier");
+    cJSON_AddStringToObject(root, "classifier", method);
+    for (size_t i = 0; i < t.n; i++) {
+        if (cls[i].predicted < 0) continue;
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "id", (double)ent(&t, i)->offset);
+        cJSON_AddStringToObject(c, "topic", t.topics[t.topic[i]]);
+        cJSON_AddStringToObject(c, "predicted", t.topics[cls[i].predicted]);
+        cJSON_AddNumberToObject(c, "probability", round(cls[i].prob * 10000) / 10000);
+        cJSON_AddItemToArray(ca, c);
+        st->classified++;
+    }
+    size_t nm = kb_misfiled(cls, t.n, o->misfiled, mis);
+    for (size_t k = 0; k < nm; k++) {
+        size_t i = mis[k];
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "id", (double)ent(&t, i)->offset);
+        cJSON_AddStringToObject(c, "title", ent(&t, i)->title ? ent(&t, i)->title : "");
+        cJSON_AddStringToObject(c, "topic", t.topics[t.topic[i]]);
+        cJSON_AddStringToObject(c, "predicted", t.topics[cls[i].predicted]);
+        cJSON_AddNumberToObject(c, "probability", round(cls[i].prob * 10000) / 10000);
+        cJSON_AddItemToArray(ma, c);
+    }
+    st->misfiled = nm;
+
+    /* patterns: components of the pass's links and near-duplicates */
+    size_t *par = malloc(sizeof *par * (t.n + 1));
+    if (!par) { s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
+    for (size_t i = 0; i < t.n; i++) par[i] = i;
+    const char *edge_lists[2] = {"cross_links", "near_duplicates"};
+    for (int l = 0; l < 2; l++) {
+        cJSON *arr = cJSON_GetObjectItem(root, edge_lists[l]), *it;
+        cJSON_ArrayForEach(it, arr) {
+            cJSON *a = cJSON_GetObjectItem(it, "a"), *b = cJSON_GetObjectItem(it, "b");
+            if (!cJSON_IsNumber(a) || !cJSON_IsNumber(b)) continue;
+            long ra = row_of(&t, (uint64_t)a->valuedouble), rb = row_of(&t, (uint64_t)b->valuedouble);
+            if (ra < 0 || rb < 0) continue;
+            par[uf_find(par, (size_t)ra)] = uf_find(par, (size_t)rb);
+        }
+    }
+    cJSON *pa = cJSON_CreateArray();
+    cJSON_DeleteItemFromObject(root, "patterns");
+    cJSON_AddItemToObject(root, "patterns", pa);
+    /* components in row order of their smallest member */
+    size_t *comp = malloc(sizeof *comp * (t.n + 1));
+    char **pprompts = malloc(sizeof *pprompts * (t.n + 1));
+    uint64_t (*pkeys)[2] = malloc(sizeof *pkeys * (t.n + 1));
+    cJSON **pobj = malloc(sizeof *pobj * (t.n + 1));
+    int npp = 0;
+    if (!comp || !pprompts || !pkeys || !pobj) { free(par); free(comp); free(pprompts); free(pkeys); free(pobj); s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
+    for (size_t r = 0; r < t.n; r++) {
+        if (uf_find(par, r) != uf_find(par, r) || par[r] == (size_t)-1) continue;
+        size_t root_r = uf_find(par, r);
+        if (root_r != r && uf_find(par, root_r) != root_r) continue;
+        /* visit each component once: at its smallest row */
+        size_t first = t.n;
+        for (size_t i = 0; i < t.n && first == t.n; i++) if (uf_find(par, i) == root_r) first = i;
+        if (first != r) continue;
+        size_t m = 0;
+        for (size_t i = r; i < t.n; i++) if (uf_find(par, i) == root_r) comp[m++] = i;
+        int topics_seen = 0;
+        for (size_t k = 0; k < m; k++) {
+            bool dup = false;
+            for (size_t q = 0; q < k && !dup; q++) dup = t.topic[comp[q]] == t.topic[comp[k]];
+            topics_seen += !dup;
+        }
+        if (m < 3 || topics_seen < 2) continue;
+        cJSON *p = cJSON_CreateObject(), *mem = cJSON_AddArrayToObject(p, "members"), *tp = cJSON_AddArrayToObject(p, "topics");
+        uint64_t key = FNV0;
+        const char *titles[32];
+        for (size_t k = 0; k < m; k++) {
+            cJSON_AddItemToArray(mem, cJSON_CreateNumber((double)ent(&t, comp[k])->offset));
+            key = fnv_str(ent(&t, comp[k])->title, key ^ ent(&t, comp[k])->offset);
+            if (k < 32) titles[k] = ent(&t, comp[k])->title;
+            bool dup = false;
+            for (size_t q = 0; q < k && !dup; q++) dup = t.topic[comp[q]] == t.topic[comp[k]];
+            if (!dup) cJSON_AddItemToArray(tp, cJSON_CreateString(t.topics[t.topic[comp[k]]]));
+        }
+        cJSON_AddItemToArray(pa, p);
+        st->patterns++;
+        if (o->llm) {
+            pkeys[npp][0] = key;
+            pkeys[npp][1] = m;
+            pobj[npp] = p;
+            pprompts[npp] = kb_llm_cache_get(&t.cache, KB_LLM_PATTERN, key, m) ? NULL
+                            : kb_llm_prompt_pattern(o->llm, titles, m < 32 ? (int)m : 32);
+            npp++;
+        }
+    }
+    free(par);
+    free(comp);
+    if (o->llm) {
+        /* ask for the patterns the cache lacks (compacted), then name every one */
+        int na = 0;
+        char **ask = malloc(sizeof *ask * (size_t)(npp + 1));
+        uint64_t (*akeys)[2] = malloc(sizeof *akeys * (size_t)(npp + 1));
+        if (!ask || !akeys) s = hx_err(e, HX_ERR_NOMEM, "think: out of memory");
+        for (int i = 0; i < npp && !s; i++)
+            if (pprompts[i]) { ask[na] = pprompts[i]; akeys[na][0] = pkeys[i][0]; akeys[na][1] = pkeys[i][1]; na++; }
+        if (!s) s = ask_batch(&t, ask, (const uint64_t(*)[2])akeys, KB_LLM_PATTERN, na, 40, "patterns", e);
+        for (int i = 0; i < npp && !s; i++) {
+            const char *v = kb_llm_cache_get(&t.cache, KB_LLM_PATTERN, pkeys[i][0], pkeys[i][1]);
+            char name[128] = "", *desc = "";
+            if (v) {
+                const char *colon = strchr(v, ':');
+                size_t nl = colon ? (size_t)(colon - v) : strlen(v);
+                snprintf(name, sizeof name, "%.*s", (int)(nl < 127 ? nl : 127), v);
+                desc = colon ? (char *)colon + 1 : "";
+                while (*desc == ' ') desc++;
+            }
+            cJSON_AddStringToObject(pobj[i], "name", name);
+            cJSON_AddStringToObject(pobj[i], "description", desc);
+        }
+        free(ask);
+        free(akeys);
+    }
+    for (int i = 0; i < npp; i++) free(pprompts[i]);
+    free(pprompts); free(pkeys); free(pobj);
+    if (s) goto out;
+
+    if (o->llm) {
+        /* summaries of long entries */
+        char **pr = malloc(sizeof *pr * (t.n + 1));
+        uint64_t (*keys)[2] = malloc(sizeof *keys * (t.n + 1));
+        int np = 0;
+        if (!pr || !keys) { free(pr); free(keys); s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
+        int minw = o->summarize_min_words > 0 ? o->summarize_min_words : 60;
+        for (size_t i = 0; i < t.n; i++) {
+            const kb_entry *en = ent(&t, i);
+            if (count_words(en->text) <= minw || kb_llm_cache_get(&t.cache, KB_LLM_SUMMARY, en->offset, en->hash)) continue;
+            keys[np][0] = en->offset;
+            keys[np][1] = en->hash;
+            if ((pr[np] = kb_llm_prompt_summary(o->llm, en->title, en->text))) np++;
+        }
+        s = ask_batch(&t, pr, (const uint64_t(*)[2])keys, KB_LLM_SUMMARY, np, 48, "summaries", e);
+        for (int i = 0; i < np; i++) free(pr[i]);
+        cJSON *sa = cJSON_CreateArray();
+        cJSON_DeleteItemFromObject(root, "summaries");
+        cJSON_AddItemToObject(root, "summaries", sa);
+        for (size_t i = 0; i < t.n && !s; i++) {
+            const kb_entry *en = ent(&t, i);
+            const char *v = count_words(en->text) > minw ? kb_llm_cache_get(&t.cache, KB_LLM_SUMMARY, en->offset, en->hash) : NULL;
+            if (!v) continue;
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "id", (double)en->offset);
+            cJSON_AddStringToObject(c, "summary", v);
+            cJSON_AddItemToArray(sa, c);
+            st->summaries++;
+        }
+        /* merge suggestions for near-duplicate pairs */
+        np = 0;
+        cJSON *da = cJSON_GetObjectItem(root, "near_duplicates"), *it;
+        cJSON_ArrayForEach(it, da) {
+            cJSON *a = cJSON_GetObjectItem(it, "a"), *b = cJSON_GetObjectItem(it, "b");
+            long ra = cJSON_IsNumber(a) ? row_of(&t, (uint64_t)a->valuedouble) : -1;
+            long rb = cJSON_IsNumber(b) ? row_of(&t, (uint64_t)b->valuedouble) : -1;
+            if (ra < 0 || rb < 0 || (size_t)np >= t.n) continue;
+            const kb_entry *ea = ent(&t, (size_t)ra), *eb = ent(&t, (size_t)rb);
+            uint64_t ka = ea->offset ^ (eb->offset << 32 | eb->offset >> 32), kb = ea->hash ^ (eb->hash * 31);
+            if (kb_llm_cache_get(&t.cache, KB_LLM_MERGE, ka, kb)) continue;
+            keys[np][0] = ka;
+            keys[np][1] = kb;
+            if ((pr[np] = kb_llm_prompt_merge(o->llm, ea->title, ea->text, eb->title, eb->text))) np++;
+        }
+        if (!s) s = ask_batch(&t, pr, (const uint64_t(*)[2])keys, KB_LLM_MERGE, np, 60, "merge suggestions", e);
+        for (int i = 0; i < np; i++) free(pr[i]);
+        cJSON *ms = cJSON_CreateArray();
+        cJSON_DeleteItemFromObject(root, "merge_suggestions");
+        cJSON_AddItemToObject(root, "merge_suggestions", ms);
+        cJSON_ArrayForEach(it, da) {
+            cJSON *a = cJSON_GetObjectItem(it, "a"), *b = cJSON_GetObjectItem(it, "b");
+            long ra = cJSON_IsNumber(a) ? row_of(&t, (uint64_t)a->valuedouble) : -1;
+            long rb = cJSON_IsNumber(b) ? row_of(&t, (uint64_t)b->valuedouble) : -1;
+            if (ra < 0 || rb < 0 || s) continue;
+            const kb_entry *ea = ent(&t, (size_t)ra), *eb = ent(&t, (size_t)rb);
+            const char *v = kb_llm_cache_get(&t.cache, KB_LLM_MERGE, ea->offset ^ (eb->offset << 32 | eb->offset >> 32),
+                                             ea->hash ^ (eb->hash * 31));
+            if (!v) continue;
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "a", (double)ea->offset);
+            cJSON_AddNumberToObject(c, "b", (double)eb->offset);
+            cJSON_AddStringToObject(c, "suggestion", v);
+            cJSON_AddItemToArray(ms, c);
+            st->merges++;
+        }
+        /* digests: each topic's five entries nearest its centroid */
+        np = 0;
+        int *dt = malloc(sizeof(int) * (size_t)(t.n_topics + 1));
+        uint64_t *dkey = malloc(sizeof(uint64_t) * (size_t)(t.n_topics + 1));
+        if (!dt || !dkey) { free(dt); free(dkey); free(pr); free(keys); s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
+        for (int tp = 0; tp < t.n_topics && !s; tp++) {
+            if (t.topic_count[tp] < 3) continue;
+            size_t best[5];
+            float bsim[5];
+            int nb = 0;
+            for (size_t i = 0; i < t.n; i++) {
+                if (t.topic[i] != tp) continue;
+                float sim = central[i];   /* closeness to its own topic */
+                int k = nb < 5 ? nb++ : 4;
+                if (k == 4 && nb == 5 && sim <= bsim[4]) continue;
+                while (k > 0 && bsim[k - 1] < sim) { best[k] = best[k - 1]; bsim[k] = bsim[k - 1]; k--; }
+                best[k] = i;
+                bsim[k] = sim;
+            }
+            const char *ti[5], *tx[5];
+            uint64_t key = FNV0;
+            for (int k = 0; k < nb; k++) {
+                ti[k] = ent(&t, best[k])->title;
+                tx[k] = ent(&t, best[k])->text;
+                key = fnv_str(tx[k], key ^ ent(&t, best[k])->hash);
+            }
+            dt[np] = tp;
+            dkey[np] = key;
+            keys[np][0] = fnv_str(t.topics[tp], FNV0);
+            keys[np][1] = key;
+            pr[np] = kb_llm_cache_get(&t.cache, KB_LLM_DIGEST, keys[np][0], key) ? NULL
+                     : kb_llm_prompt_digest(o->llm, t.topics[tp], ti, tx, nb);
+            np++;
+        }
+        int na = 0;
+        for (int i = 0; i < np; i++)
+            if (pr[i]) { pr[na] = pr[i]; keys[na][0] = keys[i][0]; keys[na][1] = keys[i][1]; na++; }
+        if (!s) s = ask_batch(&t, pr, (const uint64_t(*)[2])keys, KB_LLM_DIGEST, na, 80, "digests", e);
+        for (int i = 0; i < na; i++) free(pr[i]);
+        cJSON *dg = cJSON_CreateArray();
+        cJSON_DeleteItemFromObject(root, "digests");
+        cJSON_AddItemToObject(root, "digests", dg);
+        for (int i = 0; i < np && !s; i++) {
+            const char *v = kb_llm_cache_get(&t.cache, KB_LLM_DIGEST, fnv_str(t.topics[dt[i]], FNV0), dkey[i]);
+            if (!v) continue;
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddStringToObject(c, "topic", t.topics[dt[i]]);
+            cJSON_AddStringToObject(c, "digest", v);
+            cJSON_AddItemToArray(dg, c);
+            st->digests++;
+        }
+        free(dt); free(dkey); free(pr); free(keys);
+        if (s) goto out;
+        cJSON_DeleteItemFromObject(root, "llm");
+        cJSON_AddStringToObject(root, "llm", kb_llm_fingerprint(o->llm));
+    }
+
+    {
+        char *out = cJSON_Print(root);
+        if (!out) { s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
+        s = hx_write_file_atomic(ipath, out, strlen(out), e);
+        free(out);
+    }
+    if (!s && print) {
+        if (nm) printf("\nlikely misfiled (%zu, by %s):\n", nm, method);
+        for (size_t k = 0; k < nm && k < 10; k++) {
+            size_t i = mis[k];
+            printf("  %.3f  @%llu \"%s\"  filed under %s, reads like %s\n", cls[i].prob,
+                   (unsigned long long)ent(&t, i)->offset, ent(&t, i)->title ? ent(&t, i)->title : "(untitled)",
+                   t.topics[t.topic[i]], t.topics[cls[i].predicted]);
+        }
+        cJSON *pa2 = cJSON_GetObjectItem(root, "patterns"), *it;
+        if (st->patterns) printf("\npatterns across topics (%zu):\n", st->patterns);
+        int shown = 0;
+        cJSON_ArrayForEach(it, pa2) {
+            if (shown++ == 10) break;
+            cJSON *nm2 = cJSON_GetObjectItem(it, "name"), *tp = cJSON_GetObjectItem(it, "topics"), *x;
+            printf("  %d entries in", cJSON_GetArraySize(cJSON_GetObjectItem(it, "members")));
+            cJSON_ArrayForEach(x, tp) printf(" %s", x->valuestring);
+            if (cJSON_IsString(nm2) && *nm2->valuestring) printf(": %s", nm2->valuestring);
+            printf("\n");
+        }
+    }
+out:
+    st->seconds = hx_now_s() - t0;
+    free(central);
+    free(cls);
+    free(mis);
+    cJSON_Delete(root);
+    free(json);
+    think_free(&t);
+    return s;
+}

@@ -1,0 +1,247 @@
+/* serve.h — helix-bg serve: an OpenAI-compatible HTTP server on libhelix.
+ *
+ * Three kinds of thread share one srv (all cross-thread state under srv.mu):
+ *
+ *   HTTP (libmicrohttpd's polling thread, http.c): reads requests, checks
+ *     auth and limits, parses the OpenAI JSON (oai.c), tokenizes (an hx_model
+ *     is read-only and may be used from any thread), and hands a srv_req to
+ *     the scheduler. Answers cheap routes (/health, /v1/models, /metrics,
+ *     /tokenize) itself. A waiting connection is suspended; the scheduler
+ *     resumes it when bytes are ready.
+ *   scheduler (sched.c): owns the hx_context. Every step it admits queued
+ *     requests into free sequence slots (the slot whose cached tokens share
+ *     the longest prefix with the prompt), builds one hx_batch of every
+ *     running decode plus a chunk of pending prefill, runs hx_decode, samples,
+ *     detokenizes and appends SSE chunks or the final body to each request.
+ *   embedder (sched.c): owns the BERT hx_embedder for /v1/embeddings.
+ *
+ * A srv_req is reference counted: one ref for the HTTP side (dropped when
+ * libmicrohttpd says the request is over), one for whichever worker holds it.
+ */
+#ifndef HX_SERVE_H
+#define HX_SERVE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "helix.h"
+#include "jsongram.h"
+#include "util.h"
+
+struct MHD_Connection;
+struct MHD_Daemon;
+
+/* ---- configuration (cmd_serve.c fills it from flags) ---- */
+typedef struct srv_config {
+    const char *host;          /* "127.0.0.1" */
+    int port;                  /* 8080; 0: any free port (the log line says which) */
+    const char *model_path;    /* -m */
+    const char *alias;         /* --alias: the model id clients use; default the file's base name */
+    const char *embed_path;    /* -e: BERT model for /v1/embeddings */
+    const char *embed_alias;
+    char **api_keys;           /* accepted Bearer tokens; none: no auth */
+    int n_api_keys;
+    const char *cors_origin;   /* NULL: no CORS headers */
+    int n_ctx;                 /* -c: KV positions in all (0: library default) */
+    int n_parallel;            /* --parallel: sequence slots */
+    int n_threads;             /* -t */
+    int n_batch;               /* most tokens per hx_decode */
+    int prefill_chunk;         /* prompt tokens per step over all prefilling slots (while others decode) */
+    double step_target_s;      /* ... fewer when a step would take longer than this */
+    hx_device device;
+    size_t max_body;           /* bytes; larger bodies get 413 */
+    int max_tokens;            /* ceiling on generated tokens per request (0: the context) */
+    int max_prompt;            /* ceiling on prompt tokens (0: the context) */
+    int max_queue;             /* requests waiting for a slot; more get 503 */
+    bool no_queue;             /* 429 when no slot is free instead of queueing */
+    double timeout_s;          /* a request's whole life, queue included */
+    int idle_timeout_s;        /* an idle connection is closed after this (slow clients) */
+    int max_connections;
+    double shutdown_s;         /* SIGTERM: in-flight requests get this long */
+    bool decoder_embeddings;   /* mean-pooled hidden states of the chat model on /v1/embeddings */
+    int verbose;
+} srv_config;
+
+/* ---- one request ---- */
+typedef enum { REQ_CHAT, REQ_COMPLETION, REQ_EMBED } req_kind;
+
+typedef enum {
+    FIN_NONE = 0,
+    FIN_STOP,       /* end of generation or a stop string */
+    FIN_LENGTH,     /* max_tokens, the context or the time limit */
+    FIN_CANCELLED,  /* client gone or shutdown */
+    FIN_ERROR,
+} fin_reason;
+
+typedef struct srv_req {
+    struct srv *owner;
+    int refs;                  /* under srv.mu */
+    uint64_t serial;
+    req_kind kind;
+    bool stream;
+    bool include_usage;        /* stream_options.include_usage */
+    char id[48];               /* "chatcmpl-..." */
+    long created;              /* unix seconds */
+    const char *model_id;      /* points into srv */
+
+    /* generation inputs (HTTP thread fills, then read-only) */
+    int32_t *prompt;           /* token ids, with BOS as the model asks */
+    int n_prompt;
+    int max_tokens;            /* >= 1 */
+    hx_sampler_params sp;
+    hx_logit_bias *bias;       /* sp.logit_bias points here */
+    char **stop;               /* stop strings (valid UTF-8, non-empty) */
+    int n_stop;
+    int logprobs;              /* -1: off; else top_logprobs count (0..20) */
+    bool json_mode;            /* response_format json_object / json_schema */
+    jg_schema *schema;         /* json_schema: the top-level keys and types enforced (NULL: any object) */
+    bool ignore_eog;           /* llama-server's ignore_eos: keep going (benchmarks) */
+
+    /* embedding inputs */
+    char **texts;
+    int n_texts;
+    int32_t **text_ids;        /* decoder embeddings: each text tokenized */
+    int *n_text_ids;
+    bool emb_base64;
+    bool emb_bert;             /* the -e model (else the chat model's hidden states) */
+
+    double t_arrive, deadline; /* hx-style seconds (util_now) */
+    double t_first;            /* first token out (0: none yet) */
+
+    /* the HTTP side (under srv.mu) */
+    struct MHD_Connection *conn;
+    int fd;                    /* the client's socket, polled for hang-up while suspended */
+    bool suspended;            /* the connection waits for us; MHD_resume_connection wakes it */
+    bool cancelled;            /* client gone: the scheduler frees the slot */
+    bool http_done;            /* MHD finished with the request */
+
+    /* output (scheduler appends under srv.mu) */
+    sbuf out;                  /* stream: SSE bytes not yet sent; else the final body */
+    size_t out_off;            /* bytes of out already handed to MHD */
+    bool done;                 /* no more output */
+    int status;                /* HTTP status of a non-stream answer */
+    fin_reason fin;
+    int usage_prompt, usage_cached, usage_gen;
+} srv_req;
+
+/* ---- scheduler statistics, under srv.mu (for /metrics) ---- */
+typedef struct srv_stats {
+    uint64_t requests_total, requests_ok, requests_failed, requests_cancelled, requests_rejected;
+    uint64_t prompt_tokens, gen_tokens, cached_tokens, decode_steps, embeddings;
+    int queue_depth, slots_busy, last_batch_seqs, last_batch_tokens;
+    int kv_used;               /* positions held by all sequences (busy and cached) */
+    double tok_per_s;          /* generated tokens per second over the last seconds */
+    double busy_s;             /* time spent in hx_decode */
+} srv_stats;
+
+typedef struct srv srv;
+
+struct srv {
+    srv_config cfg;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;       /* scheduler: new work or a cancel */
+    pthread_cond_t emb_wake;   /* embedder */
+    pthread_cond_t idle;       /* shutdown: a request finished */
+
+    /* state */
+    volatile int loading;      /* 1 until the model is ready */
+    volatile int stopping;     /* SIGTERM: no new requests */
+    volatile int quit;         /* workers exit */
+    char load_error[600];
+
+    hx_model *model;           /* NULL until loaded */
+    char model_id[256];
+    hx_embedder *emb;          /* -e */
+    hx_model *emb_model;       /* -e opened as a model too, for token counts (may be NULL) */
+    char emb_id[256];
+    int n_ctx_seq;             /* positions per slot */
+    int n_vocab;
+
+    struct MHD_Daemon *httpd;
+    int port;
+
+    /* queues (under mu) */
+    srv_req **queue;           /* waiting for a slot, FIFO */
+    int n_queue, cap_queue;
+    srv_req **emb_queue;
+    int n_emb_queue, cap_emb_queue;
+    int n_active;              /* requests a worker holds (queued or running) */
+    int n_http_reqs;           /* connections with a request handed to a worker, not yet closed */
+    uint64_t serial;
+
+    srv_stats st;
+    double t_start;
+
+    pthread_t sched_thread, emb_thread;
+    bool sched_started, emb_started;
+    void *sched;               /* sched.c's private state */
+};
+
+/* ---- requests (sched.c) ---- */
+srv_req *req_new(srv *s, req_kind kind);
+/* Drops a reference (takes srv.mu itself); frees the request at zero. */
+void req_unref(srv *s, srv_req *r);
+/* Hands the request to a worker. Returns 0, or an HTTP status (429, 503)
+ * with *why set when it cannot be taken. Takes one ref on success. */
+int srv_submit(srv *s, srv_req *r, const char **why);
+/* Appends bytes to r->out and wakes a suspended connection. Caller holds srv.mu. */
+void req_emit_locked(srv_req *r, const char *p, size_t n);
+/* The connection is gone (MHD callback) or the request otherwise ends. */
+void req_cancel(srv *s, srv_req *r);
+
+/* Scheduler and embedder threads (sched.c). srv_sched_start after the model is loaded. */
+int srv_sched_start(srv *s, hx_error *e);
+void srv_sched_stop(srv *s);
+/* Cancels every queued and running request (shutdown deadline). */
+void srv_cancel_all(srv *s);
+
+/* ---- HTTP (http.c) ---- */
+int srv_http_start(srv *s, hx_error *e);
+void srv_http_quiesce(srv *s);
+void srv_http_stop(srv *s);
+
+/* ---- OpenAI JSON (oai.c) ---- */
+/* An error answer: {"error":{"message","type","code"}}. Returns malloc'ed text. */
+char *oai_error_json(const char *message, const char *type, const char *code);
+/* The error type OpenAI uses for an HTTP status. */
+const char *oai_error_type(int status);
+
+/* Parses a request body for the route into r. On failure returns the HTTP
+ * status (400, 404, 413, 501) with msg/code filled; 0 on success. Needs
+ * s->model for tokenizing (NULL: parsing only, for the fuzzer). */
+typedef struct oai_err {
+    char msg[400];
+    const char *code;          /* "invalid_request_error" codes, e.g. "context_length_exceeded" */
+} oai_err;
+int oai_parse_chat(srv *s, const char *body, size_t len, srv_req *r, oai_err *err);
+int oai_parse_completion(srv *s, const char *body, size_t len, srv_req *r, oai_err *err);
+int oai_parse_embeddings(srv *s, const char *body, size_t len, srv_req *r, oai_err *err);
+/* /tokenize and /detokenize: the whole answer; *status 200 or 400. */
+char *oai_tokenize(srv *s, const char *body, size_t len, int *status);
+char *oai_detokenize(srv *s, const char *body, size_t len, int *status);
+char *oai_models(srv *s);
+char *oai_model_one(srv *s, const char *id);   /* NULL: no such model */
+char *oai_metrics(srv *s);
+
+/* Response building (called by the scheduler, srv.mu not held). */
+typedef struct oai_logprob {
+    int32_t token;
+    float logprob;
+    int n_top;
+    int32_t top_tok[20];
+    float top_lp[20];
+} oai_logprob;
+/* One SSE event "data: {...}\n\n" for a stream delta (text may be "", role
+ * only in the first chunk, finish NULL until the last). Appended to out. */
+void oai_stream_chunk(srv *s, const srv_req *r, const char *text, size_t len, bool first, const char *finish,
+                      const oai_logprob *lp, int n_lp, sbuf *out);
+void oai_stream_usage(const srv_req *r, sbuf *out);
+/* The whole non-stream body. */
+char *oai_final_body(srv *s, const srv_req *r, const char *text, size_t len, const char *finish,
+                     const oai_logprob *lp, int n_lp);
+char *oai_embeddings_body(const srv_req *r, const float *vec, int n, int dim, int prompt_tokens);
+const char *oai_finish_str(fin_reason f);
+
+#endif
