@@ -216,6 +216,29 @@ static void merged_logits(const char *base, const char *const *ads, const float 
     hx_model_free(m);
 }
 
+/* The numbers of "top2" in the JSON that cmd prints (at most 16). */
+static int top2_of(const char *cmd, double *v) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return 0;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    pclose(f);
+    const char *p = strstr(buf, "\"top2\":");
+    int k = 0;
+    if (!p) return 0;
+    p += 7;
+    while (*p && k < 16) {
+        if (*p == ']' && p[1] == ']') break;
+        if ((*p >= '0' && *p <= '9') || *p == '-') {
+            char *end;
+            v[k++] = strtod(p, &end);
+            p = end;
+        } else p++;
+    }
+    return k;
+}
+
 /* Opening path against m fails with status want and a message containing what. */
 static void expect_fail(hx_model *m, const char *path, hx_status want, const char *what) {
     hx_error e = {0};
@@ -476,6 +499,24 @@ int main(void) {
         d_merge = max_diff(L, M);
         printf("CLI lora-merge (0.5, 2): max |adapters - merged| = %.3g\n", d_merge);
         CHECKF(d_merge < 1e-4, "%g", d_merge);
+        /* generate --lora / --lora-scaled: the two adapters against the merged model, logits of 4 steps */
+        double ta[16], tm[16], t0[16];
+        snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --prompt-ids 1,17,300,42 -n 4 --exact --kv f32 -t 2 --json --top2 "
+                 "--lora-scaled '%s' 0.5 --lora-scaled '%s' 2", bin, base, p1, p2);
+        int na = top2_of(cmd, ta);
+        snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --prompt-ids 1,17,300,42 -n 4 --exact --kv f32 -t 2 --json --top2",
+                 bin, mg2);
+        int nm = top2_of(cmd, tm);
+        snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --prompt-ids 1,17,300,42 -n 4 --exact --kv f32 -t 2 --json --top2 "
+                 "--lora '%s' --lora-scaled '%s' 0", bin, base, p1, p1);
+        int n1 = top2_of(cmd, t0);
+        CHECKF(na == 16 && nm == 16 && n1 == 16, "top2 values: %d %d %d", na, nm, n1);
+        double dg = 0;
+        for (int i = 0; i < 16 && na == 16 && nm == 16; i++) dg = fmax(dg, fabs(ta[i] - tm[i]));
+        printf("CLI generate --lora-scaled x2 vs merged: max top2 difference %.3g\n", dg);
+        CHECKF(na == 16 && dg < 1e-3, "%g", dg);
+        snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --prompt-ids 1 --lora-scaled '%s' 2>/dev/null", bin, base, p1);
+        CHECK(WEXITSTATUS(system(cmd)) == 2);
         snprintf(cmd, sizeof cmd, "'%s' lora-merge -m '%s' --lora-scaled '%s' x -o '%s' 2>/dev/null", bin, base, p1, mg2);
         CHECK(WEXITSTATUS(system(cmd)) == 2);
         snprintf(cmd, sizeof cmd, "'%s' lora-merge -m '%s' --lora '%s/none.gguf' -o '%s' 2>/dev/null", bin, base, g_dir, mg2);

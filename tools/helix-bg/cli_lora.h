@@ -15,6 +15,9 @@ int cmd_lora_merge(int argc, char **argv);
 #define CLI_MAX_LORA 16
 typedef struct cli_lora_list { const char *path[CLI_MAX_LORA]; float scale[CLI_MAX_LORA]; int n; } cli_lora_list;
 int cli_lora_flag(int argc, char **argv, int *i, cli_lora_list *l);
+/* Takes every --lora / --lora-scaled out of argv (before a command's own
+ * parser sees it); 0, or 2 after printing what is wrong. */
+int cli_lora_strip(int *argc, char **argv, cli_lora_list *l);
 hx_status cli_lora_apply(hx_model *m, hx_context *c, const cli_lora_list *l, hx_adapter **opened, hx_error *e);
 
 #endif

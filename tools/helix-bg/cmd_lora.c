@@ -117,6 +117,18 @@ int cli_lora_flag(int argc, char **argv, int *i, cli_lora_list *l) {
     return 1;
 }
 
+int cli_lora_strip(int *argc, char **argv, cli_lora_list *l) {
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        int r = cli_lora_flag(*argc, argv, &i, l);
+        if (r < 0) return 2;
+        if (r == 0) argv[out++] = argv[i];
+    }
+    *argc = out;
+    argv[out] = NULL;
+    return 0;
+}
+
 hx_status cli_lora_apply(hx_model *m, hx_context *c, const cli_lora_list *l, hx_adapter **opened, hx_error *e) {
     for (int k = 0; k < l->n; k++) {
         hx_status st = hx_adapter_open(m, l->path[k], &opened[k], e);
