@@ -320,6 +320,14 @@ int hx_adapter_n_weights(const hx_adapter *a);   /* matrices it adapts */
  * cache was computed under the old set). Adapters must be of the context's
  * model. CUDA contexts: HX_ERR_UNSUPPORTED for now (n = 0 is accepted). */
 hx_status hx_context_set_adapters(hx_context *c, hx_adapter *const *adapters, const float *scales, int n, hx_error *e);
+/* Writes the adapter as llama.cpp's GGUF adapter (f32 tensors; llama's Q/K
+ * rows in llama.cpp's order): a PEFT folder converted. */
+hx_status hx_adapter_save(const hx_adapter *a, const char *path, hx_error *e);
+/* A copy of the GGUF model base with adapters[i] (GGUF or PEFT) merged into
+ * its matrices: W + scales[i] * alpha/r * B A, each adapted matrix summed in
+ * f32 and requantized to its type (f32 when f32_out); the rest copied. */
+hx_status hx_adapter_merge(const char *base, const char *const *adapters, const float *scales, int n, bool f32_out,
+                           const char *out, hx_error *e);
 
 /* ======================================================================== */
 /* Sampling                                                                 */

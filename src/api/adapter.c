@@ -24,6 +24,21 @@ void hx_adapter_free(hx_adapter *a) { hx_lora_release(a); }
 
 int hx_adapter_n_weights(const hx_adapter *a) { return a ? a->n_weights : 0; }
 
+hx_status hx_adapter_save(const hx_adapter *a, const char *path, hx_error *e) {
+    if (!a || !path || !*path) return hx_err(e, HX_ERR_ARG, "hx_adapter_save: adapter or path is NULL");
+    return hx_lora_write_gguf(a, path, e);
+}
+
+hx_status hx_adapter_merge(const char *base, const char *const *adapters, const float *scales, int n, bool f32_out,
+                           const char *out, hx_error *e) {
+    if (!base || !out || !adapters || !scales || n < 1)
+        return hx_err(e, HX_ERR_ARG, "hx_adapter_merge: a base, an output and at least one adapter are required");
+    for (int i = 0; i < n; i++)
+        if (!adapters[i] || !isfinite(scales[i]))
+            return hx_err(e, HX_ERR_ARG, "hx_adapter_merge: adapter %d is NULL or its scale is not finite", i);
+    return hx_lora_merge(base, adapters, scales, n, f32_out, out, e);
+}
+
 void hx_api_drop_adapters(hx_context *c) {
     for (int i = 0; i < c->n_adapters; i++) hx_lora_release(c->adapters[i]);
     free(c->adapters);

@@ -3,8 +3,6 @@
  * matrices, for decoding without the LoRA work). Generate's --lora flags are
  * parsed by cli_lora_flag below. */
 #include "cli_lora.h"
-#include "core/core.h"
-#include "model/lora.h"
 
 #include <errno.h>
 #include <math.h>
@@ -47,15 +45,17 @@ int cmd_lora_convert(int argc, char **argv) {
     }
     hx_error e = {0};
     hx_model *m = NULL;
-    struct hx_adapter *a = NULL;
-    if (hx_model_load_any(base, &m, &e) || hx_lora_load(m, in, &a, &e) || hx_lora_write_gguf(a, out, &e)) {
+    hx_adapter *a = NULL;
+    hx_model_params mp = hx_model_default_params();
+    mp.device = HX_DEVICE_CPU;
+    if (hx_model_open(base, &mp, &m, &e) || hx_adapter_open(m, in, &a, &e) || hx_adapter_save(a, out, &e)) {
         fprintf(stderr, "helix-bg lora-convert: %s\n", e.msg);
-        hx_lora_release(a);
+        hx_adapter_free(a);
         hx_model_free(m);
         return 1;
     }
-    fprintf(stderr, "wrote %s: %d adapted matrices, alpha %g\n", out, a->n_weights, a->alpha);
-    hx_lora_release(a);
+    fprintf(stderr, "wrote %s: %d adapted matrices\n", out, hx_adapter_n_weights(a));
+    hx_adapter_free(a);
     hx_model_free(m);
     return 0;
 }
@@ -96,7 +96,7 @@ int cmd_lora_merge(int argc, char **argv) {
         return 2;
     }
     hx_error e = {0};
-    if (hx_lora_merge(base, paths, scales, n, f32, out, &e)) {
+    if (hx_adapter_merge(base, paths, scales, n, f32, out, &e)) {
         fprintf(stderr, "helix-bg lora-merge: %s\n", e.msg);
         return 1;
     }
