@@ -729,6 +729,20 @@ static hx_status lora_add(hx_cpu_ctx *c, int layer, int slot, const float *x, in
         /* threads only where the work outweighs waking them (not in decode) */
         hx_pool *pool = (double)n * w->rank * (double)(w->n_in + w->n_out) >= (double)(1 << 21) ? c->pool : NULL;
         TRY(hx_matmul_ex(pool, &A, x, n, c->lora_t, 0, e));
+        if (!pool) { /* B's rows are only rank long: inline dots beat a kernel call per row */
+            const int r = w->rank;
+            for (int i = 0; i < n; i++) {
+                const float *t = c->lora_t + (size_t)i * r;
+                float *yi = y + (size_t)i * w->n_out;
+                for (int64_t o = 0; o < w->n_out; o++) {
+                    const float *br = w->b + (size_t)o * r;
+                    float acc = 0;
+                    for (int k = 0; k < r; k++) acc += br[k] * t[k];
+                    yi[o] += s * acc;
+                }
+            }
+            continue;
+        }
         TRY(hx_matmul_ex(pool, &B, c->lora_t, n, c->lora_d, 0, e));
         for (size_t i = 0; i < nd; i++) y[i] += s * c->lora_d[i];
     }
