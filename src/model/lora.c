@@ -209,7 +209,7 @@ static hx_status load_gguf(struct hx_adapter *ad, hx_error *e) {
     hx_gguf *g = NULL;
     hx_status st = hx_gguf_open(ad->path, NULL, &g, e);
     if (st) return st;
-    hx_gguf_str s;
+    hx_gguf_str s = {0};
     if (!hx_gguf_get_str(g, "general.type", &s) || !hx_gguf_str_eq(s, "adapter")) {
         st = hx_err(e, HX_ERR_FORMAT, "%s: not a GGUF adapter (general.type is '%.*s', want 'adapter')", ad->path,
                     hx_gguf_get_str(g, "general.type", &s) ? (int)(s.len < 64 ? s.len : 64) : 0, s.ptr ? s.ptr : "");
@@ -592,6 +592,9 @@ static hx_status merge_fill(void *ctx, void *buf, uint64_t n_bytes, hx_error *e)
 hx_status hx_lora_merge(const char *base, const char *const *adapters, const float *scales, int n, bool f32_out,
                         const char *out, hx_error *e) {
     if (!base || !out || n < 1 || !adapters || !scales) return hx_err(e, HX_ERR_ARG, "merge: a base, an output and adapters are required");
+    struct stat sb;
+    if (stat(base, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return hx_err(e, HX_ERR_UNSUPPORTED, "merge: %s is a folder; the merge writes a copy of a GGUF base", base);
     hx_model *m = NULL;
     hx_status st = hx_model_load(base, NULL, &m, e);
     if (st) return st;
