@@ -455,6 +455,20 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
                       int n_labels, float *probs, float *logprobs, hx_metrics *metrics, hx_error *e);
 
 /* ======================================================================== */
+/* Threads                                                                  */
+/* ======================================================================== */
+/* The engine's persistent thread pool (the KB engine and developer tools take
+ * one): hx_pool_run splits [0, n_tasks) into tasks handed out to the pool's
+ * threads (the caller's included) and returns when all are done. One run at a
+ * time per pool. n_threads <= 0: all online CPUs. */
+typedef struct hx_pool hx_pool;
+typedef void (*hx_pool_fn)(void *ctx, int64_t task, int thread);
+hx_pool *hx_pool_create(int n_threads);   /* NULL when out of memory */
+void hx_pool_free(hx_pool *p);
+int hx_pool_threads(const hx_pool *p);
+void hx_pool_run(hx_pool *p, int64_t n_tasks, hx_pool_fn fn, void *ctx);
+
+/* ======================================================================== */
 /* Sentence embeddings (BERT encoders: all-MiniLM-L6-v2 and friends)        */
 /* ======================================================================== */
 /* Texts are WordPiece-tokenized (truncated to max_tokens, default 256), run in

@@ -115,15 +115,7 @@ int hx_dev_isa_avx2_level(void);
 const char *hx_dev_isa_level_name(int level);
 void hx_dev_isa_set(int level);
 
-/* The engine's persistent thread pool: hx_pool_run splits [0, n_tasks) into
- * tasks run by the pool's threads (the caller's included) and returns when all
- * are done; one run at a time per pool. n_threads 0: all CPUs. */
-typedef struct hx_pool hx_pool;
-typedef void (*hx_pool_fn)(void *ctx, int64_t task, int thread);
-hx_pool *hx_pool_create(int n_threads);
-void hx_pool_free(hx_pool *p);
-int hx_pool_threads(const hx_pool *p);
-void hx_pool_run(hx_pool *p, int64_t n_tasks, hx_pool_fn fn, void *ctx);
+/* hx_pool (the thread pool the kernel functions take) is in helix.h. */
 
 /* A weight matrix as stored: rows of cols values of type, row-major. */
 typedef struct hx_dev_matrix {

@@ -18,10 +18,12 @@ hx_context_params hx_context_default_params(void) {
 
 void hx_context_free(hx_context *c) {
     if (!c) return;
+    if (c->logits && c->bctx && c->be->host_free) c->be->host_free(c->bctx, c->logits);
+    else free(c->logits);
     if (c->bctx) c->be->ctx_free(c->bctx);
     hx_api_drop_adapters(c);
     free(c->kv_rows); free(c->seq_len); free(c->seq_tok);
-    free(c->logits); free(c->hidden); free(c->row_of);
+    free(c->hidden); free(c->row_of);
     free(c->ub_out); free(c->first_pos); free(c->next_pos); free(c->orig_len);
     free(c);
 }
@@ -173,8 +175,12 @@ hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e) {
     int n_out = 0;
     for (int i = 0; i < n; i++) c->row_of[i] = wants(b, i) ? n_out++ : -1;
     if ((size_t)n_out > c->out_cap) {
-        float *lg = realloc(c->logits, (size_t)n_out * (size_t)c->n_vocab * sizeof *lg);
+        /* rows hold only the last decode's outputs: a fresh buffer, nothing to keep */
+        size_t bytes = (size_t)n_out * (size_t)c->n_vocab * sizeof(float);
+        float *lg = c->be->host_alloc ? c->be->host_alloc(c->bctx, bytes) : malloc(bytes);
         if (!lg) return hx_err(e, HX_ERR_NOMEM, "hx_decode: out of memory for %d rows of logits", n_out);
+        if (c->be->host_free) c->be->host_free(c->bctx, c->logits);
+        else free(c->logits);
         c->logits = lg;
         if (c->p.embeddings) {
             float *h = realloc(c->hidden, (size_t)n_out * (size_t)c->n_embd * sizeof *h);

@@ -6,15 +6,7 @@
 
 #include "helix.h"
 
-typedef struct hx_pool hx_pool;
-/* fn(ctx, task, thread_index) for task in [0, n_tasks); thread_index < n_threads */
-typedef void (*hx_pool_fn)(void *ctx, int64_t task, int thread);
-
-/* n_threads <= 0: use the number of online CPUs. */
-hx_pool *hx_pool_create(int n_threads);
-void hx_pool_free(hx_pool *p);
-int hx_pool_threads(const hx_pool *p);
-void hx_pool_run(hx_pool *p, int64_t n_tasks, hx_pool_fn fn, void *ctx);
+/* hx_pool and hx_pool_create/free/threads/run are public: helix.h. */
 int hx_cpu_count(void);
 
 #endif

@@ -15,43 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
-#include "core/core.h"
-#include "kb/ask.h"
-#include "kb/search.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: helix-bg ask KB-DIR QUESTION --llm-model MODEL [options]\n"
-            "\n"
-            "Answers QUESTION from the knowledge base in KB-DIR: the best entries (semantic +\n"
-            "BM25 search) go into the prompt, numbered; the model answers citing them as [n] and\n"
-            "is told to say it does not know when they do not hold the answer. The answer streams;\n"
-            "the cited entries are listed after it.\n"
-            "\n"
-            "options:\n"
-            "  --llm-model M      decoder model (.gguf or Hugging Face folder), required\n"
-            "  -k N               entries retrieved (default 8)\n"
-            "  --topic T          only entries of topic T\n"
-            "  --embed-model E    the BERT model the KB was embedded with (default: built-in lexical-384)\n"
-            "  --device D         auto (default), cpu or cuda\n"
-            "  -c N               context positions (default 4096)\n"
-            "  -n N               most answer tokens (default 256)\n"
-            "  -t N               CPU threads (default: all)\n"
-            "  --json             one JSON object instead of streamed text\n"
-            "  -h, --help         this text\n");
-}
-
-static bool parse_int(const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "helix-bg ask: %s needs an integer in %ld..%ld, got '%s'\n", flag, lo, hi, v ? v : "");
-        return false;
-    }
-    *out = x;
-    return true;
-}
+#include "helix_kb.h"
 
 static int count_tokens(const char *text, void *user) {
     int n = 0;
@@ -67,38 +31,34 @@ static bool stream_out(const char *text, size_t len, void *user) {
 }
 
 int cmd_ask(int argc, char **argv) {
-    const char *dir = NULL, *question = NULL, *topic = NULL, *embed_model = NULL, *llm = NULL, *device = "auto";
-    long k = 8, n_ctx = 4096, n_predict = 256, threads = 0;
+    const char *dir = NULL, *question = NULL, *topic = NULL, *embed_model = NULL, *llm = NULL;
+    int k = 8, n_ctx = 4096, n_predict = 256, threads = 0, device = 0;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "-k")) { if (!parse_int(a, v, 1, 100, &k)) return 2; i++; }
-        else if (!strcmp(a, "-c")) { if (!parse_int(a, v, 256, 1 << 20, &n_ctx)) return 2; i++; }
-        else if (!strcmp(a, "-n")) { if (!parse_int(a, v, 1, 1 << 20, &n_predict)) return 2; i++; }
-        else if (!strcmp(a, "-t")) { if (!parse_int(a, v, 0, 4096, &threads)) return 2; i++; }
-        else if (!strcmp(a, "--topic") || !strcmp(a, "--embed-model") || !strcmp(a, "--llm-model") || !strcmp(a, "-m") ||
-                 !strcmp(a, "--device")) {
-            if (!v) { fprintf(stderr, "helix-bg ask: %s needs a value\n", a); return 2; }
-            if (!strcmp(a, "--topic")) topic = v;
-            else if (!strcmp(a, "--embed-model")) embed_model = v;
-            else if (!strcmp(a, "--device")) device = v;
-            else llm = v;
-            i++;
-        }
-        else if (!strcmp(a, "--json")) json = true;
-        else if (a[0] == '-' && a[1]) { fprintf(stderr, "helix-bg ask: unknown option '%s' (see --help)\n", a); return 2; }
-        else if (!dir) dir = a;
-        else if (!question) question = a;
-        else { fprintf(stderr, "helix-bg ask: unexpected argument '%s' (quote the question)\n", a); return 2; }
-    }
-    if (!dir || !question) { usage(stderr); return 2; }
-    if (!llm) { fprintf(stderr, "helix-bg ask: --llm-model MODEL is required (a decoder .gguf or Hugging Face folder)\n"); return 2; }
-    hx_device dev;
-    if (!strcmp(device, "auto")) dev = HX_DEVICE_AUTO;
-    else if (!strcmp(device, "cpu")) dev = HX_DEVICE_CPU;
-    else if (!strcmp(device, "cuda")) dev = HX_DEVICE_CUDA;
-    else { fprintf(stderr, "helix-bg ask: --device must be auto, cpu or cuda, got '%s'\n", device); return 2; }
+    static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+    const cli_opt opts[] = {
+        {CLI_POS, "KB-DIR", &dir, NULL, "the knowledge base (a directory holding data.log)", 0, 0, NULL},
+        {CLI_POS, "QUESTION", &question, NULL, "the question", 0, 0, NULL},
+        {CLI_STR, "-m|--llm-model", &llm, "M", "decoder model (.gguf or Hugging Face folder), required", 0, 0, NULL},
+        {CLI_INT, "-k", &k, "N", "entries retrieved", 1, 100, NULL},
+        {CLI_STR, "--topic", &topic, "T", "only entries of topic T", 0, 0, NULL},
+        {CLI_STR, "--embed-model", &embed_model, "E", "the BERT model the KB was embedded with (default: lexical-384)",
+         0, 0, NULL},
+        {CLI_CHOICE, "--device", &device, "D", "where the model runs", 0, 0, devices},
+        {CLI_INT, "-c", &n_ctx, "N", "context positions", 256, 1 << 20, NULL},
+        {CLI_INT, "-n", &n_predict, "N", "most answer tokens", 1, 1 << 20, NULL},
+        {CLI_INT, "-t", &threads, "N", "CPU threads (0: all)", 0, 4096, NULL},
+        {CLI_BOOL, "--json", &json, NULL, "one JSON object instead of streamed text", 0, 0, NULL},
+        {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
+    };
+    int pr = cli_parse("ask", "ask KB-DIR QUESTION --llm-model MODEL [options]",
+                       "Answers QUESTION from the knowledge base in KB-DIR: the best entries (semantic + BM25 search)\n"
+                       "go into the prompt, numbered; the model answers citing them as [n] and is told to say it does\n"
+                       "not know when they do not hold the answer. The answer streams; the cited entries follow it.\n",
+                       opts, argc, argv);
+    if (pr) return pr == 1 ? 0 : 2;
+    if (!dir || !question) return cli_usage_error("ask", "KB-DIR and QUESTION are required");
+    if (!llm) return cli_usage_error("ask", "--llm-model MODEL is required (a decoder .gguf or Hugging Face folder)");
+    hx_device dev = device == 1 ? HX_DEVICE_CPU : device == 2 ? HX_DEVICE_CUDA : HX_DEVICE_AUTO;
 
     hx_error e = {0};
     int rc = 1;
@@ -133,7 +93,7 @@ int cmd_ask(int argc, char **argv) {
     if (hx_context_new(model, &cp, &ctx, &e)) { fprintf(stderr, "helix-bg ask: %s\n", e.msg); goto out; }
     /* the entries get what the context leaves after the answer and ~200 tokens of instructions */
     int budget = (int)n_ctx - (int)n_predict - 200 - count_tokens(question, model);
-    if (budget < 64) { fprintf(stderr, "helix-bg ask: -c %ld leaves no room for entries; raise -c or lower -n\n", n_ctx); goto out; }
+    if (budget < 64) { fprintf(stderr, "helix-bg ask: -c %d leaves no room for entries; raise -c or lower -n\n", n_ctx); goto out; }
     if (kb_ask_context(ents, nh, budget, count_tokens, model, &ac, &e)) { fprintf(stderr, "helix-bg ask: %s\n", e.msg); goto out; }
     msg = kb_ask_message(&ac, question);
     hx_chat_message m[2] = {{"system", kb_ask_system()}, {"user", msg}};

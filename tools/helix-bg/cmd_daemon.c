@@ -10,9 +10,9 @@
  * SIGHUP starts a pass now. */
 #include "cli.h"
 #include "kb_cli.h"
-#include "core/core.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -115,7 +115,7 @@ int cmd_daemon(int argc, char **argv) {
     rc = 0;
     while (!g_stop) {
         file_id now = stat_id(log_path);
-        bool retry = retry_at > 0 && hx_now_s() >= retry_at;
+        bool retry = retry_at > 0 && cli_now() >= retry_at;
         if (first || g_hup || retry || !same_id(&now, &last)) {
             if (g_hup && !c.quiet) log_line("SIGHUP: running a pass now");
             g_hup = 0;
@@ -127,7 +127,7 @@ int cmd_daemon(int argc, char **argv) {
                 /* disk full, a file in the way, data.log gone: try again without
                  * waiting for a change, 1 s, 2 s, 4 s ... up to 60 s apart */
                 backoff = backoff > 0 ? (backoff * 2 < 60 ? backoff * 2 : 60) : 1;
-                retry_at = hx_now_s() + backoff;
+                retry_at = cli_now() + backoff;
                 log_line("pass failed: %s; retrying in %.0f s", e.msg, backoff);
             } else {
                 if (retry_at > 0) log_line("pass succeeded after a failure");
@@ -142,7 +142,7 @@ int cmd_daemon(int argc, char **argv) {
                 if (!c.no_think && kb_think(c.dir, em, pool, &to, false, &ts, &e) != HX_OK) {
                     /* the pass's own report stands; the classification and LLM stage is retried */
                     backoff = 1;
-                    retry_at = hx_now_s() + backoff;
+                    retry_at = cli_now() + backoff;
                     log_line("classification / LLM stage failed: %s; retrying in 1 s", e.msg);
                 } else if (!c.no_think && !c.quiet) {
                     log_line("%zu classified, %zu likely misfiled, %zu patterns%s, %zu prompts run, %.2f s", ts.classified,
@@ -156,7 +156,7 @@ int cmd_daemon(int argc, char **argv) {
         /* wait for a change, a signal, or the poll interval */
         int wait_ms = (int)(c.interval * 1000);
         if (retry_at > 0) {
-            double left = retry_at - hx_now_s();
+            double left = retry_at - cli_now();
             int left_ms = left > 0 ? (int)(left * 1000) + 1 : 0;
             if (left_ms < wait_ms) wait_ms = left_ms;
         }

@@ -1,7 +1,7 @@
 /* cmd_embed_test.c — helix-bg embed-test: embed fixed sample texts with the
  * active embedder and print their cosine similarity table. */
 #include "cli.h"
-#include "kb/kb.h"
+#include "helix_kb.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,6 @@
  * write embeddings.bin + insights.json next to data.log, print the summary. */
 #include "cli.h"
 #include "kb_cli.h"
-#include "core/core.h"
 
 #include <sys/stat.h>
 

@@ -19,41 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
-#include "core/core.h"
-#include "kb/search.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: helix-bg search KB-DIR QUERY [options]\n"
-            "\n"
-            "Ranks the live entries of the knowledge base in KB-DIR against QUERY: cosine\n"
-            "similarity of embeddings (the KB's own embedder) fused with BM25 by reciprocal\n"
-            "rank, so both paraphrases and exact identifiers (error codes, hosts) are found.\n"
-            "Entries appended since the last pass are embedded on the fly.\n"
-            "\n"
-            "options:\n"
-            "  -k N               hits to show (default 10)\n"
-            "  --topic T          only entries of topic T\n"
-            "  --json             one JSON object on stdout\n"
-            "  --embed-model M    the BERT model the KB was embedded with (default: built-in lexical-384)\n"
-            "  --semantic         cosine ranking alone\n"
-            "  --lexical          BM25 ranking alone\n"
-            "  --max-embed N      embed at most N entries missing from the cache (default 10000; -1 all)\n"
-            "  -t N               threads for a BERT embedder (default: all)\n"
-            "  -h, --help         this text\n");
-}
-
-static bool parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "helix-bg search: %s needs an integer in %ld..%ld, got '%s'\n", flag, lo, hi, v ? v : "");
-        return false;
-    }
-    *out = x;
-    return true;
-}
+#include "helix_kb.h"
 
 /* A snippet of about `width` bytes of text around the first query word, cut at
  * word boundaries (never inside a UTF-8 character), newlines as spaces; query
@@ -102,31 +68,33 @@ static char *snippet(const char *text, char (*words)[64], int nw, size_t width, 
 
 int cmd_search(int argc, char **argv) {
     const char *dir = NULL, *query = NULL, *topic = NULL, *model = NULL;
-    long k = 10, max_embed = 10000, threads = 0;
+    int k = 10, max_embed = 10000, threads = 0;
     bool json = false, sem = false, lex = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "-k")) { if (!parse_long(a, v, 1, 100000, &k)) return 2; i++; }
-        else if (!strcmp(a, "--max-embed")) { if (!parse_long(a, v, -1, 1L << 40, &max_embed)) return 2; i++; }
-        else if (!strcmp(a, "-t")) { if (!parse_long(a, v, 0, 4096, &threads)) return 2; i++; }
-        else if (!strcmp(a, "--topic") || !strcmp(a, "--embed-model")) {
-            if (!v) { fprintf(stderr, "helix-bg search: %s needs a value\n", a); return 2; }
-            if (!strcmp(a, "--topic")) topic = v; else model = v;
-            i++;
-        }
-        else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--semantic")) sem = true;
-        else if (!strcmp(a, "--lexical")) lex = true;
-        else if (a[0] == '-' && a[1]) { fprintf(stderr, "helix-bg search: unknown option '%s' (see --help)\n", a); return 2; }
-        else if (!dir) dir = a;
-        else if (!query) query = a;
-        else { fprintf(stderr, "helix-bg search: unexpected argument '%s' (quote the query)\n", a); return 2; }
-    }
-    if (!dir || !query) { usage(stderr); return 2; }
-    if (sem && lex) { fprintf(stderr, "helix-bg search: --semantic and --lexical exclude each other\n"); return 2; }
-    if (!*query) { fprintf(stderr, "helix-bg search: the query is empty\n"); return 2; }
+    const cli_opt opts[] = {
+        {CLI_POS, "KB-DIR", &dir, NULL, "the knowledge base (a directory holding data.log)", 0, 0, NULL},
+        {CLI_POS, "QUERY", &query, NULL, "what to look for", 0, 0, NULL},
+        {CLI_INT, "-k", &k, "N", "hits to show", 1, 100000, NULL},
+        {CLI_STR, "--topic", &topic, "T", "only entries of topic T (case-insensitive)", 0, 0, NULL},
+        {CLI_BOOL, "--json", &json, NULL, "one JSON object on stdout", 0, 0, NULL},
+        {CLI_STR, "--embed-model", &model, "M", "the BERT model the KB was embedded with (default: built-in lexical-384)",
+         0, 0, NULL},
+        {CLI_BOOL, "--semantic", &sem, NULL, "cosine ranking alone", 0, 0, NULL},
+        {CLI_BOOL, "--lexical", &lex, NULL, "BM25 ranking alone", 0, 0, NULL},
+        {CLI_INT, "--max-embed", &max_embed, "N", "embed at most N entries missing from the cache (-1: all)", -1,
+         1 << 30, NULL},
+        {CLI_INT, "-t", &threads, "N", "threads for a BERT embedder (0: all)", 0, 4096, NULL},
+        {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
+    };
+    int pr = cli_parse("search", "search KB-DIR QUERY [options]",
+                       "Ranks the live entries of the knowledge base in KB-DIR against QUERY: cosine similarity of\n"
+                       "embeddings (the KB's own embedder) fused with BM25 by reciprocal rank, so both paraphrases and\n"
+                       "exact identifiers (error codes, hosts) are found. Entries appended since the last pass are\n"
+                       "embedded on the fly.\n",
+                       opts, argc, argv);
+    if (pr) return pr == 1 ? 0 : 2;
+    if (!dir || !query) return cli_usage_error("search", "KB-DIR and QUERY are required");
+    if (sem && lex) return cli_usage_error("search", "--semantic and --lexical exclude each other");
+    if (!*query) return cli_usage_error("search", "the query is empty");
 
     hx_error e = {0};
     kb_embedder *em = NULL;
@@ -136,21 +104,21 @@ int cmd_search(int argc, char **argv) {
         fprintf(stderr, "helix-bg search: out of memory\n");
         return 1;
     }
-    double t0 = hx_now_s();
+    double t0 = cli_now();
     kb_index ix;
     if (kb_index_open(dir, em, max_embed, &ix, &e)) {
         fprintf(stderr, "helix-bg search: %s\n", e.msg);
         em->free(em);
         return 1;
     }
-    double t1 = hx_now_s();
+    double t1 = cli_now();
     kb_search_opts so = {.k = (int)k, .topic = topic, .semantic_only = sem, .lexical_only = lex};
     kb_hit *hits = malloc(sizeof *hits * (size_t)k);
     int nh = 0;
     int rc = 0;
     if (!hits) { fprintf(stderr, "helix-bg search: out of memory\n"); rc = 1; goto out; }
     if (kb_search(&ix, em, query, &so, hits, &nh, &e)) { fprintf(stderr, "helix-bg search: %s\n", e.msg); rc = 1; goto out; }
-    double t2 = hx_now_s();
+    double t2 = cli_now();
     char words[32][64];
     int nw = kb_query_words(query, words, 32);
     bool hl = !json && isatty(STDOUT_FILENO);

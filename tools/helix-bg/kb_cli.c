@@ -1,6 +1,5 @@
 /* kb_cli.c — option parsing shared by one-shot and daemon. */
 #include "kb_cli.h"
-#include "core/core.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,8 +2,7 @@
 #ifndef HX_KB_CLI_H
 #define HX_KB_CLI_H
 
-#include "kb/kb.h"
-#include "kb/think.h"
+#include "helix_kb.h"
 
 typedef struct kb_cli {
     const char *dir;

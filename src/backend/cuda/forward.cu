@@ -10,10 +10,14 @@
 //
 // Sequences: the KV cache holds n_seq slots of n_ctx positions (slot s of
 // layer l at rows s * kv_rows[l] ..). A forward over a batch that mixes
-// sequences runs one sub-batch per sequence with that slot's cache pointers;
-// each slot has its own decode graph (captured on its first decode step).
-// Everything else (weights, scratch, logits) is shared: work is serialized
-// on the context's one stream.
+// sequences is one pass over all its tokens: every linear layer over the n
+// tokens at once (each weight read once per step, not once per sequence),
+// RoPE, the KV store and attention per token through a per-token (position,
+// slot) array on the device, and the output matmul over the gathered rows
+// that want logits (forward_multi: a graph per shape of such a batch). Each
+// slot has its own single-token decode graph (captured on its first decode
+// step). Everything else (weights, scratch,
+// logits) is shared: work is serialized on the context's one stream.
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -72,6 +76,9 @@ struct hx_cuda_ctx {
     float *x, *h, *q, *k, *v, *att, *o, *gate, *up;
     float *logits; int logits_rows;
     int *d_tok, *d_pos;
+    int *d_tpos, *d_tslot, *d_gidx; // many-sequence forward (cap each): per token position and slot, output rows' tokens
+    int8_t *xqn; float *xdn;        // many-sequence forward: the cap rows of a linear layer's input as q8
+    int cols_max;                   // many-sequence forward: batches of at most this many tokens take the q8 tile kernel
     unsigned long long *d_next;    // argmax key
     unsigned *d_acnt;              // the argmax's block counter (0 between launches)
     int *h_io;                     // pinned: [0..1] unused, [2..3] and [4..5] argmax keys (two slots), then
@@ -88,6 +95,11 @@ struct hx_cuda_ctx {
     int ahead_pos, ahead_tok, ahead_seq, ahead_slot;
     cudaEvent_t kev[2];
     std::vector<cudaGraphExec_t> graph; // per sequence slot: its decode step, NULL until first used
+    // Many-sequence forwards as graphs, one per shape (tokens, output rows,
+    // hidden states wanted): run eagerly on a shape's first use (scratch and
+    // cuBLAS buffers grow then), captured on its second, replayed after.
+    struct mgraph { int uses; cudaGraphExec_t exec; };
+    std::map<long long, mgraph> mgraphs;
     char *dump_dir;                // dumps of sequence 0
     std::vector<int> dump_pos;
     int mvq;                       // decode with 8-bit activations: 0 off, 1 q/k/v + gate/up, 2 every matrix (default)
@@ -223,6 +235,9 @@ static hx_status upload_all(hx_cuda_ctx *c, std::vector<pending> &plan, hx_error
 static void drop_graphs(hx_cuda_ctx *c) {
     for (auto &g : c->graph)
         if (g) { cudaGraphExecDestroy(g); g = NULL; }
+    for (auto &kv : c->mgraphs)
+        if (kv.second.exec) cudaGraphExecDestroy(kv.second.exec);
+    c->mgraphs.clear();
 }
 
 extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
@@ -237,6 +252,9 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     float *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->o, c->gate, c->up, c->logits};
     for (float *b : bufs) if (b) cudaFree(b);
     if (c->d_tok) cudaFree(c->d_tok);
+    for (int *p : {c->d_tpos, c->d_tslot, c->d_gidx}) if (p) cudaFree(p);
+    if (c->xqn) cudaFree(c->xqn);
+    if (c->xdn) cudaFree(c->xdn);
     if (c->xq) cudaFree(c->xq);
     if (c->apart) cudaFree(c->apart);
     if (c->swork) cudaFree(c->swork);
@@ -274,6 +292,18 @@ static hx_status ensure_scratch(hx_cuda_ctx *c, int n, hx_error *e) {
     if (c->d_tok) cudaFree(c->d_tok);
     c->d_tok = NULL;
     CK(cudaMalloc((void **)&c->d_tok, sizeof(int) * n));
+    for (int **p : {&c->d_tpos, &c->d_tslot, &c->d_gidx}) {
+        if (*p) cudaFree(*p);
+        *p = NULL;
+        CK(cudaMalloc((void **)p, sizeof(int) * n));
+    }
+    size_t wide = emb > nq ? emb : nq;
+    if (ff > wide) wide = ff;
+    if (c->xqn) cudaFree(c->xqn);
+    if (c->xdn) cudaFree(c->xdn);
+    c->xqn = NULL; c->xdn = NULL;
+    CK(cudaMalloc((void **)&c->xqn, wide * n));
+    CK(cudaMalloc((void **)&c->xdn, sizeof(float) * (wide / 32 + 1) * n));
     c->cap = n;
     drop_graphs(c); // buffers moved
     return HX_OK;
@@ -396,6 +426,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     c->prof = c->dv.profile;
     c->skip = c->dv.skip && *c->dv.skip ? c->dv.skip : NULL;
     c->mvq = c->dv.mvq < 0 ? 0 : c->dv.mvq == 1 ? 1 : 2;
+    c->cols_max = 4;
     double t0 = hx_now_s();
 #define FAIL(x) do { hx_status s_ = (x); if (s_) { hx_cuda_ctx_free(c); return s_; } } while (0)
 #define FAILC(call) do { cudaError_t rc_ = (call); \
@@ -595,7 +626,9 @@ static hx_status dump_rows(hx_cuda_ctx *c, int pos0, int n, int layer, const cha
 // *d_pos..; pos0 is the same position on the host (used for dumps only).
 // Leaves logits for the last `out_rows` tokens in c->logits (out_rows, n_vocab)
 // and, with want_hidden, their final-normed hidden states in c->h (out_rows,
-// n_embd).
+// n_embd). slot < 0: tokens of many sequences, token i at position d_tpos[i]
+// of slot d_tslot[i]; the out_rows outputs are of tokens d_gidx[0..out_rows)
+// (none when out_rows is 0).
 static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int out_rows, bool want_hidden,
                                  hx_error *e) {
     const hx_model_config *cfg = &c->cfg;
@@ -605,6 +638,16 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
     const hx_cuda_dev_opts *dv = &c->dv;
     float eps = cfg->norm_eps;
     const bool dump = c->dump_dir && slot == 0; // dumps are of sequence 0
+    const bool multi = slot < 0;
+    // y (m, rows) = x W^T: tokens of many sequences (m up to c->cols_max) with
+    // 8-bit activations, a tile of tokens per weight read; else hx_k_linear
+    auto linear = [&](const hx_dmat *W, const float *x, int m, float *y, const float *b, bool acc) -> cudaError_t {
+        if (multi && c->mvq > 0 && m <= c->cols_max && hx_k_mvq_supported(W)) {
+            cudaError_t rc = hx_k_quant_q8_rows(st, x, m, W->cols, c->xqn, c->xdn);
+            return rc != cudaSuccess ? rc : hx_k_mvq_cols(st, W, c->xqn, c->xdn, m, y, b, acc);
+        }
+        return hx_k_linear(st, gs, W, x, m, y, b, acc, dv);
+    };
     hx_k_pdl_set(c->pdl);
     PK("embed", hx_k_embed(st, &c->tok_embd, c->d_tok, n, c->x, cfg->embd_scale ? sqrtf((float)D) : 1.0f));
     float scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)hd);
@@ -623,11 +666,11 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             PK("qkv (norm fused)", mv_runs(st, 3, qkv, c->x, L->attn_norm, eps, ys, bs, dv));
         } else {
             PK("attn_norm", hx_k_rmsnorm(st, c->x, L->attn_norm, c->h, n, D, eps));
-            PK("q", hx_k_linear(st, gs, &L->wq, c->h, n, c->q, L->bq, false, dv));
-            PK("k", hx_k_linear(st, gs, &L->wk, c->h, n, c->k, L->bk, false, dv));
-            PK("v", hx_k_linear(st, gs, &L->wv, c->h, n, c->v, L->bv, false, dv));
+            PK("q", linear(&L->wq, c->h, n, c->q, L->bq, false));
+            PK("k", linear(&L->wk, c->h, n, c->k, L->bk, false));
+            PK("v", linear(&L->wv, c->h, n, c->v, L->bv, false));
         }
-        size_t slot_off = (size_t)slot * c->kv_rows[l] * nkvh * hd;
+        size_t slot_stride = (size_t)c->kv_rows[l] * nkvh * hd, slot_off = multi ? 0 : (size_t)slot * slot_stride;
         __half *kc = c->kc[l] + slot_off, *vc = c->vc[l] + slot_off;
         bool swa = cfg->layer_is_swa[l];
         float base = swa ? cfg->rope_base_swa : cfg->rope_base;
@@ -638,7 +681,13 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         const float *bo[1] = {L->bo};
         bool wo_q = n == 1 && mvq_ok(c, 2, 1, wo);
         bool att_q8 = false; // the decode attention wrote its output quantized for wo
-        if (n == 1 && !c->no_fuse_attn) {
+        if (multi) {
+            PK("rope+store (tokens)", hx_k_rope_store_tok(st, c->q, c->k, c->v, kc, vc, c->kv_rows[l], slot_stride,
+                                                          c->d_tpos, c->d_tslot, n, nh, nkvh, hd, base, rs, neox, qn, kn, eps));
+            PK("attention (tokens)", hx_k_attention_tok(st, c->q, kc, vc, c->kv_rows[l], slot_stride, c->att, c->d_tpos,
+                                                        c->d_tslot, n, nh, nkvh, hd, scale, cfg->attn_logit_softcap,
+                                                        window, c->n_ctx, dv));
+        } else if (n == 1 && !c->no_fuse_attn) {
             att_q8 = wo_q && hd % 32 == 0 && !c->skip;
             PK("attention (decode)", hx_k_attn_decode(st, c->q, c->k, c->v, kc, vc, c->kv_rows[l], c->att, c->d_pos, nh, nkvh, hd, scale,
                                 cfg->attn_logit_softcap, window, c->n_ctx, base, rs, neox, qn, kn, eps,
@@ -652,7 +701,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         if (cfg->post_norms || dump) {
             float *ys[1] = {c->o};
             if (wo_q) PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, false, -1, att_q8));
-            else PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->o, L->bo, false, dv));
+            else PK("wo", linear(&L->wo, c->att, n, c->o, L->bo, false));
             if (cfg->post_norms) PK("post norm + add", hx_k_rmsnorm_add(st, c->o, L->post_attn, c->o, c->x, n, D, eps));
             else PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
             if (dump) { hx_status s = dump_rows(c, pos0, n, l, "attn", c->o, e); if (s) return s; }
@@ -660,7 +709,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             float *ys[1] = {c->x};
             PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, true, -1, att_q8));
         } else {
-            PK("wo", hx_k_linear(st, gs, &L->wo, c->att, n, c->x, L->bo, true, dv));
+            PK("wo", linear(&L->wo, c->att, n, c->x, L->bo, true));
         }
         const hx_dmat *gu[2] = {&L->gate, &L->up};
         int act = cfg->act == HX_ACT_SILU ? 0 : 1;
@@ -674,8 +723,8 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             PK("gate/up+glu (norm fused)", hx_k_mv_fused(st, 2, gu, c->x, L->ffn_norm, eps, ys, bs, false, act, dv));
         } else {
             PK("ffn_norm", hx_k_rmsnorm(st, c->x, L->ffn_norm, c->h, n, D, eps));
-            PK("gate", hx_k_linear(st, gs, &L->gate, c->h, n, c->gate, NULL, false, dv));
-            PK("up", hx_k_linear(st, gs, &L->up, c->h, n, c->up, L->up_b, false, dv));
+            PK("gate", linear(&L->gate, c->h, n, c->gate, NULL, false));
+            PK("up", linear(&L->up, c->h, n, c->up, L->up_b, false));
             PK("glu", hx_k_glu(st, c->gate, c->up, (size_t)n * ff, act));
         }
         const hx_dmat *dn[1] = {&L->down};
@@ -684,7 +733,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         if (cfg->post_norms || dump) {
             float *ys[1] = {c->o};
             if (dn_q) PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, false, -1));
-            else PK("down", hx_k_linear(st, gs, &L->down, c->gate, n, c->o, L->down_b, false, dv));
+            else PK("down", linear(&L->down, c->gate, n, c->o, L->down_b, false));
             if (cfg->post_norms) PK("post norm + add", hx_k_rmsnorm_add(st, c->o, L->post_ffn, c->o, c->x, n, D, eps));
             else PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
             if (dump) { hx_status s = dump_rows(c, pos0, n, l, "ffn", c->o, e); if (s) return s; }
@@ -692,10 +741,15 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             float *ys[1] = {c->x};
             PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, true, -1));
         } else {
-            PK("down", hx_k_linear(st, gs, &L->down, c->gate, n, c->x, L->down_b, true, dv));
+            PK("down", linear(&L->down, c->gate, n, c->x, L->down_b, true));
         }
     }
+    if (out_rows == 0) return HX_OK;
     const float *xs = c->x + (size_t)(n - out_rows) * D;
+    if (slot < 0) { // the rows that want outputs, gathered
+        PK("gather", hx_k_gather_rows(st, c->x, c->d_gidx, out_rows, D, c->o));
+        xs = c->o;
+    }
     const hx_dmat *outm[1] = {&c->output};
     // the hidden states on their own: the logits below take the same kernels with or without them
     if (want_hidden) PK("output_norm (hidden)", hx_k_rmsnorm(st, xs, c->out_norm, c->h, out_rows, D, eps));
@@ -709,7 +763,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
     } else {
         PK("output_norm", hx_k_rmsnorm(st, xs, c->out_norm, c->h, out_rows, D, eps));
         if (dump) { hx_status s = dump_rows(c, pos0 + n - out_rows, out_rows, -1, "final", c->h, e); if (s) return s; }
-        PK("output", hx_k_linear(st, gs, &c->output, c->h, out_rows, c->logits, NULL, false, dv));
+        PK("output", linear(&c->output, c->h, out_rows, c->logits, NULL, false));
     }
     if (cfg->final_logit_softcap > 0)
         PK("softcap", hx_k_softcap(st, c->logits, (size_t)out_rows * cfg->n_vocab, cfg->final_logit_softcap));
@@ -1014,10 +1068,78 @@ static hx_status copy_out_rows(hx_cuda_ctx *c, const float *dev, size_t row, con
     return HX_OK;
 }
 
-// One forward over a ubatch that may mix sequences: one sub-batch per
-// sequence, in the order each first appears, through that slot's cache. Every
-// sub-batch is checked before any runs, so a bad ubatch leaves every cache as
-// it was.
+// A checked ubatch of several sequences as one forward (enqueue_forward with
+// slot -1): logits / hidden states of the tokens with out[i] >= 0 only.
+static hx_status forward_multi(hx_cuda_ctx *c, const hx_ubatch *ub, float *logits, float *hidden, hx_error *e) {
+    int n = ub->n;
+    std::vector<int> host(3 * (size_t)n); // positions, slots, output tokens
+    std::vector<int32_t> orow;            // output row of each gathered token
+    int n_out = 0;
+    for (int i = 0; i < n; i++) {
+        host[i] = ub->pos[i];
+        host[n + i] = ub->seq[i];
+        if (ub->out && ub->out[i] >= 0 && (logits || hidden)) {
+            host[2 * n + n_out++] = i;
+            orow.push_back(ub->out[i]);
+        }
+    }
+    hx_status s;
+    c->ahead_pos = -1; // a lookahead step still on the stream runs first; its result is dropped
+    if ((s = ensure_scratch(c, n, e))) return s;
+    if ((s = ensure_logits(c, n_out > 1 ? n_out : 1, e))) return s;
+    // the first position of each sequence present sets its length (a lower one drops the rest)
+    for (int i = n - 1; i >= 0; i--) c->n_past[ub->seq[i]] = ub->pos[i];
+    c->pn = 0; // (profiling: batch kernels are marked but not counted)
+    CK(cudaMemcpyAsync(c->d_tok, ub->token, sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
+    CK(cudaMemcpyAsync(c->d_tpos, host.data(), sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
+    CK(cudaMemcpyAsync(c->d_tslot, host.data() + n, sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
+    if (n_out > 0) CK(cudaMemcpyAsync(c->d_gidx, host.data() + 2 * n, sizeof(int) * n_out, cudaMemcpyHostToDevice, c->st));
+    const bool want_hidden = hidden != NULL && n_out > 0;
+    const long long key = (long long)n | (long long)n_out << 20 | (long long)want_hidden << 40;
+    hx_cuda_ctx::mgraph *g = NULL;
+    if (c->use_graph && !c->prof) {
+        auto it = c->mgraphs.find(key);
+        if (it != c->mgraphs.end()) g = &it->second;
+        else if (c->mgraphs.size() < 64) g = &(c->mgraphs[key] = {0, NULL});
+    }
+    if (g && !g->exec && g->uses > 0) {
+        cudaGraph_t gr;
+        CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
+        hx_status es = enqueue_forward(c, -1, n, 0, n_out, want_hidden, e);
+        cudaError_t rc = cudaStreamEndCapture(c->st, &gr);
+        if (es) { if (rc == cudaSuccess) cudaGraphDestroy(gr); return es; }
+        if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "cudaStreamEndCapture");
+        rc = cudaGraphInstantiate(&g->exec, gr, 0);
+        cudaGraphDestroy(gr);
+        if (rc != cudaSuccess) { g->exec = NULL; return cfail(e, rc, __FILE__, __LINE__, "cudaGraphInstantiate"); }
+    }
+    if (g && g->exec) {
+        CK(cudaGraphLaunch(g->exec, c->st));
+    } else {
+        // an eager run may grow the cuBLAS scratch: graphs holding the old buffers go
+        const __half *wh = c->gs.wh, *xh = c->gs.xh;
+        if ((s = enqueue_forward(c, -1, n, 0, n_out, want_hidden, e))) return s;
+        if (c->gs.wh != wh || c->gs.xh != xh) {
+            CK(cudaStreamSynchronize(c->st));
+            drop_graphs(c);
+            g = NULL;
+            if (c->use_graph && !c->prof) g = &(c->mgraphs[key] = {0, NULL});
+        }
+    }
+    if (g) g->uses++;
+    for (int i = 0; i < n; i++)
+        if (ub->pos[i] + 1 > c->n_past[ub->seq[i]]) c->n_past[ub->seq[i]] = ub->pos[i] + 1;
+    const size_t V = (size_t)c->cfg.n_vocab, D = (size_t)c->cfg.n_embd;
+    if (logits && n_out > 0 && (s = copy_out_rows(c, c->logits, V, orow.data(), n_out, logits, e))) return s;
+    if (hidden && n_out > 0 && (s = copy_out_rows(c, c->h, D, orow.data(), n_out, hidden, e))) return s;
+    CK(cudaStreamSynchronize(c->st));
+    return HX_OK;
+}
+
+// One forward over a ubatch: a single sequence as one batch through its
+// slot's cache (a lone token takes the slot's decode graph), several as one
+// pass over all tokens (forward_multi). The whole ubatch is checked before
+// anything runs, so a bad ubatch leaves every cache as it was.
 static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float *hidden, hx_error *e) {
     hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
     if (!ub || ub->n <= 0) return hx_err(e, HX_ERR_ARG, "cuda: forward: empty batch");
@@ -1051,6 +1173,7 @@ static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float
         if (st) return st;
     }
     const size_t V = (size_t)c->cfg.n_vocab, D = (size_t)c->cfg.n_embd;
+    if (subs.size() > 1) return forward_multi(c, ub, logits, hidden, e);
     for (auto &b : subs) {
         int n = (int)b.tok.size();
         int out_rows = b.first_out < 0 ? 1 : n - b.first_out;
@@ -1191,6 +1314,18 @@ static hx_status be_decode_sample(void *ctx, int seq, int32_t token, int pos, co
     return HX_OK;
 }
 
+// Page-locked host memory for the logits rows: the device-to-host copy then
+// runs by DMA at full speed instead of through a staging buffer.
+static void *be_host_alloc(void *ctx, size_t bytes) {
+    (void)ctx;
+    void *p = NULL;
+    return cudaMallocHost(&p, bytes) == cudaSuccess ? p : NULL;
+}
+static void be_host_free(void *ctx, void *p) {
+    (void)ctx;
+    if (p) cudaFreeHost(p);
+}
+
 static hx_status be_finish(void *ctx, hx_error *e) { return hx_cuda_finish((hx_cuda_ctx *)ctx, e); }
 
 // Memory in use on the context's device, by every program on it (total - free).
@@ -1216,4 +1351,6 @@ extern "C" const hx_backend hx_backend_cuda = {
     be_finish,
     be_device_bytes_in_use,
     be_decode_sample,
+    be_host_alloc,
+    be_host_free,
 };

@@ -492,15 +492,19 @@ cudaError_t hx_k_rmsnorm_add(cudaStream_t st, const float *x, const float *w, fl
 // grid (n, nh + nkvh), block >= hd/2 (a multiple of 32): thread j handles
 // pair j of one head vector: optional per-head RMSNorm (qk_norm), rotation,
 // and for k heads the f16 stores of k and v into the caches.
+// tpos (not NULL): token i at position tpos[i] of cache slot tslot[i] (slots
+// slot_stride elements apart), else at *d_pos + i of the caches as given.
 __global__ void k_rope_store_kernel(float *q, float *k, const float *v, __half *kc, __half *vc, int rows, const int *d_pos,
                                     int nh, int nkvh, int hd, float base, float rope_scale, int neox,
-                                    const float *q_norm, const float *k_norm, float eps) {
+                                    const float *q_norm, const float *k_norm, float eps, const int *tpos,
+                                    const int *tslot, size_t slot_stride) {
     pdl_trigger();
     pdl_wait();
     __shared__ float red[32];
     int i = blockIdx.x, h = blockIdx.y, j = threadIdx.x, half = hd / 2;
     bool act = j < half;
-    int pos = *d_pos + i;
+    int pos = tpos ? tpos[i] : *d_pos + i;
+    if (tpos) { kc += (size_t)tslot[i] * slot_stride; vc += (size_t)tslot[i] * slot_stride; }
     int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
     bool is_k = h >= nh;
     int hh = is_k ? h - nh : h;
@@ -531,7 +535,18 @@ cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v,
     dim3 grid(n, nh + nkvh);
     int threads = (hd / 2 + 31) / 32 * 32;
     LAUNCH(k_rope_store_kernel, grid, threads, 0, st, q, k, v, kc, vc, rows, d_pos, nh, nkvh, hd, base, rope_scale, neox,
-                                                  q_norm, k_norm, eps);
+                                                  q_norm, k_norm, eps, (const int *)NULL, (const int *)NULL, (size_t)0);
+    return cudaGetLastError();
+}
+
+cudaError_t hx_k_rope_store_tok(cudaStream_t st, float *q, float *k, const float *v, __half *kc, __half *vc, int rows,
+                                size_t slot_stride, const int *tpos, const int *tslot, int n, int nh, int nkvh, int hd,
+                                float base, float rope_scale, bool neox, const float *q_norm, const float *k_norm,
+                                float eps) {
+    dim3 grid(n, nh + nkvh);
+    int threads = (hd / 2 + 31) / 32 * 32;
+    LAUNCH(k_rope_store_kernel, grid, threads, 0, st, q, k, v, kc, vc, rows, (const int *)NULL, nh, nkvh, hd, base,
+           rope_scale, neox, q_norm, k_norm, eps, tpos, tslot, slot_stride);
     return cudaGetLastError();
 }
 
@@ -543,13 +558,14 @@ enum { ATT_THREADS = 128, ATT_CHUNK = 32, ATT_MAX_SPLITS = 256 };
 __global__ void __launch_bounds__(ATT_THREADS)
 k_attention_kernel(const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc, int rows,
                    float *__restrict__ out, const int *d_pos, int nh, int nkvh, int hd, float scale, float softcap,
-                   int window) {
+                   int window, const int *tpos, const int *tslot, size_t slot_stride) {
     pdl_trigger();
     pdl_wait();
     extern __shared__ float sm[];
     float *qs = sm, *red = sm + hd, *sc = red + 32;
     int h = blockIdx.x, i = blockIdx.y, kvh = h / (nh / nkvh);
-    int p = *d_pos + i;
+    int p = tpos ? tpos[i] : *d_pos + i;
+    if (tpos) { kc += (size_t)tslot[i] * slot_stride; vc += (size_t)tslot[i] * slot_stride; }
     int first = hx_att_first(p, window);
     int len = p - first + 1;
     size_t kvrow = (size_t)nkvh * hd;
@@ -995,7 +1011,124 @@ cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, co
     }
     size_t smem = sizeof(float) * ((size_t)hd + 32 + (size_t)max_ctx);
     dim3 grid(nh, n);
-    LAUNCH(k_attention_kernel, grid, ATT_THREADS, smem, st, q, kc, vc, rows, out, d_pos, nh, nkvh, hd, scale, softcap, window);
+    LAUNCH(k_attention_kernel, grid, ATT_THREADS, smem, st, q, kc, vc, rows, out, d_pos, nh, nkvh, hd, scale, softcap, window,
+           (const int *)NULL, (const int *)NULL, (size_t)0);
+    return cudaGetLastError();
+}
+
+// Attention of tokens of many sequences (q already roped, every position
+// first..p of a token's slot already in the cache), head sizes 32 * E: grid
+// (nh, n), a warp per position strided over the block's warps, ATT_NB rows of
+// K and V in flight per warp, online softmax per warp, warps merged at the end.
+template <int E>
+__global__ void __launch_bounds__(ATT_THREADS)
+k_attn_tok_warp(const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc, int rows,
+                size_t slot_stride, float *__restrict__ out, const int *__restrict__ tpos, const int *__restrict__ tslot,
+                int nh, int nkvh, float scale, float softcap, int window) {
+    typedef typename Halves<E>::T HT;
+    constexpr int hd = 32 * E, NW = ATT_THREADS / 32;
+    __shared__ float ow[NW][hd];
+    __shared__ float mw[NW], lw[NW];
+    pdl_trigger();
+    pdl_wait();
+    int h = blockIdx.x, i = blockIdx.y, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    int kvh = h / (nh / nkvh), p = tpos[i];
+    int first = hx_att_first(p, window), len = p - first + 1, r0 = first % rows;
+    size_t kvrow = (size_t)nkvh * hd, so = (size_t)tslot[i] * slot_stride + (size_t)kvh * hd + lane * E;
+    const __half *kb = kc + so, *vb = vc + so;
+    float qr[E];
+    load_e<E>(q + ((size_t)i * nh + h) * hd + lane * E, qr);
+    float m = -INFINITY, l = 0.0f, o[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) o[e] = 0.0f;
+    for (int ib = wid; ib < len; ib += NW * ATT_NB) {
+        HT kr[ATT_NB], vr[ATT_NB];
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            int t = ib + NW * j;
+            if (t < len) {
+                int r = r0 + t < rows ? r0 + t : r0 + t - rows;
+                kr[j] = *(const HT *)(kb + (size_t)r * kvrow);
+                vr[j] = *(const HT *)(vb + (size_t)r * kvrow);
+            }
+        }
+        float s[ATT_NB], mb = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            float kf[E], a = 0.0f;
+            if (ib + NW * j < len) {
+                halves_f<E>(kr[j], kf);
+#pragma unroll
+                for (int e = 0; e < E; e++) a = fmaf(qr[e], kf[e], a);
+            }
+            a = warp_sum(a) * scale;
+            if (softcap > 0.0f) a = softcap * tanhf(a / softcap);
+            s[j] = ib + NW * j < len ? a : -INFINITY;
+            mb = fmaxf(mb, s[j]);
+        }
+        float mn = fmaxf(m, mb), corr = __expf(m - mn);
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[e] *= corr;
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            if (ib + NW * j >= len) break;
+            float pj = __expf(s[j] - mn), vf[E];
+            halves_f<E>(vr[j], vf);
+            l += pj;
+#pragma unroll
+            for (int e = 0; e < E; e++) o[e] = fmaf(pj, vf[e], o[e]);
+        }
+        m = mn;
+    }
+#pragma unroll
+    for (int e = 0; e < E; e++) ow[wid][lane * E + e] = o[e];
+    if (lane == 0) { mw[wid] = m; lw[wid] = l; }
+    __syncthreads();
+    float M = -INFINITY, L = 0.0f;
+    for (int w = 0; w < NW; w++) M = fmaxf(M, mw[w]);
+    for (int w = 0; w < NW; w++) L += lw[w] > 0.0f ? lw[w] * __expf(mw[w] - M) : 0.0f;
+    float *dst = out + ((size_t)i * nh + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int w = 0; w < NW; w++) acc += lw[w] > 0.0f ? ow[w][d] * __expf(mw[w] - M) : 0.0f;
+        dst[d] = acc / L;
+    }
+}
+
+cudaError_t hx_k_attention_tok(cudaStream_t st, const float *q, const __half *kc, const __half *vc, int rows,
+                               size_t slot_stride, float *out, const int *tpos, const int *tslot, int n, int nh,
+                               int nkvh, int hd, float scale, float softcap, int window, int max_ctx,
+                               const hx_cuda_dev_opts *dv) {
+    dim3 grid(nh, n);
+    const bool naive = dv && dv->naive_attn;
+    if (!naive && hd == 64)
+        LAUNCH(k_attn_tok_warp<2>, grid, ATT_THREADS, 0, st, q, kc, vc, rows, slot_stride, out, tpos, tslot, nh, nkvh,
+               scale, softcap, window);
+    else if (!naive && hd == 128)
+        LAUNCH(k_attn_tok_warp<4>, grid, ATT_THREADS, 0, st, q, kc, vc, rows, slot_stride, out, tpos, tslot, nh, nkvh,
+               scale, softcap, window);
+    else if (!naive && hd == 256)
+        LAUNCH(k_attn_tok_warp<8>, grid, ATT_THREADS, 0, st, q, kc, vc, rows, slot_stride, out, tpos, tslot, nh, nkvh,
+               scale, softcap, window);
+    else {
+        size_t smem = sizeof(float) * ((size_t)hd + 32 + (size_t)max_ctx);
+        LAUNCH(k_attention_kernel, grid, ATT_THREADS, smem, st, q, kc, vc, rows, out, (const int *)NULL, nh, nkvh, hd,
+               scale, softcap, window, tpos, tslot, slot_stride);
+    }
+    return cudaGetLastError();
+}
+
+__global__ void k_gather_rows(const float *__restrict__ x, const int *__restrict__ idx, int dim, float *__restrict__ out) {
+    pdl_trigger();
+    pdl_wait();
+    const float *src = x + (size_t)idx[blockIdx.x] * dim;
+    float *dst = out + (size_t)blockIdx.x * dim;
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) dst[d] = src[d];
+}
+
+cudaError_t hx_k_gather_rows(cudaStream_t st, const float *x, const int *idx, int n, int dim, float *out) {
+    LAUNCH(k_gather_rows, n, 256, 0, st, x, idx, dim, out);
     return cudaGetLastError();
 }
 

@@ -109,6 +109,30 @@ cudaError_t hx_k_rmsnorm_add(cudaStream_t st, const float *x, const float *w, fl
 cudaError_t hx_k_rope_store(cudaStream_t st, float *q, float *k, const float *v, __half *kc, __half *vc, int rows,
                             const int *d_pos, int n, int nh, int nkvh, int hd, float base, float rope_scale,
                             bool neox, const float *q_norm, const float *k_norm, float eps);
+// Tokens of many sequences: token i at position tpos[i] of cache slot
+// tslot[i] (slot s's rows start at element s * slot_stride of kc / vc); as
+// hx_k_rope_store otherwise.
+cudaError_t hx_k_rope_store_tok(cudaStream_t st, float *q, float *k, const float *v, __half *kc, __half *vc, int rows,
+                                size_t slot_stride, const int *tpos, const int *tslot, int n, int nh, int nkvh, int hd,
+                                float base, float rope_scale, bool neox, const float *q_norm, const float *k_norm,
+                                float eps);
+// out (n, nh, hd): token i attends to positions first..tpos[i] of its slot
+// tslot[i] (q roped and those positions stored: hx_k_rope_store_tok first).
+// max_ctx: the most positions a slot holds (the per-query fallback's shared memory).
+cudaError_t hx_k_attention_tok(cudaStream_t st, const float *q, const __half *kc, const __half *vc, int rows,
+                               size_t slot_stride, float *out, const int *tpos, const int *tslot, int n, int nh,
+                               int nkvh, int hd, float scale, float softcap, int window, int max_ctx,
+                               const hx_cuda_dev_opts *dv);
+// Batches of tokens with 8-bit activations (mvq.cu): hx_k_quant_q8_rows
+// quantizes the rows of x (n, cols) (row r at xq + r * cols, xd + r * cols /
+// 32); hx_k_mvq_cols then y (n, rows) = x W^T (+ bias) (accumulate: +=), a
+// tile of MVQ_COLS tokens per weight read (types: hx_k_mvq_supported).
+enum { MVQ_COLS = 8 };
+cudaError_t hx_k_quant_q8_rows(cudaStream_t st, const float *x, int n, int cols, int8_t *xq, float *xd);
+cudaError_t hx_k_mvq_cols(cudaStream_t st, const hx_dmat *W, const int8_t *xq, const float *xd, int n, float *y,
+                          const float *bias, bool accumulate);
+// out (n, dim) = rows idx[0..n) of x.
+cudaError_t hx_k_gather_rows(cudaStream_t st, const float *x, const int *idx, int n, int dim, float *out);
 // out (n, nh, hd) = softmax(scale q k^T, causal [+window]) v over the cache.
 // n > 1 at head sizes 64 and 128: tiled flash attention on tensor cores (q and
 // P in f16, f32 sums; dv->att_fp32: the FP32 tiled kernel); other head

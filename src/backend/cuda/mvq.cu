@@ -283,3 +283,85 @@ cudaError_t hx_k_mvq(cudaStream_t st, int count, const hx_dmat *const *Ws, const
     }
     return hx_k_launch_pdl(fn, grid, block, 0, st, args);
 }
+
+// ---- several activation columns (a batch of tokens of many sequences) ----
+
+// Rows of x (n, cols) to the q8 format, row r at xq + r * cols, xd + r * cols / 32.
+__global__ void __launch_bounds__(QQ_WARPS * WARP) k_quant_q8_rows(const float *__restrict__ x, int cols,
+                                                                  int8_t *__restrict__ xq, float *__restrict__ xd) {
+    pdl_trigger();
+    pdl_wait();
+    int lane = threadIdx.x & 31, gi = blockIdx.x * QQ_WARPS + (threadIdx.x >> 5);
+    if (gi >= cols / 32) return;
+    size_t i = (size_t)blockIdx.y * cols + gi * 32 + lane;
+    warp_q8(x[i], xq + i, xd + (size_t)blockIdx.y * (cols / 32) + gi);
+}
+
+cudaError_t hx_k_quant_q8_rows(cudaStream_t st, const float *x, int n, int cols, int8_t *xq, float *xd) {
+    int groups = cols / 32;
+    void *args[] = {(void *)&x, (void *)&cols, (void *)&xq, (void *)&xd};
+    return hx_k_launch_pdl((const void *)k_quant_q8_rows, dim3((groups + QQ_WARPS - 1) / QQ_WARPS, n),
+                           dim3(QQ_WARPS * WARP), 0, st, args);
+}
+
+// y (n, rows) = x W^T (+ bias) (accumulate: +=) with x given as q8 rows: a
+// warp per weight row, blockIdx.y a tile of NC tokens. Each weight unit is
+// loaded from DRAM once per tile and dotted with the NC activation columns
+// (its repeated loads hit L1), so a tile costs about what one matvec does.
+template <int T, int NC>
+__global__ void __launch_bounds__(Q_WARPS * WARP)
+k_mvq_cols(const uint8_t *__restrict__ W, size_t rb, int rows, int cols, const int8_t *__restrict__ xq,
+           const float *__restrict__ xd, int n, float *__restrict__ y, const float *__restrict__ bias, int accumulate) {
+    typedef QD<T> Q;
+    int lane = threadIdx.x, r = blockIdx.x * Q_WARPS + threadIdx.y, c0 = blockIdx.y * NC;
+    const uint8_t *w = W + (size_t)(r < rows ? r : 0) * rb;
+    pdl_trigger();
+    if (r < rows)
+        for (size_t o = (size_t)lane * 128; o < rb; o += (size_t)WARP * 128) prefetch_l2(w + o);
+    pdl_wait();
+    if (r >= rows) return;
+    float acc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+    int nunits = cols / Q::QK * Q::UNITS, nc = n - c0 < NC ? n - c0 : NC;
+    const int8_t *xq0 = xq + (size_t)c0 * cols;
+    const float *xd0 = xd + (size_t)c0 * (cols / 32);
+    for (int u = lane; u < nunits; u += WARP) {
+        int blk = u / Q::UNITS, unit = u % Q::UNITS;
+        const uint8_t *b = w + (size_t)blk * Q::BYTES;
+#pragma unroll
+        for (int c = 0; c < NC; c++)
+            if (c < nc)
+                acc[c] += Q::dot(b, unit, xq0 + (size_t)c * cols + (size_t)blk * Q::QK,
+                                 xd0 + (size_t)c * (cols / 32) + (size_t)blk * (Q::QK / 32));
+    }
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        float a = warp_sum(acc[c]);
+        if (lane == 0 && c < nc) {
+            float *yp = y + (size_t)(c0 + c) * rows + r;
+            if (bias) a += bias[r];
+            *yp = accumulate ? *yp + a : a;
+        }
+    }
+}
+
+template <int T> static const void *cols_kernel() { return (const void *)k_mvq_cols<T, MVQ_COLS>; }
+
+cudaError_t hx_k_mvq_cols(cudaStream_t st, const hx_dmat *W, const int8_t *xq, const float *xd, int n, float *y,
+                          const float *bias, bool accumulate) {
+    const void *fn = NULL;
+    switch (W->type) {
+#define X(T) case T: fn = cols_kernel<T>(); break;
+        HX_MVQ_TYPES(X)
+#undef X
+    default: return cudaErrorInvalidValue;
+    }
+    const uint8_t *w = W->d;
+    size_t rb = W->row_bytes;
+    int rows = W->rows, cols = W->cols, acc = accumulate ? 1 : 0;
+    void *args[] = {(void *)&w, (void *)&rb, (void *)&rows, (void *)&cols, (void *)&xq, (void *)&xd, (void *)&n,
+                    (void *)&y, (void *)&bias, (void *)&acc};
+    return hx_k_launch_pdl(fn, dim3((rows + Q_WARPS - 1) / Q_WARPS, (n + MVQ_COLS - 1) / MVQ_COLS), dim3(WARP, Q_WARPS),
+                           0, st, args);
+}
