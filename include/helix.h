@@ -301,6 +301,34 @@ hx_status hx_seq_copy(hx_context *c, int src, int dst, int n, hx_error *e);
 hx_status hx_seq_save(hx_context *c, int seq, const char *path, hx_error *e);
 hx_status hx_seq_load(hx_context *c, int seq, const char *path, hx_error *e);
 
+/* ---- LoRA adapters ----
+ * An adapter changes the model's projections: W x becomes W x + s * B (A x)
+ * with s = scale * alpha / rank (scale alone when the adapter's alpha is 0).
+ * Adapted matrices: the layers' attention q/k/v/output and FFN gate/up/down,
+ * the output head and the token embeddings. */
+typedef struct hx_adapter hx_adapter;
+/* path: a llama.cpp GGUF adapter (general.type = adapter, adapter.type = lora)
+ * or a PEFT folder (adapter_config.json + adapter_model.safetensors), checked
+ * against the model's shapes (HX_ERR_FORMAT names the tensor). */
+hx_status hx_adapter_open(hx_model *m, const char *path, hx_adapter **out, hx_error *e);
+/* Safe while contexts still apply it: they keep it until they drop it. */
+void hx_adapter_free(hx_adapter *a);
+int hx_adapter_n_weights(const hx_adapter *a);   /* matrices it adapts */
+/* The adapters the context applies from now on, each with its own scale
+ * (n = 0: none, the base model). Replaces the previous set; the base is not
+ * reloaded. When the set or a scale changes, every sequence is cleared (its
+ * cache was computed under the old set). Adapters must be of the context's
+ * model. CUDA contexts: HX_ERR_UNSUPPORTED for now (n = 0 is accepted). */
+hx_status hx_context_set_adapters(hx_context *c, hx_adapter *const *adapters, const float *scales, int n, hx_error *e);
+/* Writes the adapter as llama.cpp's GGUF adapter (f32 tensors; llama's Q/K
+ * rows in llama.cpp's order): a PEFT folder converted. */
+hx_status hx_adapter_save(const hx_adapter *a, const char *path, hx_error *e);
+/* A copy of the GGUF model base with adapters[i] (GGUF or PEFT) merged into
+ * its matrices: W + scales[i] * alpha/r * B A, each adapted matrix summed in
+ * f32 and requantized to its type (f32 when f32_out); the rest copied. */
+hx_status hx_adapter_merge(const char *base, const char *const *adapters, const float *scales, int n, bool f32_out,
+                           const char *out, hx_error *e);
+
 /* ======================================================================== */
 /* Sampling                                                                 */
 /* ======================================================================== */

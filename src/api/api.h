@@ -39,8 +39,14 @@ struct hx_context {
     /* scratch for ubatches and the decode checks */
     int32_t *ub_out;
     int *first_pos, *next_pos, *orig_len;
+    /* LoRA adapters applied (hx_context_set_adapters), one reference each */
+    struct hx_adapter **adapters;
+    float *adapter_scales;
+    int n_adapters;
 };
 
+/* Releases the context's adapters (adapter.c). */
+void hx_api_drop_adapters(hx_context *c);
 /* Tokens of a text as a malloc'ed array (hx_tokenize without the cap dance). */
 hx_status hx_api_tokenize(const hx_model *m, const char *text, size_t len, bool add_special, bool parse_special,
                           int32_t **ids, int *n, hx_error *e);

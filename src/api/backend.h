@@ -98,6 +98,14 @@ typedef struct hx_backend {
     void (*host_free)(void *ctx, void *p);
 } hx_backend;
 
+/* LoRA (hx_context_set_adapters): from now on the CPU backend context applies
+ * adapters[0..n) (struct hx_adapter, model/lora.h) with their user scales;
+ * n = 0 removes them. It copies the list; the API layer holds a reference to
+ * each adapter while it is set. Outside the table so that the CUDA table
+ * (positional, C++) stays as it is until CUDA applies adapters; a context on
+ * another backend gets HX_ERR_UNSUPPORTED. */
+hx_status hx_cpu_set_adapters(void *ctx, struct hx_adapter *const *adapters, const float *scales, int n, hx_error *e);
+
 extern const hx_backend hx_backend_cpu;
 #ifdef HX_HAVE_CUDA
 extern const hx_backend hx_backend_cuda;

@@ -21,6 +21,7 @@ void hx_context_free(hx_context *c) {
     if (c->logits && c->bctx && c->be->host_free) c->be->host_free(c->bctx, c->logits);
     else free(c->logits);
     if (c->bctx) c->be->ctx_free(c->bctx);
+    hx_api_drop_adapters(c);
     free(c->kv_rows); free(c->seq_len); free(c->seq_tok);
     free(c->hidden); free(c->row_of);
     free(c->ub_out); free(c->first_pos); free(c->next_pos); free(c->orig_len);

@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "cli_lora.h"
 #include "cli_sampling.h"
 
 #define CMD "generate"
@@ -241,8 +242,12 @@ int cmd_generate(int argc, char **argv) {
         CLI_SAMPLING_OPTS(o.sp),
         {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
     };
+    cli_lora_list lora = {0};
+    if (cli_lora_strip(&argc, argv, &lora)) return 2;
     int pr = cli_parse(CMD, CMD " -m FILE (-p TEXT | --prompt-ids 1,2,3) [options]",
-                       "Streams the text to stdout and the speeds to stderr. Greedy by default.\n", opts, argc, argv);
+                       "Streams the text to stdout and the speeds to stderr. Greedy by default.\n"
+                       "LoRA: --lora FILE, --lora-scaled FILE SCALE (repeatable; GGUF adapter or PEFT folder).\n",
+                       opts, argc, argv);
     if (pr) return pr == 1 ? 0 : 2;
     if (!o.model) return cli_usage_error(CMD, "-m FILE is required (see helix-bg " CMD " --help)");
     if (!o.prompt == !o.prompt_ids) return cli_usage_error(CMD, "give exactly one of -p TEXT and --prompt-ids");
@@ -258,6 +263,7 @@ int cmd_generate(int argc, char **argv) {
     gen_out r = {0};
     hx_generate_result res = {0};
     hx_error e = {0};
+    hx_adapter *adapters[CLI_MAX_LORA] = {0};
     int32_t *prompt = prompt_ids(m, &o, &n_prompt);
     if (!prompt) { rc = o.prompt_ids ? 2 : 1; goto done; }
 
@@ -280,6 +286,10 @@ int cmd_generate(int argc, char **argv) {
     if (cp.n_batch < n_prompt) cp.n_batch = n_prompt;
     double t0 = cli_now();
     if (!(ctx = cli_context_new(CMD, m, &cp, o.dump))) goto done;
+    if (lora.n && cli_lora_apply(m, ctx, &lora, adapters, &e)) {
+        fprintf(stderr, "helix-bg " CMD ": %s\n", e.msg);
+        goto done;
+    }
     load_s += cli_now() - t0;
 
     hx_status st;
@@ -332,6 +342,7 @@ done:
     hx_generate_result_free(&res);
     free(prompt);
     hx_context_free(ctx);
+    for (int k = 0; k < lora.n; k++) hx_adapter_free(adapters[k]);
     hx_model_free(m);
     return rc;
 }

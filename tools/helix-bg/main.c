@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_lora.h"
 
 int cmd_serve(int argc, char **argv);   /* cmd_serve.c */
 
@@ -20,6 +21,8 @@ static const command commands[] = {
     {"embed-test", cmd_embed_test, "                    embed sample texts, print their similarity table"},
     {"embed",      cmd_embed,      "-m FILE             embed stdin lines with a BERT model"},
     {"load-model", cmd_load_model, "FILE [--json]       GGUF metadata, tensors and model config"},
+    {"lora-convert", cmd_lora_convert, "PEFT-DIR -m BASE -o OUT   PEFT LoRA folder -> GGUF adapter"},
+    {"lora-merge", cmd_lora_merge, "-m BASE --lora A -o OUT   base GGUF with adapters merged in"},
     {"synth",      cmd_synth,      "--preset P --type T -o OUT   random-weight GGUF of a real architecture"},
     {"tokenize",   cmd_tokenize,   "-m FILE -p TEXT     print token ids"},
     {"generate",   cmd_generate,   "-m FILE -p PROMPT   generate text"},

@@ -57,6 +57,7 @@
 #include "backend/cpu/glu.h"
 #include "backend/cpu/matmul.h"
 #include "core/core.h"
+#include "model/lora.h"
 #include "quant/quant.h"
 
 /* Norm weights and biases of one layer as f32 (NULL when the model has none). */
@@ -99,6 +100,12 @@ struct hx_cpu_ctx {
     size_t fa_cap; int fa_tiles;
     float *vacc;          /* (n_threads, head_dim) */
     float *rope_cs, *rope_sn; /* (head_dim/2) */
+    /* LoRA adapters applied (hx_cpu_set_adapters; the API layer keeps them alive) */
+    struct hx_adapter **lora;
+    float *lora_scale;
+    int n_lora;
+    float *lora_t, *lora_d; /* A x (n, rank) and B (A x) (n, n_out) */
+    size_t lora_t_cap, lora_d_cap;
 };
 
 /* ---- math helpers ---- */
@@ -178,6 +185,7 @@ void hx_cpu_ctx_free(hx_cpu_ctx *c) {
     free(c->gate); free(c->up); free(c->scores); free(c->vacc); free(c->fa_kt); free(c->fa_v);
     free(c->ub_pos); free(c->ub_seq); free(c->ub_out);
     free(c->rope_cs); free(c->rope_sn);
+    free(c->lora); free(c->lora_scale); free(c->lora_t); free(c->lora_d);
     hx_pool_free(c->pool);
     free(c);
 }
@@ -696,6 +704,68 @@ static hx_status linear_group(hx_cpu_ctx *c, int count, const hx_tensor *const *
     return HX_OK;
 }
 
+/* LoRA: y (n, n_out) += s * B (A x) for every adapter that adapts matrix
+ * `slot` of `layer` (layer -1: the output head), x (n, n_in). A x runs as one
+ * small f32 matmul over the n tokens, (n, rank), then B over that. */
+static hx_status lora_add(hx_cpu_ctx *c, int layer, int slot, const float *x, int n, float *y, hx_error *e) {
+    for (int k = 0; k < c->n_lora; k++) {
+        const struct hx_adapter *ad = c->lora[k];
+        const hx_lora_w *w = layer < 0 ? &ad->output : hx_lora_at(ad, layer, slot);
+        float s = w->rank ? hx_lora_scale(ad, w, c->lora_scale[k]) : 0.0f;
+        if (s == 0.0f) continue;
+        size_t nt = (size_t)n * w->rank, nd = (size_t)n * w->n_out;
+        if (nt > c->lora_t_cap) {
+            float *p = realloc(c->lora_t, sizeof(float) * nt);
+            if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for LoRA");
+            c->lora_t = p; c->lora_t_cap = nt;
+        }
+        if (nd > c->lora_d_cap) {
+            float *p = realloc(c->lora_d, sizeof(float) * nd);
+            if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for LoRA");
+            c->lora_d = p; c->lora_d_cap = nd;
+        }
+        hx_tensor A = { "lora_a", HX_TYPE_F32, { w->n_in, w->rank, 1, 1 }, w->a };
+        hx_tensor B = { "lora_b", HX_TYPE_F32, { w->rank, w->n_out, 1, 1 }, w->b };
+        /* threads only where the work outweighs waking them (not in decode) */
+        hx_pool *pool = (double)n * w->rank * (double)(w->n_in + w->n_out) >= (double)(1 << 21) ? c->pool : NULL;
+        TRY(hx_matmul_ex(pool, &A, x, n, c->lora_t, 0, e));
+        if (!pool) { /* B's rows are only rank long: inline dots beat a kernel call per row */
+            const int r = w->rank;
+            for (int i = 0; i < n; i++) {
+                const float *t = c->lora_t + (size_t)i * r;
+                float *yi = y + (size_t)i * w->n_out;
+                for (int64_t o = 0; o < w->n_out; o++) {
+                    const float *br = w->b + (size_t)o * r;
+                    float acc = 0;
+                    for (int k = 0; k < r; k++) acc += br[k] * t[k];
+                    yi[o] += s * acc;
+                }
+            }
+            continue;
+        }
+        TRY(hx_matmul_ex(pool, &B, c->lora_t, n, c->lora_d, 0, e));
+        for (size_t i = 0; i < nd; i++) y[i] += s * c->lora_d[i];
+    }
+    return HX_OK;
+}
+
+/* LoRA on the token embedding (llama.cpp's order: before any embedding
+ * scale): x (n_embd) += s * B A[tok], A (n_vocab, rank), B (n_embd, rank). */
+static void lora_embd(const hx_cpu_ctx *c, int32_t tok, float *x) {
+    for (int k = 0; k < c->n_lora; k++) {
+        const hx_lora_w *w = &c->lora[k]->tok_embd;
+        float s = w->rank ? hx_lora_scale(c->lora[k], w, c->lora_scale[k]) : 0.0f;
+        if (s == 0.0f) continue;
+        const float *a = w->a + (size_t)tok * w->rank;
+        for (int64_t d = 0; d < w->n_out; d++) {
+            const float *b = w->b + (size_t)d * w->rank;
+            float acc = 0;
+            for (int q = 0; q < w->rank; q++) acc += a[q] * b[q];
+            x[d] += s * acc;
+        }
+    }
+}
+
 /* rows of x (n, dim) normed with weights w (dim) into out. */
 static void norm_rows(float *out, const float *x, int n, int dim, const float *w, float eps) {
     for (int i = 0; i < n; i++) rmsnorm(out + (size_t)i * dim, x + (size_t)i * dim, w, dim, eps);
@@ -773,6 +843,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
     for (int i = 0; i < n; i++) {
         float *xi = c->x + (size_t)i * D;
         hx_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)ub->token[i] * erow, xi, D);
+        if (c->n_lora) lora_embd(c, ub->token[i], xi);
         if (cfg->embd_scale) {
             float s = sqrtf((float)D);
             for (int d = 0; d < D; d++) xi[d] *= s;
@@ -791,6 +862,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
             const float *B[3] = { V->bq, V->bk, V->bv };
             float *Y[3] = { c->q, c->k, c->v };
             TRY(linear_group(c, 3, W, c->h, n, Y, B, e));
+            for (int j = 0; j < 3 && c->n_lora; j++) TRY(lora_add(c, l, HX_LORA_Q + j, c->h, n, Y[j], e));
         }
         if (cfg->qk_norm) {
             norm_rows(c->q, c->q, n * nh, hd, V->q_norm, cfg->norm_eps);
@@ -818,6 +890,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
         bool big = (double)n * nh * hd * (max_pos + 1) >= 65536.0;
         hx_pool_run(big ? c->pool : NULL, (int64_t)n * nh, attn_task, &aj);
         TRY(linear(c, &L->wo, c->att, n, c->o, V->bo, e));
+        if (c->n_lora) TRY(lora_add(c, l, HX_LORA_O, c->att, n, c->o, e));
         if (cfg->post_norms) norm_rows(c->o, c->o, n, D, V->attn_post_norm, cfg->norm_eps);
         if (c->dump_dir) TRY(dump_rows(c, ub, l, "attn", c->o, e));
         for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] += c->o[i];
@@ -828,6 +901,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
             const float *B[2] = { NULL, V->ffn_up_b };
             float *Y[2] = { c->gate, c->up };
             TRY(linear_group(c, 2, W, c->h, n, Y, B, e));
+            for (int j = 0; j < 2 && c->n_lora; j++) TRY(lora_add(c, l, HX_LORA_GATE + j, c->h, n, Y[j], e));
         }
         if (c->ggml_compat) { /* ggml's rounding of the gated activation (glu.h), row by row */
             const bool avx2 = hx_isa_current() >= HX_ISA_AVX2;
@@ -844,6 +918,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
             }
         }
         TRY(linear(c, &L->ffn_down, c->gate, n, c->o, V->ffn_down_b, e));
+        if (c->n_lora) TRY(lora_add(c, l, HX_LORA_DOWN, c->gate, n, c->o, e));
         if (cfg->post_norms) norm_rows(c->o, c->o, n, D, V->ffn_post_norm, cfg->norm_eps);
         if (c->dump_dir) TRY(dump_rows(c, ub, l, "ffn", c->o, e));
         for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] += c->o[i];
@@ -866,6 +941,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
     if (hidden) memcpy(hidden, c->h, sizeof(float) * (size_t)ub->n_out * D);
     if (logits) {
         TRY(linear(c, &m->output, c->h, ub->n_out, logits, NULL, e));
+        if (c->n_lora) TRY(lora_add(c, -1, 0, c->h, ub->n_out, logits, e));
         if (cfg->final_logit_softcap > 0) {
             float cap = cfg->final_logit_softcap;
             for (size_t i = 0; i < (size_t)ub->n_out * cfg->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
@@ -1046,6 +1122,23 @@ static hx_status cpu_seq_write(void *ctx, int seq, int n, const void *buf, hx_er
 }
 
 static size_t cpu_kv_bytes(void *ctx) { return hx_cpu_kv_bytes(ctx); }
+
+hx_status hx_cpu_set_adapters(void *ctx, struct hx_adapter *const *adapters, const float *scales, int n,
+                              hx_error *e) {
+    hx_cpu_ctx *c = ctx;
+    struct hx_adapter **a = NULL;
+    float *s = NULL;
+    if (n > 0) {
+        a = malloc(sizeof *a * (size_t)n);
+        s = malloc(sizeof *s * (size_t)n);
+        if (!a || !s) { free(a); free(s); return hx_err(e, HX_ERR_NOMEM, "cpu backend: out of memory"); }
+        memcpy(a, adapters, sizeof *a * (size_t)n);
+        memcpy(s, scales, sizeof *s * (size_t)n);
+    }
+    free(c->lora); free(c->lora_scale);
+    c->lora = a; c->lora_scale = s; c->n_lora = n;
+    return HX_OK;
+}
 
 const hx_backend hx_backend_cpu = {
     .name = "cpu",
