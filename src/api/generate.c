@@ -256,6 +256,9 @@ hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_re
         n_dec++;
         t = next;
     }
+    /* decode time ends when the last token is in hand: finish() below only waits
+     * for the step the device ran ahead speculatively, whose result is dropped */
+    double t_dec = hx_now_s();
     if (ran_fast && c->be->finish && (st = c->be->finish(c->bctx, e))) goto fail;
     if (dt && why != HX_STOP_STRING) {
         const char *rest = hx_detok_flush(dt);
@@ -264,7 +267,6 @@ hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_re
         if (g.stopped) why = HX_STOP_STRING;
         else if (g.cancelled && why != HX_STOP_CANCELLED) why = HX_STOP_CANCELLED;
     }
-    double t2 = hx_now_s();
     if (dev_bytes(c) > peak) peak = dev_bytes(c);
     r->text = g.t.p;
     r->ids = ids;
@@ -273,9 +275,9 @@ hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_re
     r->n_prompt_ids = n_prompt;
     r->stop = why;
     r->metrics = (hx_metrics){.prompt_tokens = n_prompt - cached, .cached_tokens = cached, .gen_tokens = n_ids,
-                              .prefill_s = t1 - t0, .decode_s = t2 - t1, .peak_device_bytes = peak};
+                              .prefill_s = t1 - t0, .decode_s = t_dec - t1, .peak_device_bytes = peak};
     r->metrics.prefill_tok_per_s = t1 > t0 ? (n_prompt - cached) / (t1 - t0) : 0;
-    r->metrics.decode_tok_per_s = t2 > t1 && n_dec ? n_dec / (t2 - t1) : 0;
+    r->metrics.decode_tok_per_s = t_dec > t1 && n_dec ? n_dec / (t_dec - t1) : 0;
     free(step_logits);
     hx_sampler_free(smp);
     hx_detok_free(dt);
