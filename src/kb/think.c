@@ -497,8 +497,10 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
             for (size_t i = 0; i < t.n; i++) {
                 if (t.topic[i] != tp) continue;
                 float sim = central[i];   /* closeness to its own topic */
-                int k = nb < 5 ? nb++ : 4;
-                if (k == 4 && nb == 5 && sim <= bsim[4]) continue;
+                int k;
+                if (nb < 5) k = nb++;                 /* room left: append, then sift up */
+                else if (sim <= bsim[4]) continue;    /* full: only a better one replaces the last */
+                else k = 4;
                 while (k > 0 && bsim[k - 1] < sim) { best[k] = best[k - 1]; bsim[k] = bsim[k - 1]; k--; }
                 best[k] = i;
                 bsim[k] = sim;
