@@ -342,27 +342,34 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     cJSON *pa = cJSON_CreateArray();
     cJSON_DeleteItemFromObject(root, "patterns");
     cJSON_AddItemToObject(root, "patterns", pa);
-    /* components in row order of their smallest member */
-    size_t *comp = malloc(sizeof *comp * (t.n + 1));
+    /* components in row order of their smallest member, members in row order:
+     * rows bucketed by their root (a counting sort), one pass, not a scan of
+     * every row per component */
+    size_t *comp = malloc(sizeof *comp * (t.n + 1)), *start = calloc(t.n + 2, sizeof *start);
     char **pprompts = malloc(sizeof *pprompts * (t.n + 1));
     uint64_t (*pkeys)[2] = malloc(sizeof *pkeys * (t.n + 1));
     cJSON **pobj = malloc(sizeof *pobj * (t.n + 1));
     int npp = 0;
-    if (!comp || !pprompts || !pkeys || !pobj) { free(par); free(comp); free(pprompts); free(pkeys); free(pobj); s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
+    if (!comp || !start || !pprompts || !pkeys || !pobj) {
+        free(par); free(comp); free(start); free(pprompts); free(pkeys); free(pobj);
+        s = hx_err(e, HX_ERR_NOMEM, "think: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < t.n; i++) par[i] = uf_find(par, i);   /* every row points at its root */
+    for (size_t i = 0; i < t.n; i++) start[par[i] + 1]++;
+    for (size_t i = 0; i < t.n; i++) start[i + 1] += start[i];
+    for (size_t i = 0; i < t.n; i++) comp[start[par[i]]++] = i;  /* start[R] ends at the bucket's end */
+    for (size_t i = t.n; i-- > 0;) start[i + 1] = start[i];       /* shift back: start[R] = first member */
+    start[0] = 0;
     for (size_t r = 0; r < t.n; r++) {
-        if (uf_find(par, r) != uf_find(par, r) || par[r] == (size_t)-1) continue;
-        size_t root_r = uf_find(par, r);
-        if (root_r != r && uf_find(par, root_r) != root_r) continue;
-        /* visit each component once: at its smallest row */
-        size_t first = t.n;
-        for (size_t i = 0; i < t.n && first == t.n; i++) if (uf_find(par, i) == root_r) first = i;
-        if (first != r) continue;
-        size_t m = 0;
-        for (size_t i = r; i < t.n; i++) if (uf_find(par, i) == root_r) comp[m++] = i;
+        size_t R = par[r];
+        const size_t *cm = comp + start[R];
+        if (cm[0] != r) continue;   /* each component once, at its smallest row */
+        size_t m = start[R + 1] - start[R];
         int topics_seen = 0;
         for (size_t k = 0; k < m; k++) {
             bool dup = false;
-            for (size_t q = 0; q < k && !dup; q++) dup = t.topic[comp[q]] == t.topic[comp[k]];
+            for (size_t q = 0; q < k && !dup; q++) dup = t.topic[cm[q]] == t.topic[cm[k]];
             topics_seen += !dup;
         }
         if (m < 3 || topics_seen < 2) continue;
@@ -370,12 +377,12 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
         uint64_t key = FNV0;
         const char *titles[32];
         for (size_t k = 0; k < m; k++) {
-            cJSON_AddItemToArray(mem, cJSON_CreateNumber((double)ent(&t, comp[k])->offset));
-            key = fnv_str(ent(&t, comp[k])->title, key ^ ent(&t, comp[k])->offset);
-            if (k < 32) titles[k] = ent(&t, comp[k])->title;
+            cJSON_AddItemToArray(mem, cJSON_CreateNumber((double)ent(&t, cm[k])->offset));
+            key = fnv_str(ent(&t, cm[k])->title, key ^ ent(&t, cm[k])->offset);
+            if (k < 32) titles[k] = ent(&t, cm[k])->title;
             bool dup = false;
-            for (size_t q = 0; q < k && !dup; q++) dup = t.topic[comp[q]] == t.topic[comp[k]];
-            if (!dup) cJSON_AddItemToArray(tp, cJSON_CreateString(t.topics[t.topic[comp[k]]]));
+            for (size_t q = 0; q < k && !dup; q++) dup = t.topic[cm[q]] == t.topic[cm[k]];
+            if (!dup) cJSON_AddItemToArray(tp, cJSON_CreateString(t.topics[t.topic[cm[k]]]));
         }
         cJSON_AddItemToArray(pa, p);
         st->patterns++;
@@ -390,6 +397,7 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     }
     free(par);
     free(comp);
+    free(start);
     if (o->llm) {
         /* ask for the patterns the cache lacks (compacted), then name every one */
         int na = 0;
