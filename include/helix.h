@@ -484,8 +484,9 @@ const char *hx_embedder_fingerprint(const hx_embedder *em);
 void hx_embedder_set_max_tokens(hx_embedder *em, int max_tokens);
 /* Sequences per forward pass (0 = as many as fit 8192 tokens, the default). */
 void hx_embedder_set_batch(hx_embedder *em, int max_seqs);
-/* "cpu", "cuda" or "auto" (CUDA when this build has it and a GPU is usable).
- * "cuda" fails with HX_ERR_DEVICE / HX_ERR_UNSUPPORTED and the reason. */
+/* "cpu", "cuda", "cuda:N" (device N) or "auto" (CUDA when this build has it
+ * and a GPU is usable). "cuda" fails with HX_ERR_DEVICE / HX_ERR_UNSUPPORTED
+ * and the reason. */
 hx_status hx_embedder_set_device(hx_embedder *em, const char *device, hx_error *e);
 /* "cpu" or "cuda": where hx_embed runs. */
 const char *hx_embedder_device(const hx_embedder *em);

@@ -69,6 +69,14 @@ typedef struct kb_log {
     size_t n_prior_live, n_prior_deleted;
     uint64_t *del;        /* out: prior_live offsets this read deleted (in log order, may repeat) */
     size_t n_del, del_cap;
+    /* range reads (one MPI rank's share, src/kb/mpi.c): read_end > 0 stops the
+     * read there (a line start); a delete naming an offset below defer_below
+     * that this read holds no entry for is not judged but listed in deferred
+     * as (the delete line's offset, the offset it names) pairs, for the
+     * caller to resolve against the reads of the earlier bytes. */
+    uint64_t read_end, defer_below;
+    uint64_t *deferred;   /* out: 2 x n_deferred */
+    size_t n_deferred, deferred_cap;
 } kb_log;
 
 /* Read data.log from log->read_to (0 = whole file) appending to log. A file

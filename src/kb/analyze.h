@@ -41,6 +41,11 @@ bool kb_pair_better(const kb_pair *p, const kb_pair *q);
  * a, b = topic ids), each the best kb_keep_depth(k) with its cut. */
 hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_opts *o, kb_klist *dups,
                          kb_klist *links, kb_klist *over1, hx_error *e);
+/* The same lists for the pairs (a, b > a) with a in [row_lo, row_hi): one
+ * MPI rank's share of a full pass (the union over a split of [0, n) is
+ * kb_entry_pairs(row0 = 0); each pair's similarity is the same bits). */
+hx_status kb_entry_pairs_rows(hx_pool *pool, const kb_rows *r, size_t row_lo, size_t row_hi, const kb_opts *o,
+                              kb_klist *dups, kb_klist *links, kb_klist *over1, hx_error *e);
 /* Overlaps of topic pairs with at least one topic of 2+ entries (centroids
  * accumulated once), the best kb_keep_depth(max_overlaps) with its cut. */
 hx_status kb_multi_overlaps(hx_pool *pool, const kb_rows *r, const kb_opts *o, kb_klist *over, hx_error *e);
@@ -64,5 +69,14 @@ hx_status kb_topic_table(const char *const *names, size_t n, int *topic, char **
  * read from path: the labels a report needs after an incremental pass. An
  * offset that no longer holds an entry line is an HX_ERR_RANGE error. */
 hx_status kb_log_read_at(kb_log *log, const char *path, const uint64_t *offs, size_t n, hx_error *e);
+
+/* insights.state for a full pass computed elsewhere (the MPI pass, mpi.c),
+ * as kb_run_pass writes it: data.log (log_fd and its stat, taken before the
+ * read) read whole up to read_to; cur: the cache as saved (its sum set);
+ * topic: (cur->n) ids into names; deleted: increasing; lists: near-duplicates,
+ * cross-links, single-entry topic overlaps. */
+hx_status kb_state_save_full(const char *dir, int log_fd, const struct stat *sb, const kb_cache *cur, const kb_opts *o,
+                             uint64_t read_to, uint64_t malformed, char **names, int n_topics, const int *topic,
+                             const uint64_t *deleted, size_t n_deleted, const kb_klist lists[3], hx_error *e);
 
 #endif

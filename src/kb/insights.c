@@ -212,6 +212,33 @@ done:
     return st;
 }
 
+hx_status kb_entry_pairs_rows(hx_pool *pool, const kb_rows *r, size_t row_lo, size_t row_hi, const kb_opts *o,
+                              kb_klist *dups, kb_klist *links, kb_klist *over1, hx_error *e) {
+    memset(dups, 0, sizeof *dups); memset(links, 0, sizeof *links); memset(over1, 0, sizeof *over1);
+    if (row_hi > r->n) row_hi = r->n;
+    int nt = hx_pool_threads(pool);
+    int kd = kb_keep_depth(o->max_dups), kl = kb_keep_depth(o->max_links), ko = kb_keep_depth(kb_max_overlaps(o));
+    topk *hd = heaps(nt, kd), *hl = heaps(nt, kl), *ho = heaps(nt, ko);
+    uint8_t *single = malloc(r->n ? r->n : 1);
+    float *scratch = malloc((size_t)nt * (TILE * TILE + (size_t)r->dim * TILE) * sizeof(float));
+    hx_status st = HX_OK;
+    if (!hd || !hl || !ho || !single || !scratch) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
+    for (size_t i = 0; i < r->n; i++) single[i] = r->count[r->topic[i]] == 1;
+    /* full mode over rows [row_lo, row_hi): each row against the rows after it */
+    job j = {.vec = r->vec, .row0 = row_lo, .n_rows = row_hi, .n = r->n, .incremental = false, .dim = r->dim, .o = o,
+             .key = r->offset, .topic = r->topic, .single = single, .dups = hd, .links = hl, .over = ho,
+             .scratch = scratch, .kernel = tile_kernel()};
+    if (row_hi > row_lo) hx_pool_run(pool, (int64_t)((row_hi - row_lo + TILE - 1) / TILE), tile_task, &j);
+    if ((st = heaps_to_klist(hd, nt, kd, dups, e)) || (st = heaps_to_klist(hl, nt, kl, links, e)) ||
+        (st = heaps_to_klist(ho, nt, ko, over1, e)))
+        goto done;
+done:
+    heaps_free(hd, nt); heaps_free(hl, nt); heaps_free(ho, nt);
+    free(single); free(scratch);
+    if (st) { kb_klist_free(dups); kb_klist_free(links); kb_klist_free(over1); }
+    return st;
+}
+
 hx_status kb_multi_overlaps(hx_pool *pool, const kb_rows *r, const kb_opts *o, kb_klist *over, hx_error *e) {
     memset(over, 0, sizeof *over);
     int T = r->n_topics, dim = r->dim, nt = hx_pool_threads(pool), ko = kb_keep_depth(kb_max_overlaps(o));

@@ -265,6 +265,16 @@ static hx_status parse_line(kb_log *log, const char *path, char *line, size_t le
                     log->del_cap = cap;
                 }
                 log->del[log->n_del++] = x;
+            } else if (!t && x < log->defer_below) { /* an earlier range's: the caller resolves it */
+                if (log->n_deferred == log->deferred_cap) {
+                    size_t cap = log->deferred_cap ? log->deferred_cap * 2 : 64;
+                    uint64_t *nd = realloc(log->deferred, 2 * cap * sizeof *nd);
+                    if (!nd) { cJSON_Delete(j); return HX_ERR_NOMEM; }
+                    log->deferred = nd;
+                    log->deferred_cap = cap;
+                }
+                log->deferred[2 * log->n_deferred] = off;
+                log->deferred[2 * log->n_deferred++ + 1] = x;
             } else if (!t && find_u64(log->prior_deleted, log->n_prior_deleted, x)) {
                 /* deleted by an earlier pass: deleting twice is harmless */
             } else if (!t) {
@@ -302,6 +312,7 @@ hx_status kb_log_read(kb_log *log, const char *path, hx_error *e) {
     int fd = kb_open_regular(path, false, &sb, e);
     if (fd < 0) return e ? e->status : HX_ERR_IO;
     uint64_t size = (uint64_t)sb.st_size;
+    if (log->read_end && log->read_end < size) size = log->read_end;
     if (size < log->read_to) {
         close(fd);
         return hx_err(e, HX_ERR_RANGE, "%s: file shrank from %llu to %llu bytes: the log was rewritten", path,
@@ -396,6 +407,7 @@ void kb_log_free(kb_log *log) {
     for (size_t i = 0; i < log->n; i++) { free(log->e[i].topic); free(log->e[i].title); free(log->e[i].text); }
     free(log->e);
     free(log->del);
+    free(log->deferred);
     memset(log, 0, sizeof *log);
 }
 

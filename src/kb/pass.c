@@ -633,3 +633,22 @@ done:
     kb_log_free(&labels);
     return st;
 }
+
+hx_status kb_state_save_full(const char *dir, int log_fd, const struct stat *sb, const kb_cache *cur, const kb_opts *o,
+                             uint64_t read_to, uint64_t malformed, char **names, int n_topics, const int *topic,
+                             const uint64_t *deleted, size_t n_deleted, const kb_klist lists[3], hx_error *e) {
+    char path[4096], log_path[4096];
+    snprintf(path, sizeof path, "%s/insights.state", dir);
+    snprintf(log_path, sizeof log_path, "%s/data.log", dir);
+    kb_state ns = {.cache_sum = cur->sum, .cache_n = cur->n, .read_to = read_to, .dev = (uint64_t)sb->st_dev,
+                   .ino = (uint64_t)sb->st_ino, .malformed = malformed, .n_topics = n_topics, .topics = names,
+                   .deleted = (uint64_t *)deleted, .n_deleted = n_deleted};
+    opts_key(o, ns.thr, ns.k);
+    for (int i = 0; i < 3; i++) ns.list[i] = lists[i];
+    if (!log_marks(log_fd, read_to, &ns.head, &ns.tail)) return hx_err(e, HX_ERR_IO, "%s: read failed", log_path);
+    if (!(ns.topic = malloc((cur->n ? cur->n : 1) * 4))) return hx_err(e, HX_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < cur->n; i++) ns.topic[i] = (uint32_t)topic[i];
+    hx_status st = state_save(path, &ns, e);
+    free(ns.topic);
+    return st;
+}

@@ -89,20 +89,29 @@ void hx_embedder_set_batch(hx_embedder *em, int max_seqs) { em->max_seqs = max_s
 
 hx_status hx_embedder_set_device(hx_embedder *em, const char *device, hx_error *e) {
     bool want = !strcmp(device, "cuda"), maybe = !strcmp(device, "auto");
+    int index = -1; /* "cuda:N": that device (one per MPI rank); plain "cuda": device 0 */
+    if (!strncmp(device, "cuda:", 5)) {
+        char *end;
+        long v = strtol(device + 5, &end, 10);
+        if (end == device + 5 || *end || v < 0 || v > 1023)
+            return hx_err(e, HX_ERR_ARG, "embed: device '%s' (cuda:N takes a device number)", device);
+        want = true;
+        index = (int)v;
+    }
     if (!want && !maybe && strcmp(device, "cpu"))
-        return hx_err(e, HX_ERR_ARG, "embed: device '%s' (cpu, cuda or auto)", device);
+        return hx_err(e, HX_ERR_ARG, "embed: device '%s' (cpu, cuda, cuda:N or auto)", device);
 #ifdef HX_HAVE_CUDA
     hx_cuda_bert_free(em->gpu);
     em->gpu = NULL;
     if (!want && !maybe) return HX_OK;
     hx_cuda_bert *b = NULL;
     hx_error e2 = {0};
-    hx_status st = hx_cuda_bert_new(em->model, -1, &b, want ? e : &e2);
+    hx_status st = hx_cuda_bert_new(em->model, index, &b, want ? e : &e2);
     if (st && want) return st;
     em->gpu = b;
     return HX_OK;
 #else
-    (void)em;
+    (void)em; (void)index;
     if (want) return hx_err(e, HX_ERR_DEVICE, "embed: this build has no CUDA backend");
     return HX_OK;
 #endif
