@@ -21,7 +21,11 @@ if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_osc=^ucx OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_rmaps_base_oversubscribe=1
 if [ "${HX_TEST_SANITIZE:-}" = 1 ]; then
-  # LeakSanitizer: Open MPI's own start-up allocations are not helix's leaks
+  # LeakSanitizer: Open MPI's own start-up allocations are not helix's leaks. Its
+  # plugins stay loaded and stacks are unwound without frame pointers, so the
+  # suppressions can name the libraries those allocations come from.
+  export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
   printf 'leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\nleak:libhwloc.so\nleak:libevent\nleak:mca_\nleak:libucs\nleak:libucp\nleak:libuct\n' > "$tmp/lsan.supp"
   export LSAN_OPTIONS="suppressions=$tmp/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 fi
