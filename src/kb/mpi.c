@@ -15,6 +15,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define COMM MPI_COMM_WORLD
@@ -65,6 +66,12 @@ hx_status kb_mpi_pick_gpu(kb_embedder *em, int local_rank, char device[16], hx_e
 }
 
 /* ---- helpers ---- */
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* The first line start at or after p (0, or just after a '\n'); size when
  * no line starts in [p, size). */
@@ -391,8 +398,10 @@ hx_status kb_mpi_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
     kb_rows rows = {n, D, off, topic, vec, T, count};
     int depth[3] = {kb_keep_depth(o->max_dups), kb_keep_depth(o->max_links), kb_keep_depth(kb_max_overlaps(o))};
     split_rows(n, R, row_lo);
+    double c_pairs = cpu_s();
     st = kb_entry_pairs_rows(pool, &rows, row_lo[rank], row_lo[rank + 1], o, &lists[0], &lists[1], &lists[2], e);
     t_pairs = hx_now_s() - t;
+    c_pairs = cpu_s() - c_pairs;
     AGREE();
     t = hx_now_s();
     st = gather_lists(lists, depth, rank, R, e);
@@ -425,10 +434,9 @@ hx_status kb_mpi_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
         /* ranges in offset order: the concatenation is increasing */
         MPI_Gatherv(my_del, mine, MPI_UINT64_T, deleted, cnt, dis, MPI_UINT64_T, 0, COMM);
     }
-    double pr[2] = {t_read, t_embed}, prmax[2] = {0, 0}, pmin = 0, pmax = 0;
-    MPI_Reduce(pr, prmax, 2, MPI_DOUBLE, MPI_MAX, 0, COMM);
-    MPI_Reduce(&t_pairs, &pmin, 1, MPI_DOUBLE, MPI_MIN, 0, COMM);
-    MPI_Reduce(&t_pairs, &pmax, 1, MPI_DOUBLE, MPI_MAX, 0, COMM);
+    double pr[4] = {t_read, t_embed, t_pairs, c_pairs}, prmax[4] = {0}, prmin[4] = {0};
+    MPI_Reduce(pr, prmax, 4, MPI_DOUBLE, MPI_MAX, 0, COMM);
+    MPI_Reduce(pr, prmin, 4, MPI_DOUBLE, MPI_MIN, 0, COMM);
     if (rank != 0) goto done;
 
     if ((st = kb_multi_overlaps(pool, &rows, o, &om, e))) goto done;
@@ -455,8 +463,8 @@ hx_status kb_mpi_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
             .pass = {.entries = n + n_deleted, .live = n, .embedded = embedded, .malformed = n_mal,
                      .dups = (size_t)in.n_dups, .links = (size_t)in.n_links, .overlaps = (size_t)in.n_overlaps,
                      .seconds = hx_now_s() - t0, .embed_seconds = prmax[0] + prmax[1], .analyze_seconds = t_an},
-            .ranks = R, .read_s = prmax[0], .embed_s = prmax[1], .exchange_s = t_exchange, .pairs_min_s = pmin,
-            .pairs_max_s = pmax, .finish_s = t_finish};
+            .ranks = R, .read_s = prmax[0], .embed_s = prmax[1], .exchange_s = t_exchange, .pairs_min_s = prmin[2],
+            .pairs_max_s = prmax[2], .pairs_cpu_min_s = prmin[3], .pairs_cpu_max_s = prmax[3], .finish_s = t_finish};
 #undef AGREE
 done:
     if (fd >= 0) close(fd);

@@ -29,6 +29,8 @@ typedef struct kb_mpi_stats {
     double embed_s;           /* slowest rank: cache lookups and embedding */
     double exchange_s;        /* topic table, offsets and vectors to every rank */
     double pairs_min_s, pairs_max_s; /* the fastest and the slowest rank's share of the pairs */
+    double pairs_cpu_min_s, pairs_cpu_max_s; /* the same in CPU seconds of the rank (all its threads):
+                                              * what the share costs with the machine to itself */
     double finish_s;          /* rank 0: lists merged, topic overlaps, files written */
 } kb_mpi_stats;
 
