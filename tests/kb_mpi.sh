@@ -11,13 +11,13 @@ set -euo pipefail
 BIN=${HX_BIN:-build/helix-bg}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 if ! command -v mpirun >/dev/null; then echo "SKIP: mpirun not found (Open MPI: openmpi-bin, scripts/deps.sh)"; exit 77; fi
+# Open MPI refuses root without these; one host: shared memory only (no
+# network transports, no UCX, whose memory hooks do not mix with ASan)
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 mkdir "$tmp/probe"
 if "$BIN" one-shot "$tmp/probe" --mpi 2>&1 </dev/null | grep -q "built without MPI"; then
   echo "SKIP: $BIN was built without MPI (CMake found no MPI C library: libopenmpi-dev)"; exit 77
 fi
-# Open MPI refuses root without these; one host: shared memory only (no
-# network transports, no UCX, whose memory hooks do not mix with ASan)
-if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_osc=^ucx OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_rmaps_base_oversubscribe=1
 if [ "${HX_TEST_SANITIZE:-}" = 1 ]; then
@@ -104,6 +104,12 @@ PY
 compare cut "$tmp/gen.log" --no-think --max-dups 3 --max-links 4 --max-overlaps 2
 # the sample KB, think stage included (rank 0 runs it)
 compare example examples/kb/data.log
+# a BERT embedder (random weights, MiniLM's shape, one layer): each rank embeds its share
+"$BIN" synth --preset minilm-l6 --type f32 --layers 1 --vocab 4000 -o "$tmp/bert.gguf" > /dev/null 2>&1 ||
+  fail "synth of a BERT model failed"
+head -120 examples/kb/data.log > "$tmp/small.log"
+compare bert "$tmp/small.log" --no-think --embed-model "$tmp/bert.gguf"
+grep -q "embedded now with bert.gguf" "$tmp/bert/out3" || fail "bert: the BERT embedder was not used"
 
 # a warm pass reuses the cache on every rank, and the single-process pass after an
 # MPI pass is incremental from its insights.state, with the same report
