@@ -27,6 +27,10 @@ typedef struct hx_ubatch {
     const int32_t *seq;
     const int32_t *out;
     int n_out;           /* number of i with out[i] >= 0 (rows of logits) */
+    /* Only for a backend with logits_get/logits_argmax: the logits rows stay
+     * on the device (the host buffer is not written) until logits_get asks
+     * for one; hidden states are still written. */
+    bool defer_logits;
 } hx_ubatch;
 
 /* Developer options (tools and tests only: helix_dev.h), never read from the
@@ -96,6 +100,14 @@ typedef struct hx_backend {
      * (at 128 sequences a step's logits are 78 MB for a 152k vocabulary). */
     void *(*host_alloc)(void *ctx, size_t bytes);
     void (*host_free)(void *ctx, void *p);
+    /* Optional, both or neither (NULL: every forward writes its logits): after
+     * a forward with defer_logits, logits_get copies output row `row` (n_vocab
+     * floats) to host, and logits_argmax gives ids[j] = the argmax (the lowest
+     * id among the maxima, as hx_argmax) of output rows rows[0..n) without
+     * copying them. Valid until the next forward. At 128 sequences the rows
+     * are 78 MB a step for a 152k vocabulary, a third of a decode step. */
+    hx_status (*logits_get)(void *ctx, int row, float *host, hx_error *e);
+    hx_status (*logits_argmax)(void *ctx, int n, const int *rows, int32_t *ids, hx_error *e);
 } hx_backend;
 
 /* LoRA (hx_context_set_adapters): from now on the CPU backend context applies

@@ -960,7 +960,7 @@ static hx_status forward_piece(void *ctx, const int32_t *tokens, int n, int pos,
         c->ub_seq[i] = 0;
         c->ub_out[i] = all_logits ? i : i == n - 1 ? 0 : -1;
     }
-    hx_ubatch ub = { n, tokens, c->ub_pos, c->ub_seq, c->ub_out, all_logits ? n : 1 };
+    hx_ubatch ub = { n, tokens, c->ub_pos, c->ub_seq, c->ub_out, all_logits ? n : 1, false };
     return forward_ub(c, &ub, logits, NULL, e);
 }
 
