@@ -462,7 +462,8 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
  * every layer's attention probabilities per head: the very weights the forward
  * multiplies V by, after the causal and sliding-window masks (masked entries
  * are 0). It runs on the CPU whatever hx_model_device says (the weights stay
- * in host memory; the CUDA backend is not used), on a context of its own.
+ * in host memory; the CUDA backend is not used), on a context of its own:
+ * the base model, without the LoRA adapters a context may apply.
  *
  * Layout, with L = n_layer layers held (layer0 .. layer0 + L - 1), H = n_head,
  * Hkv = n_head_kv, T = n_tok, d = head_dim, row-major:
