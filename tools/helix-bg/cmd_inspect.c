@@ -151,8 +151,9 @@ static void ramp(float t, unsigned char *px) {
 /* The heatmap of layers [l0, l1) x heads [h0, h1) (indexes into a's held layers). */
 static bool write_png(const char *path, const hx_attention *a, int l0, int l1, int h0, int h1) {
     enum { GAP = 2, MAX_SIDE = 16384 };
-    int rows = l1 - l0, cols = h1 - h0, T = a->n_tok, big = rows > cols ? rows : cols;
-    int cell = 1024 / (T * big);
+    int rows = l1 - l0, cols = h1 - h0, T = a->n_tok;
+    /* about 1024 pixels across and at most 2048 down, each cell 1..16 pixels */
+    int cw = 1024 / (T * cols), ch = 2048 / (T * rows), cell = cw < ch ? cw : ch;
     if (cell < 1) cell = 1;
     if (cell > 16) cell = 16;
     int64_t W = (int64_t)cols * T * cell + (int64_t)(cols - 1) * GAP, H = (int64_t)rows * T * cell + (int64_t)(rows - 1) * GAP;
