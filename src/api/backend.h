@@ -118,6 +118,27 @@ typedef struct hx_backend {
  * another backend gets HX_ERR_UNSUPPORTED. */
 hx_status hx_cpu_set_adapters(void *ctx, struct hx_adapter *const *adapters, const float *scales, int n, hx_error *e);
 
+/* Attention inspection (hx_inspect_attention, api/inspect.c): while a probe is
+ * set, every CPU forward records what attention does for the tokens of
+ * sequence 0 at positions 0..n_tok-1. Arrays are the caller's, zeroed; rows of
+ * layer l land at index l - layer0, for layers layer0..layer0+n_layers-1.
+ * Only on a context in exact mode (hx_backend_params.exact): the parity mode's
+ * online softmax never forms the probabilities (HX_ERR_UNSUPPORTED). NULL
+ * removes the probe; while none is set the forward pays one pointer test per
+ * layer and per attention task. */
+typedef struct hx_attn_probe {
+    int n_tok;            /* positions recorded */
+    int layer0, n_layers; /* layers recorded */
+    float *probs;         /* (n_layers, n_head, n_tok, n_tok): [l][h][query pos][key pos], the weights the
+                             forward multiplies V by; entries outside the causal / sliding-window mask
+                             are left as they were (zero) */
+    float *q, *k, *v;     /* NULL or (n_layers, n_tok, n_head | n_head_kv | n_head_kv, head_dim):
+                             q and k after QK-norm and RoPE, v as projected */
+    float *o;             /* NULL or (n_layers, n_tok, n_head, head_dim): probs x v per head, the
+                             attention output W_o takes */
+} hx_attn_probe;
+hx_status hx_cpu_set_probe(void *ctx, hx_attn_probe *probe, hx_error *e);
+
 extern const hx_backend hx_backend_cpu;
 #ifdef HX_HAVE_CUDA
 extern const hx_backend hx_backend_cuda;
