@@ -47,7 +47,7 @@ struct tile_args {
     int dpad;
     unsigned n, row0;       // rows; first new row (incremental)
     int full;               // 1: pairs b > a; 0: pairs b < a with a >= row0
-    unsigned rb0, cb0;      // first row / column block of this piece
+    unsigned rb0, cb0, nrb; // first row / column block of this piece, its row blocks
     const int *topic;       // (n)
     const unsigned char *single; // (n) 1: the row's topic has one entry
     const unsigned char *block_single; // (n_pad / BM) 1: some row of the block is single
@@ -86,9 +86,12 @@ __device__ __noinline__ void consider(const tile_args &t, unsigned i, unsigned j
     if (k < t.cap) t.cand[k] = make_uint2(i, j);
 }
 
-// grid (column blocks, row blocks) of the piece; block (bi, bj) = rows bi*128.., columns bj*128..
+// grid: the piece's nrb x ncb tiles, row block fastest: consecutive blocks
+// share one column tile and the piece's few row tiles stay in L2, so each
+// column tile is read from memory once a piece, not once a row block.
+// Block (bi, bj) = rows bi*128.., columns bj*128..
 __global__ void __launch_bounds__(THREADS, 2) tile_kernel(const __grid_constant__ tile_args t) {
-    const unsigned bi = t.rb0 + blockIdx.y, bj = t.cb0 + blockIdx.x;
+    const unsigned bi = t.rb0 + blockIdx.x % t.nrb, bj = t.cb0 + blockIdx.x / t.nrb;
     if (t.full ? bj < bi : bj > bi) return; // no pair of this tile has the piece's orientation
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __half *sa = reinterpret_cast<__half *>(smem_raw); // (STAGES, BM, LDS)
@@ -290,11 +293,11 @@ static hx_status run(const kb_rows *r, size_t row0, const kb_opts *o, bool fma_c
         todo.pop_back();
         float cut[KB_KINDS];
         sink->cut(sink->ctx, cut);
-        tile_args t = {d.x, dpad, n, (unsigned)row0, row0 ? 0 : 1, p.rb0, p.cb0, d.topic, d.single, d.block_single,
-                       kb_cand_window(o, cut, eps), d.cand, d.count, cap};
+        tile_args t = {d.x, dpad, n, (unsigned)row0, row0 ? 0 : 1, p.rb0, p.cb0, p.nrb, d.topic, d.single,
+                       d.block_single, kb_cand_window(o, cut, eps), d.cand, d.count, cap};
         CK(cudaMemsetAsync(d.count, 0, sizeof(unsigned)));
         CK(cudaEventRecord(d.ev[0]));
-        tile_kernel<<<dim3(p.ncb, p.nrb), THREADS, SMEM>>>(t);
+        tile_kernel<<<p.nrb * p.ncb, THREADS, SMEM>>>(t);
         CK(cudaGetLastError());
         CK(cudaEventRecord(d.ev[1]));
         rescore_kernel<<<4 * prop.multiProcessorCount, 256>>>(d.v, dim, d.cand, d.count, cap, fma_chain ? 1 : 0,
