@@ -345,10 +345,10 @@ static hx_status run(const kb_rows *r, size_t row0, const kb_opts *o, bool fma_c
 extern "C" hx_status kb_allpairs_cuda(const kb_rows *r, size_t row0, const kb_opts *o, hx_device dev,
                                       bool fma_chain, bool log, const kb_pair_sink *sink, hx_error *e) {
     const bool must = dev == HX_DEVICE_CUDA;
-    if (dev == HX_DEVICE_CPU) return hx_err(e, HX_ERR_UNSUPPORTED, "all-pairs: the cpu was asked for");
+    if (dev == HX_DEVICE_CPU) return hx_err(e, HX_ERR_UNSUPPORTED, "the cpu was asked for");
     if (r->n >= 0x7fffff00u) return hx_err(e, HX_ERR_UNSUPPORTED, "all-pairs on cuda: %zu rows: 2^31 at most", r->n);
     if (!must && (double)(r->n - row0) * (double)r->n < AUTO_MIN_PAIRS)
-        return hx_err(e, HX_ERR_UNSUPPORTED, "all-pairs: %zu x %zu rows: the cpu is as quick", r->n - row0, r->n);
+        return hx_err(e, HX_ERR_UNSUPPORTED, "%zu x %zu rows, the cpu is as quick", r->n - row0, r->n);
     int c = 0;
     cudaError_t rc = cudaGetDeviceCount(&c);
     if (rc != cudaSuccess || c <= 0) {

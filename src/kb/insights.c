@@ -212,6 +212,7 @@ hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_
     job j = {.vec = r->vec, .row0 = row0, .n_rows = r->n, .n = r->n, .incremental = row0 > 0, .dim = r->dim, .o = o,
              .key = r->offset, .topic = r->topic, .single = single, .dups = hd, .links = hl, .over = ho,
              .scratch = scratch, .kernel = tile_kernel()};
+    char why[200] = ""; /* for the log line: why the GPU did not take it */
 #ifdef HX_HAVE_CUDA
     if (r->n > row0 && o->allpairs_device != HX_DEVICE_CPU) {
         kb_pair_sink sink = {&j, sink_visit, sink_cut};
@@ -221,6 +222,7 @@ hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_
         if (cs == HX_OK) goto lists;
         if (o->allpairs_device == HX_DEVICE_CUDA) { st = hx_err(e, cs, "%s", ce.msg); goto done; }
         if (cs != HX_ERR_UNSUPPORTED) HX_WARN("%s: on the cpu instead", ce.msg);
+        snprintf(why, sizeof why, "; not on cuda: %s", ce.msg);
         hd[0].n = hl[0].n = ho[0].n = 0; /* a failed device pass may have visited some */
     }
 #else
@@ -232,8 +234,8 @@ hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_
     double t0 = hx_now_s();
     if (r->n > row0) hx_pool_run(pool, (int64_t)((r->n - row0 + TILE - 1) / TILE), tile_task, &j);
     if (o->allpairs_log && r->n > row0)
-        fprintf(stderr, "all-pairs: cpu (%s f32 tiles, %d threads), %zu new of %zu rows x %d, %.3f s\n",
-                j.kernel == kb_tile_avx2 ? "avx2" : "scalar", nt, r->n - row0, r->n, r->dim, hx_now_s() - t0);
+        fprintf(stderr, "all-pairs: cpu (%s f32 tiles, %d threads), %zu new of %zu rows x %d, %.3f s%s\n",
+                j.kernel == kb_tile_avx2 ? "avx2" : "scalar", nt, r->n - row0, r->n, r->dim, hx_now_s() - t0, why);
 #ifdef HX_HAVE_CUDA
 lists:
 #endif
