@@ -13,7 +13,8 @@
  * model and device (the issue's goal: classification at >= 60% of pp512).
  *
  * usage: kb_llm_bench MODEL [--n 10000] [--summaries 1000] [--device cpu|cuda]
- *        [--n-seq 16] [--label NAME] [--jsonl] */
+ *        [--n-seq 16] [--label NAME] [--letter-labels] [--jsonl]
+ * --letter-labels: topics named A..L (one token each: no forked sequences). */
 #include "helix.h"
 #include "helix_kb.h"
 
@@ -28,8 +29,10 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static const char *const TOPICS[12] = {"databases", "networking", "cooking", "home repair", "reading", "travel",
+static const char *const LETTERS[12] = {"A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L"};
+static const char *const TOPICS_WORDS[12] = {"databases", "networking", "cooking", "home repair", "reading", "travel",
                                        "finance", "gardening", "health", "music", "kubernetes", "security"};
+static const char *const *TOPICS = TOPICS_WORDS;
 static const char *const WORDS[] = {
     "the", "a", "of", "to", "and", "in", "on", "after", "before", "while", "because", "then", "index", "replica",
     "query", "table", "packet", "router", "certificate", "dns", "latency", "timeout", "flour", "butter", "oven",
@@ -83,6 +86,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--n-seq") && i + 1 < argc) n_seq = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--label") && i + 1 < argc) label = argv[++i];
         else if (!strcmp(argv[i], "--jsonl")) jsonl = 1;
+        else if (!strcmp(argv[i], "--letter-labels")) TOPICS = LETTERS; /* single-token labels: no forks */
         else { fprintf(stderr, "kb_llm_bench: unknown argument '%s'\n", argv[i]); return 2; }
     }
     if (n < 1 || n_sum < 0 || n_sum > n || n_seq < 1) { fprintf(stderr, "kb_llm_bench: bad counts\n"); return 2; }
@@ -111,12 +115,14 @@ int main(int argc, char **argv) {
         ptok += count_tokens(m, prompts[i]);
     }
     double t_build = now_s() - t0;
+    fprintf(stderr, "kb_llm_bench: %d prompts built and counted in %.2f s\n", n, t_build);
     float *probs = malloc(sizeof(float) * 64 * 12);
     /* warm-up: one chunk, not timed (first-call allocations, graphs) */
     if (kb_llm_classify(l, (const char *const *)prompts, n < 64 ? n : 64, TOPICS, 12, probs, &e)) {
         fprintf(stderr, "kb_llm_bench: classify: %s\n", e.msg);
         return 1;
     }
+    fprintf(stderr, "kb_llm_bench: warm-up chunk done at %.2f s\n", now_s() - t0);
     t0 = now_s();
     for (int b0 = 0; b0 < n; b0 += 64) {
         int nb = n - b0 < 64 ? n - b0 : 64;
@@ -124,6 +130,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "kb_llm_bench: classify: %s\n", e.msg);
             return 1;
         }
+        if ((b0 / 64) % 16 == 15) fprintf(stderr, "kb_llm_bench: %d classified, %.2f s\n", b0 + nb, now_s() - t0);
     }
     double t_cls = now_s() - t0;
     printf("%s (%s): classification of %d notes x 12 topics: %.2f s, %.1f entries/s, %lld prompt tokens "
