@@ -62,6 +62,8 @@ typedef struct hx_cuda_dev_opts {
                                 per shape */
     const hx_cuda_wpr_rule *mvq_wpr_rules; /* HX_CUDA_MVQ_WPR=ROWSxCOLS=N,...: per launch shape (before mvq_wpr) */
     int n_mvq_wpr_rules;
+    bool lora_plain;         /* HX_CUDA_LORA_PLAIN: decode applies LoRA deltas with the batch kernels only (no
+                                single-block residual kernels handing 8-bit activations to the next matvec) */
 } hx_cuda_dev_opts;
 
 #ifdef __cplusplus
