@@ -320,10 +320,13 @@ static int check_model(const char *path) {
         cp.n_ctx = 2 * 64;
         cp.n_seq_max = 2;
         cp.n_threads = 2;
-        /* HX_CUDA_LORA_PLAIN=1: the GPU applies the deltas with the batch kernels only */
+        /* HX_CUDA_LORA_PLAIN=1: the GPU applies the deltas with the batch kernels only;
+           HX_CUDA_LORA_PRELOAD=1: its kernels copy A and B to shared memory before their PDL wait */
         static hx_cuda_dev_opts dv;
         const char *plain = getenv("HX_CUDA_LORA_PLAIN");
         dv.lora_plain = plain && *plain && strcmp(plain, "0") != 0;
+        const char *pre = getenv("HX_CUDA_LORA_PRELOAD");
+        dv.lora_preload = pre && *pre && strcmp(pre, "0") != 0;
         hx_dev_context_params dp = {0};
         if (k == 1) dp.cuda = &dv;
         CHECKF(hx_dev_context_new(sd[k]->m, &cp, &dp, &sd[k]->c, &e) == HX_OK, "context: %s", e.msg);

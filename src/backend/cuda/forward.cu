@@ -669,6 +669,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         }
         return hx_k_linear(st, gs, W, x, m, y, b, acc, dv);
     };
+    const bool pre = c->dv.lora_preload; // LoRA kernels copy A and B to shared memory before the PDL wait
     // LoRA: Ms[0..count) = matrices slot.. of layer l (l = -1: the output
     // head); true when any of them is adapted
     auto lora_at = [&](int l, int slot, int count, const hx_lora_dmat **Ms) -> bool {
@@ -685,7 +686,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         const hx_lora_dmat *M[1];
         if (!lora_at(l, slot, 1, M)) return cudaSuccess;
         float *ys[1] = {y};
-        return hx_k_lora(st, 1, M, x, g, eps, m, ys, -1, c->lt, NULL, NULL);
+        return hx_k_lora(st, 1, M, x, g, eps, m, ys, -1, c->lt, NULL, NULL, pre);
     };
     // Decode, a delta into the residual (wo, down) when the next matvec
     // quantizes x with norm_w: the single-block kernel adds it and hands that
@@ -696,7 +697,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         if (!lora_at(l, slot, 1, M)) return cudaSuccess;
         if (n == 1 && !c->dv.lora_plain && hx_k_lora_res_fits(M[0])) {
             *have = next_q8;
-            return hx_k_lora_res(st, M[0], x, c->x, norm_w, eps, next_q8 ? c->xq : NULL, c->xd);
+            return hx_k_lora_res(st, M[0], x, c->x, norm_w, eps, next_q8 ? c->xq : NULL, c->xd, pre);
         }
         return lora1(l, slot, x, NULL, n, c->x);
     };
@@ -729,7 +730,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         const hx_lora_dmat *lm[3];
         if (lora_at(l, HX_LORA_Q, 3, lm)) {
             float *ys[3] = {c->q, c->k, c->v};
-            PK("lora qkv", hx_k_lora(st, 3, lm, c->x, L->attn_norm, eps, n, ys, -1, c->lt, NULL, NULL));
+            PK("lora qkv", hx_k_lora(st, 3, lm, c->x, L->attn_norm, eps, n, ys, -1, c->lt, NULL, NULL, pre));
         }
         size_t slot_stride = (size_t)c->kv_rows[l] * nkvh * hd, slot_off = multi ? 0 : (size_t)slot * slot_stride;
         __half *kc = c->kc[l] + slot_off, *vc = c->vc[l] + slot_off;
@@ -814,7 +815,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             float *ys[2] = {c->gate, c->up};
             dn_have = dn_q && !c->dv.lora_plain && ff % 32 == 0;
             PK("lora gate/up+glu", hx_k_lora(st, 2, lm, c->x, L->ffn_norm, eps, n, ys, act, c->lt,
-                                             dn_have ? c->xq : NULL, c->xd));
+                                             dn_have ? c->xq : NULL, c->xd, pre));
         }
         if (cfg->post_norms || dump) {
             float *ys[1] = {c->o};
@@ -1453,6 +1454,10 @@ extern "C" hx_status hx_cuda_set_adapters(void *ctx, struct hx_adapter *const *a
         c->lw.clear(); c->lsegs.clear(); c->ls_host.clear(); c->lad.clear();
     };
     if (n == 0) { drop_old(); return HX_OK; }
+    {
+        cudaError_t prc = hx_k_lora_prepare();
+        if (prc != cudaSuccess) return cfail(e, prc, __FILE__, __LINE__, "hx_k_lora_prepare");
+    }
     const int NL = cfg->n_layer, n_idx = NL * HX_LORA_PER_LAYER + 2, i_out = n_idx - 2, i_embd = n_idx - 1;
     auto w_of = [&](const struct hx_adapter *ad, int idx) -> const hx_lora_w * {
         return idx == i_out ? &ad->output : idx == i_embd ? &ad->tok_embd : &ad->w[idx];

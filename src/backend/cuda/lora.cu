@@ -35,6 +35,8 @@ struct lset {
     int glu;
     float *t;
     int8_t *xq; float *xd;  // GLU at n = 1: the output also as q8 blocks of 32 (hx_k_quant_q8's format)
+    int pre;                // fused: A and B's rows copied to shared memory before the PDL wait
+    int sm_a, sm_b;         // ... at these byte offsets of the dynamic shared memory (t first)
 };
 
 enum { MODE_FUSED = 0, MODE_A = 1, MODE_B = 2 };
@@ -55,10 +57,10 @@ static __device__ __forceinline__ void lora_q8(float v, int8_t *q, float *d) {
 // out[tt * ld + k] = s_k * rstd_tt * A_k . (x_tt * g). need_rstd: also the
 // RMS of each token's x (into rstd[], from the same pass over x); rstd[]
 // must hold 1s (or the values) otherwise. red: LB_WARPS * (KC + 1) * LT floats.
-static __device__ void lora_a_block(const lset &S, const lmat &M, int t0, int nt, float *rstd, bool need_rstd,
-                                    float *out, int ld, float *red) {
+static __device__ void lora_a_block(const lset &S, const lmat &M, const __half *a, int t0, int nt, float *rstd,
+                                    bool need_rstd, float *out, int ld, float *red) {
     const int h2 = S.n_in / 2, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const __half2 *A2 = (const __half2 *)M.a;
+    const __half2 *A2 = (const __half2 *)a; // M.a, or its copy in shared memory
     const float2 *g2 = (const float2 *)S.g;
     for (int k0 = 0; k0 < M.r || (need_rstd && k0 == 0); k0 += KC) {
         const int kn = M.r - k0 < KC ? M.r - k0 : KC; // <= 0: only the RMS
@@ -123,9 +125,16 @@ static __device__ void lora_a_block(const lset &S, const lmat &M, int t0, int nt
     }
 }
 
+// Copies n halves (src and dst 4-byte aligned, n even) by the whole block.
+static __device__ __forceinline__ void copy_halves(__half *dst, const __half *src, size_t n) {
+#pragma unroll 8
+    for (size_t i = threadIdx.x; i < n / 2; i += blockDim.x) ((__half2 *)dst)[i] = ((const __half2 *)src)[i];
+}
+
 template <int MODE>
 __global__ void __launch_bounds__(LB_THREADS) k_lora(lset S) {
-    extern __shared__ float tsm[]; // (LT, rank columns of this block's matrices)
+    extern __shared__ __align__(16) unsigned char dsm[];
+    float *tsm = (float *)dsm; // (LT, rank columns of this block's matrices), then (pre) A's and B's rows
     __shared__ float red[LB_WARPS * (KC + 1) * LT];
     __shared__ float rstd[LT];
     pdl_trigger();
@@ -154,6 +163,26 @@ __global__ void __launch_bounds__(LB_THREADS) k_lora(lset S) {
                     prefetch_l2(bb + o);
             }
         }
+    // pre: the block's A rows and B rows into shared memory while the kernel before drains
+    const __half *pa[2] = {NULL, NULL}, *pb[2] = {NULL, NULL};
+    {
+        __half *sa = (__half *)(dsm + S.sm_a), *sb = (__half *)(dsm + S.sm_b);
+        for (int j = j0; j < j1; j++) {
+            const lmat &M = S.m[j];
+            pa[j - j0] = M.a;
+            pb[j - j0] = M.b + (size_t)slice * LB_ROWS * M.r;
+            if (MODE != MODE_FUSED || !S.pre || M.r == 0) continue;
+            int r0 = slice * LB_ROWS, r1 = r0 + LB_ROWS < M.n_out ? r0 + LB_ROWS : M.n_out;
+            copy_halves(sa, M.a, (size_t)M.r * S.n_in);
+            size_t nb = (size_t)(r1 - r0) * M.r;
+            copy_halves(sb, M.b + (size_t)r0 * M.r, nb & ~(size_t)1);
+            if ((nb & 1) && threadIdx.x == 0) sb[nb - 1] = M.b[(size_t)r0 * M.r + nb - 1];
+            pa[j - j0] = sa;
+            pb[j - j0] = sb;
+            sa += (size_t)M.r * S.n_in;
+            sb += ((size_t)LB_ROWS * M.r + 1) & ~(size_t)1;
+        }
+    }
     if (threadIdx.x < LT) rstd[threadIdx.x] = 1.0f;
     __syncthreads();
     pdl_wait();
@@ -164,8 +193,8 @@ __global__ void __launch_bounds__(LB_THREADS) k_lora(lset S) {
         for (int j = j0; j < j1; j++) {
             const lmat &M = S.m[j];
             bool need = S.g != NULL && j == j0;
-            if (MODE == MODE_A) lora_a_block(S, M, t0, nt, rstd, need, S.t + (size_t)t0 * S.rt + M.toff, S.rt, red);
-            else lora_a_block(S, M, t0, nt, rstd, need, tsm + off, ld, red);
+            if (MODE == MODE_A) lora_a_block(S, M, M.a, t0, nt, rstd, need, S.t + (size_t)t0 * S.rt + M.toff, S.rt, red);
+            else lora_a_block(S, M, pa[j - j0], t0, nt, rstd, need, tsm + off, ld, red);
             off += M.r;
         }
         if (MODE == MODE_A) return;
@@ -187,7 +216,7 @@ __global__ void __launch_bounds__(LB_THREADS) k_lora(lset S) {
     for (int tt = 0; tt < LT; tt++) acc0[tt] = acc1[tt] = 0.0f;
     if (o < S.m[j0].n_out) {
         const lmat &M = S.m[j0];
-        const __half *br = M.b + (size_t)o * M.r;
+        const __half *br = pb[0] + (size_t)threadIdx.x * M.r; // row o of B (pb: its slice's first row)
 #pragma unroll 8
         for (int k = 0; k < M.r; k++) {
             float b = __half2float(br[k]);
@@ -196,7 +225,7 @@ __global__ void __launch_bounds__(LB_THREADS) k_lora(lset S) {
         }
         if (j1 - j0 == 2) { // GLU: up's columns follow gate's
             const lmat &U = S.m[j0 + 1];
-            const __half *ur = U.b + (size_t)o * U.r;
+            const __half *ur = pb[1] + (size_t)threadIdx.x * U.r;
 #pragma unroll 8
             for (int k = 0; k < U.r; k++) {
                 float b = __half2float(ur[k]);
@@ -220,8 +249,14 @@ __global__ void __launch_bounds__(LB_THREADS) k_lora(lset S) {
     }
 }
 
+// Dynamic shared memory the preloading kernels may take (set by hx_k_lora_prepare).
+enum { PRE_MAX = 200 * 1024 };
+static bool g_prepared = false;
+
+static size_t al16(size_t b) { return (b + 15) & ~(size_t)15; }
+
 cudaError_t hx_k_lora(cudaStream_t st, int count, const hx_lora_dmat *const *Ms, const float *x, const float *norm_w,
-                      float eps, int n, float *const *ys, int glu_act, float *t, int8_t *xq, float *xd) {
+                      float eps, int n, float *const *ys, int glu_act, float *t, int8_t *xq, float *xd, bool preload) {
     if (count < 1 || count > 3 || n < 1 || (glu_act >= 0 && count != 2)) return cudaErrorInvalidValue;
     lset S = {};
     S.n_in = Ms[0]->n_in;
@@ -259,6 +294,21 @@ cudaError_t hx_k_lora(cudaStream_t st, int count, const hx_lora_dmat *const *Ms,
     int tiles = (n + LT - 1) / LT;
     size_t smem = sizeof(float) * LT * (size_t)rmax_block;
     if (smem > 48 * 1024) return cudaErrorInvalidValue; // ranks summing past 3,072
+    if (preload && g_prepared && n <= LT) { // the A and B rows a block reads, in shared memory
+        size_t a = 0, b = 0;
+        for (int j = 0; j < S.count; j++) {
+            size_t aj = (size_t)S.m[j].r * S.n_in * 2, bj = (((size_t)LB_ROWS * S.m[j].r + 1) & ~(size_t)1) * 2;
+            if (glu_act >= 0) { a += aj; b += bj; }
+            else { a = aj > a ? aj : a; b = bj > b ? bj : b; }
+        }
+        size_t total = al16(smem) + al16(a) + b;
+        if (total <= PRE_MAX) {
+            S.pre = 1;
+            S.sm_a = (int)al16(smem);
+            S.sm_b = (int)(al16(smem) + al16(a));
+            smem = total;
+        }
+    }
     void *args[] = {&S};
     if (n <= LT) return hx_k_launch_pdl((const void *)k_lora<MODE_FUSED>, dim3(blocks, tiles), dim3(LB_THREADS), smem, st, args);
     if (!t) return cudaErrorInvalidValue;
@@ -272,15 +322,26 @@ cudaError_t hx_k_lora(cudaStream_t st, int count, const hx_lora_dmat *const *Ms,
 enum { RES_THREADS = 1024, RES_WARPS = RES_THREADS / WARP };
 __global__ void __launch_bounds__(RES_THREADS) k_lora_res(const __half *a, const __half *b, const float *s, int r,
                                                           int n_in, int n_x, const float *in, float *x,
-                                                          const float *g, float eps, int8_t *xq, float *xd) {
-    extern __shared__ float dyn[]; // t (r), then x' (n_x)
-    float *tv = dyn, *xs = dyn + r;
+                                                          const float *g, float eps, int8_t *xq, float *xd, int pre_a) {
+    extern __shared__ __align__(16) unsigned char dsm[]; // t (r), then x' (n_x); pre_a: A, then B at byte pre_a
+    float *tv = (float *)dsm, *xs = tv + r;
     __shared__ float red[RES_WARPS * KC];
     pdl_trigger();
-    for (size_t o = (size_t)threadIdx.x * 128; o < (size_t)r * n_in * 2; o += (size_t)RES_THREADS * 128)
-        prefetch_l2((const uint8_t *)a + o);
-    for (size_t o = (size_t)threadIdx.x * 128; o < (size_t)r * n_x * 2; o += (size_t)RES_THREADS * 128)
-        prefetch_l2((const uint8_t *)b + o);
+    if (pre_a) { // A and B into shared memory while the kernel before drains
+        __half *sa = (__half *)(dsm + pre_a), *sb = sa + (size_t)r * n_in;
+        size_t nb = (size_t)n_x * r;
+        copy_halves(sa, a, (size_t)r * n_in);
+        copy_halves(sb, b, nb & ~(size_t)1);
+        if ((nb & 1) && threadIdx.x == 0) sb[nb - 1] = b[nb - 1];
+        a = sa;
+        b = sb;
+        __syncthreads();
+    } else {
+        for (size_t o = (size_t)threadIdx.x * 128; o < (size_t)r * n_in * 2; o += (size_t)RES_THREADS * 128)
+            prefetch_l2((const uint8_t *)a + o);
+        for (size_t o = (size_t)threadIdx.x * 128; o < (size_t)r * n_x * 2; o += (size_t)RES_THREADS * 128)
+            prefetch_l2((const uint8_t *)b + o);
+    }
     pdl_wait();
     const int h2 = n_in / 2, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const __half2 *A2 = (const __half2 *)a;
@@ -334,15 +395,28 @@ __global__ void __launch_bounds__(RES_THREADS) k_lora_res(const __half *a, const
 }
 
 cudaError_t hx_k_lora_res(cudaStream_t st, const hx_lora_dmat *M, const float *in, float *x, const float *norm_w,
-                          float eps, int8_t *xq, float *xd) {
+                          float eps, int8_t *xq, float *xd, bool preload) {
     if (M->r <= 0 || M->n_in % 2 || (xq && M->n_out % 32)) return cudaErrorInvalidValue;
     size_t smem = sizeof(float) * ((size_t)M->r + M->n_out);
     if (smem > 48 * 1024) return cudaErrorInvalidValue; // hx_k_lora_res_fits
+    int pre_a = 0;
+    size_t total = al16(smem) + al16((size_t)M->r * M->n_in * 2) + (((size_t)M->n_out * M->r + 1) & ~(size_t)1) * 2;
+    if (preload && g_prepared && total <= PRE_MAX) { pre_a = (int)al16(smem); smem = total; }
     const __half *a = M->a, *b = M->b;
     const float *s = M->s;
     int r = M->r, n_in = M->n_in, n_x = M->n_out;
-    void *args[] = {&a, &b, &s, &r, &n_in, &n_x, &in, &x, &norm_w, &eps, &xq, &xd};
+    void *args[] = {&a, &b, &s, &r, &n_in, &n_x, &in, &x, &norm_w, &eps, &xq, &xd, &pre_a};
     return hx_k_launch_pdl((const void *)k_lora_res, dim3(1), dim3(RES_THREADS), smem, st, args);
+}
+
+cudaError_t hx_k_lora_prepare(void) {
+    if (g_prepared) return cudaSuccess;
+    cudaError_t rc = cudaFuncSetAttribute((const void *)k_lora<MODE_FUSED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          PRE_MAX);
+    if (rc == cudaSuccess)
+        rc = cudaFuncSetAttribute((const void *)k_lora_res, cudaFuncAttributeMaxDynamicSharedMemorySize, PRE_MAX);
+    if (rc == cudaSuccess) g_prepared = true;
+    return rc;
 }
 
 bool hx_k_lora_res_fits(const hx_lora_dmat *M) {

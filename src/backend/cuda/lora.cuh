@@ -30,8 +30,15 @@ struct hx_lora_dmat {
 enum { HX_LORA_FUSE_N = 4 };
 // xq/xd (GLU at n = 1 only, n_out a multiple of 32; else NULL): the GLU
 // output also quantized as hx_k_quant_q8 would (no norm) for the down matvec.
+// preload (with hx_k_lora_prepare done): the fused kernel copies the A and B
+// rows a block needs to shared memory before its PDL wait (they do not
+// depend on the kernel before), when they fit in 200 KiB. Off by default:
+// slower on the H100 than reading them from L2 after the wait.
 cudaError_t hx_k_lora(cudaStream_t st, int count, const hx_lora_dmat *const *Ms, const float *x, const float *norm_w,
-                      float eps, int n, float *const *ys, int glu_act, float *t, int8_t *xq, float *xd);
+                      float eps, int n, float *const *ys, int glu_act, float *t, int8_t *xq, float *xd, bool preload);
+// Lets the preloading kernels take up to 200 KiB of shared memory; call
+// outside stream capture (hx_cuda_set_adapters does). Without it, no preload.
+cudaError_t hx_k_lora_prepare(void);
 // Decode (one token) into the residual, in one block: x (n_out) += B diag(s)
 // A in (in: n_in), then, with xq, the new x RMS-normed with norm_w and
 // quantized as hx_k_quant_q8 does (n_out a multiple of 32) for the next
@@ -39,6 +46,6 @@ cudaError_t hx_k_lora(cudaStream_t st, int count, const hx_lora_dmat *const *Ms,
 // hx_k_lora_res_fits (shared memory for r + n_out floats).
 bool hx_k_lora_res_fits(const hx_lora_dmat *M);
 cudaError_t hx_k_lora_res(cudaStream_t st, const hx_lora_dmat *M, const float *in, float *x, const float *norm_w,
-                          float eps, int8_t *xq, float *xd);
+                          float eps, int8_t *xq, float *xd, bool preload);
 // Token embedding: x (n, n_out) += B diag(s) A[tok_i] (A (n_vocab, r)).
 cudaError_t hx_k_lora_embd(cudaStream_t st, const hx_lora_dmat *M, const int *tok, int n, float *x);
