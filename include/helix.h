@@ -325,7 +325,7 @@ int hx_adapter_n_weights(const hx_adapter *a);   /* matrices it adapts */
  * (n = 0: none, the base model). Replaces the previous set; the base is not
  * reloaded. When the set or a scale changes, every sequence is cleared (its
  * cache was computed under the old set). Adapters must be of the context's
- * model. CUDA contexts: HX_ERR_UNSUPPORTED for now (n = 0 is accepted). */
+ * model. CPU and CUDA contexts (CUDA holds the adapters in f16 on the GPU). */
 hx_status hx_context_set_adapters(hx_context *c, hx_adapter *const *adapters, const float *scales, int n, hx_error *e);
 /* Writes the adapter as llama.cpp's GGUF adapter (f32 tensors; llama's Q/K
  * rows in llama.cpp's order): a PEFT folder converted. */

@@ -114,8 +114,7 @@ typedef struct hx_backend {
  * adapters[0..n) (struct hx_adapter, model/lora.h) with their user scales;
  * n = 0 removes them. It copies the list; the API layer holds a reference to
  * each adapter while it is set. Outside the table so that the CUDA table
- * (positional, C++) stays as it is until CUDA applies adapters; a context on
- * another backend gets HX_ERR_UNSUPPORTED. */
+ * (positional, C++) stays as it is; hx_cuda_set_adapters below is CUDA's. */
 hx_status hx_cpu_set_adapters(void *ctx, struct hx_adapter *const *adapters, const float *scales, int n, hx_error *e);
 
 /* Attention inspection (hx_inspect_attention, api/inspect.c): while a probe is
@@ -142,6 +141,10 @@ hx_status hx_cpu_set_probe(void *ctx, hx_attn_probe *probe, hx_error *e);
 extern const hx_backend hx_backend_cpu;
 #ifdef HX_HAVE_CUDA
 extern const hx_backend hx_backend_cuda;
+/* The same for a CUDA backend context (backend/cuda/forward.cu): the
+ * adapters go to the device as f16 (lora.cuh); the same list with other
+ * scales is applied without uploading it again. */
+hx_status hx_cuda_set_adapters(void *ctx, struct hx_adapter *const *adapters, const float *scales, int n, hx_error *e);
 #endif
 
 #endif

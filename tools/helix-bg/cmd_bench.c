@@ -10,6 +10,7 @@
  *         in one hx_decode (tg128-bB: aggregate generated tokens per second).
  * Each test runs -r times after a warm-up; rows give mean ± stddev. */
 #include "cli.h"
+#include "cli_lora.h"
 #include "helix_dev.h"
 
 #include "hx_version.h"
@@ -209,7 +210,11 @@ int cmd_bench(int argc, char **argv) {
          "model, mix, test, tokens_per_s", 0, 0, NULL},
         {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
     };
-    int pr = cli_parse(CMD, CMD " (-m FILE | --synth PRESET:MIX) [options]", NULL, opts, argc, argv);
+    cli_lora_list lora = {0};
+    hx_adapter *adapters[CLI_MAX_LORA] = {0};
+    if (cli_lora_strip(&argc, argv, &lora)) return 2;
+    int pr = cli_parse(CMD, CMD " (-m FILE | --synth PRESET:MIX) [options]",
+                       "LoRA: --lora FILE, --lora-scaled FILE SCALE (repeatable) on every context.\n", opts, argc, argv);
     if (pr) return pr == 1 ? 0 : 2;
     if (!path == !synth) return cli_usage_error(CMD, "give exactly one of -m FILE and --synth PRESET:MIX");
     if (n_prompt == 0 && n_gen == 0 && !batch_arg) return cli_usage_error(CMD, "-p and -n are both 0: nothing to run");
@@ -243,6 +248,7 @@ int cmd_bench(int argc, char **argv) {
         if (!toks) { fprintf(stderr, "helix-bg " CMD ": out of memory\n"); goto done; }
         for (int i = 0; i < (n_prompt > 1 ? n_prompt : 1); i++) toks[i] = (int32_t)(rng_next(&rng) % (uint64_t)V);
         if (!(ctx = cli_context_new(CMD, m, &cp, NULL))) goto done;
+        if (lora.n && cli_lora_apply(m, ctx, &lora, adapters, &e)) goto fail;
         /* warm-up outside the timing: first-call allocations, cuBLAS set-up, the decode graph's capture */
         double t;
         int n_warm = gpu && n_prompt > 0 ? n_prompt : n_prompt > 8 ? 8 : n_prompt;
@@ -271,6 +277,8 @@ int cmd_bench(int argc, char **argv) {
         cp.n_ctx = B * (BATCH_PROMPT + BATCH_GEN + 8);
         cp.n_batch = B * BATCH_PROMPT > 2048 ? B * BATCH_PROMPT : 2048;
         if (!(ctx = cli_context_new(CMD, m, &cp, NULL))) goto done;
+        if (lora.n && !adapters[0] && cli_lora_apply(m, ctx, &lora, adapters, &e)) goto fail;
+        if (lora.n && adapters[0] && hx_context_set_adapters(ctx, adapters, lora.scale, lora.n, &e)) goto fail;
         double p0, t0;
         if (run_batched(ctx, B, &rng, &p0, &t0, &e)) goto fail; /* warm-up */
         for (int r = 0; r < reps; r++)
@@ -345,6 +353,7 @@ done:
     free(rows);
     free(batches);
     hx_context_free(ctx);
+    for (int k = 0; k < lora.n; k++) hx_adapter_free(adapters[k]);
     hx_model_free(m);
     if (synth_path[0]) unlink(synth_path);
     return rc;

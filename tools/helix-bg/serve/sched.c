@@ -228,6 +228,7 @@ typedef struct sched {
     uint64_t win_tok[32];
     int win_n, win_head;
     double last_poll;
+    int lora;             /* the adapter set on the context: 1 + index into cfg.lora_name, 0: none */
 } sched;
 
 static void slot_release(srv *s, sched *sc, slot *sl) {
@@ -663,11 +664,19 @@ static void *sched_main(void *arg) {
         if (s->quit) { pthread_mutex_unlock(&s->mu); break; }
         if (now - sc->last_poll > 0.02) { poll_hangups_locked(sc, s); sc->last_poll = now; }
         for (int i = 0; i < sc->n_slots; i++) if (sc->slots[i].state == S_FREE) n_free++;
+        /* LoRA: the context applies one adapter (or none) to every slot, and changing it clears every
+         * cache. Requests of the running adapter are admitted in queue order; at the first that wants
+         * another, admission stops until the running ones finish, then the context switches to it. */
+        int want = n_free < sc->n_slots ? sc->lora : -1;
         int w = 0;
         for (int i = 0; i < s->n_queue; i++) {
             srv_req *r = s->queue[i];
             if ((r->cancelled || now > r->deadline) && n_drop < 64) dropped[n_drop++] = r;
-            else if (n_free > 0 && n_admit < 64 && w == 0) { admitted[n_admit++] = r; n_free--; }
+            else if (n_free > 0 && n_admit < 64 && w == 0 && (want < 0 || r->lora == want)) {
+                want = r->lora;
+                admitted[n_admit++] = r;
+                n_free--;
+            }
             else s->queue[w++] = r;
         }
         s->n_queue = w;
@@ -691,6 +700,24 @@ static void *sched_main(void *arg) {
             srv_req *r = dropped[i];
             if (r->cancelled) req_fail(s, r, 503, "cancelled", "the request was cancelled", FIN_CANCELLED);
             else req_fail(s, r, 503, "timeout", "timed out waiting for a free slot", FIN_CANCELLED);
+        }
+        if (n_admit > 0 && want != sc->lora) { /* nothing runs: switch the adapter (want: all of them take it) */
+            hx_error e = {0};
+            float one = 1.0f;
+            hx_adapter **a = want > 0 ? &s->adapters[want - 1] : NULL;
+            if (hx_context_set_adapters(sc->ctx, a, a ? &one : NULL, a ? 1 : 0, &e) != HX_OK) {
+                for (int i = 0; i < n_admit; i++) {
+                    pthread_mutex_lock(&s->mu);
+                    s->st.slots_busy--;
+                    pthread_mutex_unlock(&s->mu);
+                    req_fail(s, admitted[i], 500, "adapter_error", e.msg, FIN_ERROR);
+                }
+                n_admit = 0;
+            } else {
+                sc->lora = want;
+                for (int i = 0; i < sc->n_slots; i++) sc->slots[i].n_past = 0; /* the caches were cleared */
+                if (s->cfg.verbose) fprintf(stderr, "serve: adapter now %s\n", want ? s->cfg.lora_name[want - 1] : "(none)");
+            }
         }
         for (int i = 0; i < n_admit; i++) {
             srv_req *r = admitted[i];
