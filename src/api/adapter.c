@@ -62,9 +62,14 @@ hx_status hx_context_set_adapters(hx_context *c, hx_adapter *const *adapters, co
     bool same = n == c->n_adapters;
     for (int i = 0; same && i < n; i++) same = adapters[i] == c->adapters[i] && scales[i] == c->adapter_scales[i];
     if (same) return HX_OK;
-    if (c->be != &hx_backend_cpu) {
+    hx_status (*set)(void *, struct hx_adapter *const *, const float *, int, hx_error *) = NULL;
+    if (c->be == &hx_backend_cpu) set = hx_cpu_set_adapters;
+#ifdef HX_HAVE_CUDA
+    if (c->be == &hx_backend_cuda) set = hx_cuda_set_adapters;
+#endif
+    if (!set) {
         if (n > 0)
-            return hx_err(e, HX_ERR_UNSUPPORTED, "hx_context_set_adapters: the %s backend does not apply LoRA adapters yet "
+            return hx_err(e, HX_ERR_UNSUPPORTED, "hx_context_set_adapters: the %s backend does not apply LoRA adapters "
                           "(use a CPU context, or merge the adapter into the model with helix-bg lora-merge)", c->be->name);
         hx_api_drop_adapters(c);
         return HX_OK;
@@ -78,7 +83,7 @@ hx_status hx_context_set_adapters(hx_context *c, hx_adapter *const *adapters, co
         memcpy(na, adapters, (size_t)n * sizeof *na);
         memcpy(ns, scales, (size_t)n * sizeof *ns);
     }
-    hx_status st = hx_cpu_set_adapters(c->bctx, na, ns, n, e);
+    hx_status st = set(c->bctx, na, ns, n, e);
     if (st) { free(na); free(ns); return st; }
     for (int i = 0; i < n; i++) __atomic_add_fetch(&na[i]->refs, 1, __ATOMIC_ACQ_REL);
     hx_api_drop_adapters(c);

@@ -10,6 +10,7 @@
  *         in one hx_decode (tg128-bB: aggregate generated tokens per second).
  * Each test runs -r times after a warm-up; rows give mean ± stddev. */
 #include "cli.h"
+#include "cli_lora.h"
 #include "helix_dev.h"
 
 #include "hx_version.h"
@@ -129,8 +130,9 @@ static hx_status run_batched(hx_context *ctx, int B, uint64_t *rng, double *pp, 
     int V = hx_model_n_vocab(m);
     hx_batch b = hx_batch_init(B * BATCH_PROMPT);
     int32_t *next = malloc(sizeof(int32_t) * (size_t)B);
+    int *idx = malloc(sizeof(int) * (size_t)B);
     hx_status s = HX_OK;
-    if (!b.capacity || !next) {
+    if (!b.capacity || !next || !idx) {
         snprintf(e->msg, sizeof e->msg, "out of memory");
         s = e->status = HX_ERR_NOMEM;
         goto done;
@@ -144,16 +146,20 @@ static hx_status run_batched(hx_context *ctx, int B, uint64_t *rng, double *pp, 
     if ((s = hx_decode(ctx, &b, e))) goto done;
     double t1 = cli_now();
     *pp = (double)B * BATCH_PROMPT / (t1 - t0);
-    for (int q = 0; q < B; q++) next[q] = hx_argmax(hx_get_logits(ctx, (q + 1) * BATCH_PROMPT - 1), V);
+    /* greedy picks with hx_get_argmax: on the GPU they are made on the device
+     * and the B rows of logits never cross to the host */
+    for (int q = 0; q < B; q++) idx[q] = (q + 1) * BATCH_PROMPT - 1;
+    if ((s = hx_get_argmax(ctx, B, idx, next, e))) goto done;
+    for (int q = 0; q < B; q++) idx[q] = q;
     for (int step = 0; step < BATCH_GEN; step++) {
         hx_batch_clear(&b);
         for (int q = 0; q < B; q++) hx_batch_add(&b, next[q], BATCH_PROMPT + step, q, true);
-        if ((s = hx_decode(ctx, &b, e))) goto done;
-        for (int q = 0; q < B; q++) next[q] = hx_argmax(hx_get_logits(ctx, q), V);
+        if ((s = hx_decode(ctx, &b, e)) || (s = hx_get_argmax(ctx, B, idx, next, e))) goto done;
     }
     *tg = (double)B * BATCH_GEN / (cli_now() - t1);
 done:
     free(next);
+    free(idx);
     hx_batch_free(&b);
     return s;
 }
@@ -204,7 +210,11 @@ int cmd_bench(int argc, char **argv) {
          "model, mix, test, tokens_per_s", 0, 0, NULL},
         {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
     };
-    int pr = cli_parse(CMD, CMD " (-m FILE | --synth PRESET:MIX) [options]", NULL, opts, argc, argv);
+    cli_lora_list lora = {0};
+    hx_adapter *adapters[CLI_MAX_LORA] = {0};
+    if (cli_lora_strip(&argc, argv, &lora)) return 2;
+    int pr = cli_parse(CMD, CMD " (-m FILE | --synth PRESET:MIX) [options]",
+                       "LoRA: --lora FILE, --lora-scaled FILE SCALE (repeatable) on every context.\n", opts, argc, argv);
     if (pr) return pr == 1 ? 0 : 2;
     if (!path == !synth) return cli_usage_error(CMD, "give exactly one of -m FILE and --synth PRESET:MIX");
     if (n_prompt == 0 && n_gen == 0 && !batch_arg) return cli_usage_error(CMD, "-p and -n are both 0: nothing to run");
@@ -238,6 +248,7 @@ int cmd_bench(int argc, char **argv) {
         if (!toks) { fprintf(stderr, "helix-bg " CMD ": out of memory\n"); goto done; }
         for (int i = 0; i < (n_prompt > 1 ? n_prompt : 1); i++) toks[i] = (int32_t)(rng_next(&rng) % (uint64_t)V);
         if (!(ctx = cli_context_new(CMD, m, &cp, NULL))) goto done;
+        if (lora.n && cli_lora_apply(m, ctx, &lora, adapters, &e)) goto fail;
         /* warm-up outside the timing: first-call allocations, cuBLAS set-up, the decode graph's capture */
         double t;
         int n_warm = gpu && n_prompt > 0 ? n_prompt : n_prompt > 8 ? 8 : n_prompt;
@@ -266,6 +277,8 @@ int cmd_bench(int argc, char **argv) {
         cp.n_ctx = B * (BATCH_PROMPT + BATCH_GEN + 8);
         cp.n_batch = B * BATCH_PROMPT > 2048 ? B * BATCH_PROMPT : 2048;
         if (!(ctx = cli_context_new(CMD, m, &cp, NULL))) goto done;
+        if (lora.n && !adapters[0] && cli_lora_apply(m, ctx, &lora, adapters, &e)) goto fail;
+        if (lora.n && adapters[0] && hx_context_set_adapters(ctx, adapters, lora.scale, lora.n, &e)) goto fail;
         double p0, t0;
         if (run_batched(ctx, B, &rng, &p0, &t0, &e)) goto fail; /* warm-up */
         for (int r = 0; r < reps; r++)
@@ -340,6 +353,7 @@ done:
     free(rows);
     free(batches);
     hx_context_free(ctx);
+    for (int k = 0; k < lora.n; k++) hx_adapter_free(adapters[k]);
     hx_model_free(m);
     if (synth_path[0]) unlink(synth_path);
     return rc;

@@ -6,6 +6,7 @@
  * the first signal the server stops accepting connections, lets in-flight
  * requests finish for --shutdown-timeout seconds, cancels the rest, and
  * exits 0; a second signal cancels at once. */
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -51,8 +52,33 @@ static void usage(FILE *f) {
         "      --idle-timeout S     close connections idle this long (default 30)\n"
         "      --max-connections N  open connections at most (default 16384)\n"
         "      --shutdown-timeout S SIGTERM: time in-flight requests get to finish (default 10)\n"
+        "      --lora NAME=FILE     a LoRA adapter (GGUF or PEFT folder) requests may name with \"lora\": NAME\n"
+        "                           (repeatable; requests of different adapters run in turns, not in one batch)\n"
         "  -v, --verbose            more logging (-v -v: libhelix info)\n"
         "  -h, --help\n");
+}
+
+/* --lora NAME=FILE: NAME of letters, digits, '.', '_', '-' (at most 64), unique; FILE readable. */
+static bool add_lora(srv_config *c, const char *v) {
+    const char *eq = strchr(v, '=');
+    size_t nl = eq ? (size_t)(eq - v) : 0;
+    bool ok = eq && nl > 0 && nl <= 64 && eq[1];
+    for (size_t i = 0; ok && i < nl; i++) ok = isalnum((unsigned char)v[i]) || strchr("._-", v[i]);
+    if (!ok) { fprintf(stderr, "helix-bg serve: --lora takes NAME=FILE (NAME: letters, digits, . _ -), not '%s'\n", v); return false; }
+    for (int k = 0; k < c->n_lora; k++)
+        if (strlen(c->lora_name[k]) == nl && !strncmp(c->lora_name[k], v, nl)) {
+            fprintf(stderr, "helix-bg serve: --lora: the name '%.*s' is given twice\n", (int)nl, v);
+            return false;
+        }
+    if (access(eq + 1, R_OK)) { fprintf(stderr, "helix-bg serve: --lora %s: %s\n", v, strerror(errno)); return false; }
+    char **n = realloc(c->lora_name, ((size_t)c->n_lora + 1) * sizeof *n);
+    if (n) c->lora_name = n;
+    char **p = realloc(c->lora_path, ((size_t)c->n_lora + 1) * sizeof *p);
+    if (p) c->lora_path = p;
+    if (!n || !p || !(c->lora_name[c->n_lora] = strndup(v, nl))) return false;
+    if (!(c->lora_path[c->n_lora] = strdup(eq + 1))) { free(c->lora_name[c->n_lora]); return false; }
+    c->n_lora++;
+    return true;
 }
 
 static bool parse_int(const char *flag, const char *v, long lo, long hi, long *out) {
@@ -221,6 +247,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--idle-timeout") && more) { if (!parse_int(a, argv[++i], 1, 86400, &v)) goto out_cfg; c.idle_timeout_s = (int)v; }
         else if (!strcmp(a, "--max-connections") && more) { if (!parse_int(a, argv[++i], 1, 1 << 20, &v)) goto out_cfg; c.max_connections = (int)v; }
         else if (!strcmp(a, "--shutdown-timeout") && more) { if (!parse_secs(a, argv[++i], &c.shutdown_s)) goto out_cfg; }
+        else if (!strcmp(a, "--lora") && more) { if (!add_lora(&c, argv[++i])) goto out_cfg; }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) c.verbose++;
         else { fprintf(stderr, "helix-bg serve: bad or incomplete option '%s'\n", a); usage(stderr); goto out_cfg; }
     }
@@ -292,6 +319,17 @@ int cmd_serve(int argc, char **argv) {
             goto out;
         }
         if (*hx_model_device_note(s->model)) fprintf(stderr, "serve: %s\n", hx_model_device_note(s->model));
+        if (c.n_lora && !(s->adapters = calloc((size_t)c.n_lora, sizeof *s->adapters))) goto out;
+        for (int k = 0; k < c.n_lora; k++) {
+            if (hx_adapter_open(s->model, c.lora_path[k], &s->adapters[k], &e) != HX_OK) {
+                fprintf(stderr, "helix-bg serve: --lora %s=%s: %s\n", c.lora_name[k], c.lora_path[k], e.msg);
+                goto out;
+            }
+            fprintf(stderr, "serve: adapter '%s': %d matrices\n", c.lora_name[k], hx_adapter_n_weights(s->adapters[k]));
+        }
+    } else if (c.n_lora) {
+        fprintf(stderr, "helix-bg serve: --lora needs a chat model (-m)\n");
+        goto out;
     }
     if (c.embed_path) {
         if (hx_embedder_open(c.embed_path, c.n_threads, &s->emb, &e) != HX_OK) {
@@ -344,6 +382,8 @@ out:
     srv_http_stop(s);
     hx_embedder_free(s->emb);
     hx_model_free(s->emb_model);
+    for (int k = 0; s->adapters && k < c.n_lora; k++) hx_adapter_free(s->adapters[k]);
+    free(s->adapters);
     hx_model_free(s->model);
     free(s->queue);
     free(s->emb_queue);
@@ -351,5 +391,8 @@ out:
 out_cfg:
     for (int i = 0; i < c.n_api_keys; i++) free(c.api_keys[i]);
     free(c.api_keys);
+    for (int k = 0; k < c.n_lora; k++) { free(c.lora_name[k]); free(c.lora_path[k]); }
+    free(c.lora_name);
+    free(c.lora_path);
     return rc;
 }

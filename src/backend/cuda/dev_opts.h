@@ -62,6 +62,11 @@ typedef struct hx_cuda_dev_opts {
                                 per shape */
     const hx_cuda_wpr_rule *mvq_wpr_rules; /* HX_CUDA_MVQ_WPR=ROWSxCOLS=N,...: per launch shape (before mvq_wpr) */
     int n_mvq_wpr_rules;
+    bool lora_plain;         /* HX_CUDA_LORA_PLAIN: decode applies LoRA deltas with the batch kernels only (no
+                                single-block residual kernels handing 8-bit activations to the next matvec) */
+    bool lora_preload;       /* (results) HX_CUDA_LORA_PRELOAD: LoRA decode kernels copy A and B to shared memory
+                                before their PDL wait instead of reading them (prefetched to L2) after it;
+                                slower on the H100 (bench/RESULTS.md) */
 } hx_cuda_dev_opts;
 
 #ifdef __cplusplus

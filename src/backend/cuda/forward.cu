@@ -33,9 +33,11 @@
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/lora.cuh"
 extern "C" {
 #include "api/backend.h"
 #include "core/core.h"
+#include "model/lora.h"
 #include "quant/quant.h"
 }
 
@@ -44,6 +46,8 @@ struct dlayer {
     float *attn_norm, *ffn_norm, *q_norm, *k_norm, *post_attn, *post_ffn;
     float *bq, *bk, *bv, *bo, *up_b, *down_b;
 };
+
+struct lseg_t { size_t s_off; int r, adapter; float f; }; // LoRA: s[s_off..+r) = scale[adapter] * f
 
 struct hx_cuda_ctx {
     const hx_model *m;
@@ -106,6 +110,11 @@ struct hx_cuda_ctx {
     int8_t *xq; float *xd;         // the quantized activation vector (mvq)
     float *apart; unsigned *acount; // split-K decode attention: partials, per-head counters
     float *swork; int *shist, *sout; int shist_cap; // GPU sampling: penalized logits, penalty window, result
+    // logits rows left on the device by a forward with defer_logits:
+    // dev_row[r] = the row of c->logits holding output row r (-1: none)
+    bool deferred;
+    std::vector<int> dev_row;
+    int *d_amax, *h_amax;          // hx_k_argmax_rows results (HX_ROWS_MAX), device and page-locked host
     const char *skip;              // dv.skip (timing experiments only), NULL: none
     // dv.profile: decode steps run without the graph, with an event after
     // every kernel; the time between events is summed per kernel label and
@@ -116,6 +125,18 @@ struct hx_cuda_ctx {
     size_t pn;
     std::map<std::string, std::pair<long, double>> ptab; // label -> (calls, ms)
     long prof_tokens;
+    // LoRA (hx_cuda_set_adapters): lw[l * HX_LORA_PER_LAYER + slot], then the
+    // output head, then token_embd (lora.cuh; empty: no adapters). Every A, B
+    // and s lives in lbuf; lt: the two-phase kernels' A x, cap * lrt floats
+    // (lrt: the largest sum of ranks of one launch). lseg: what s is made of,
+    // so a change of scales rewrites s in place (graphs stay valid).
+    std::vector<hx_lora_dmat> lw;
+    uint8_t *lbuf;
+    float *lt; int lrt;
+    std::vector<lseg_t> lsegs;
+    std::vector<float> ls_host;
+    float *ls_dev;
+    std::vector<const struct hx_adapter *> lad;
 };
 
 static bool skipped(const char *list, const char *label) {
@@ -260,6 +281,8 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     if (c->swork) cudaFree(c->swork);
     if (c->shist) cudaFree(c->shist);
     if (c->sout) cudaFree(c->sout);
+    if (c->d_amax) cudaFree(c->d_amax);
+    if (c->h_amax) cudaFreeHost(c->h_amax);
     if (c->acount) cudaFree(c->acount);
     if (c->xd) cudaFree(c->xd);
     if (c->d_pos) cudaFree(c->d_pos);
@@ -271,6 +294,8 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     if (c->gs.xh) cudaFree(c->gs.xh);
     if (c->gs.blas) cublasDestroy(c->gs.blas);
     if (c->wbuf) cudaFree(c->wbuf);
+    if (c->lbuf) cudaFree(c->lbuf);
+    if (c->lt) cudaFree(c->lt);
     if (c->st) cudaStreamDestroy(c->st);
     free(c->dump_dir);
     delete c;
@@ -304,6 +329,9 @@ static hx_status ensure_scratch(hx_cuda_ctx *c, int n, hx_error *e) {
     c->xqn = NULL; c->xdn = NULL;
     CK(cudaMalloc((void **)&c->xqn, wide * n));
     CK(cudaMalloc((void **)&c->xdn, sizeof(float) * (wide / 32 + 1) * n));
+    if (c->lt) cudaFree(c->lt);
+    c->lt = NULL;
+    if (c->lrt > 0) CK(cudaMalloc((void **)&c->lt, sizeof(float) * (size_t)c->lrt * n));
     c->cap = n;
     drop_graphs(c); // buffers moved
     return HX_OK;
@@ -539,6 +567,8 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     FAILC(cudaMalloc((void **)&c->d_acnt, sizeof(unsigned)));
     FAILC(cudaMemset(c->d_acnt, 0, sizeof(unsigned)));
     FAILC(cudaMallocHost((void **)&c->h_io, (6 + 2 * (size_t)c->n_seq) * sizeof(int)));
+    FAILC(cudaMalloc((void **)&c->d_amax, HX_ROWS_MAX * sizeof(int)));
+    FAILC(cudaMallocHost((void **)&c->h_amax, HX_ROWS_MAX * sizeof(int)));
     for (cudaEvent_t &ev : c->kev) FAILC(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     c->ahead_pos = -1;
     FAILC(cudaMalloc((void **)&c->logits, sizeof(float) * cfg->n_vocab));
@@ -648,8 +678,43 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         }
         return hx_k_linear(st, gs, W, x, m, y, b, acc, dv);
     };
+    const bool pre = c->dv.lora_preload; // LoRA kernels copy A and B to shared memory before the PDL wait
+    // LoRA: Ms[0..count) = matrices slot.. of layer l (l = -1: the output
+    // head); true when any of them is adapted
+    auto lora_at = [&](int l, int slot, int count, const hx_lora_dmat **Ms) -> bool {
+        if (c->lw.empty()) return false;
+        bool any = false;
+        for (int j = 0; j < count; j++) {
+            Ms[j] = l < 0 ? &c->lw[(size_t)cfg->n_layer * HX_LORA_PER_LAYER] : &c->lw[(size_t)l * HX_LORA_PER_LAYER + slot + j];
+            any |= Ms[j]->r > 0;
+        }
+        return any;
+    };
+    // y (m, n_out) += the deltas of one matrix over x (m, n_in) (normed with g when not NULL)
+    auto lora1 = [&](int l, int slot, const float *x, const float *g, int m, float *y) -> cudaError_t {
+        const hx_lora_dmat *M[1];
+        if (!lora_at(l, slot, 1, M)) return cudaSuccess;
+        float *ys[1] = {y};
+        return hx_k_lora(st, 1, M, x, g, eps, m, ys, -1, c->lt, NULL, NULL, pre);
+    };
+    // Decode, a delta into the residual (wo, down) when the next matvec
+    // quantizes x with norm_w: the single-block kernel adds it and hands that
+    // matvec its 8-bit input (*have), one launch instead of two. Else lora1.
+    auto lora_res = [&](int l, int slot, const float *x, bool next_q8, const float *norm_w, bool *have) -> cudaError_t {
+        const hx_lora_dmat *M[1];
+        *have = false;
+        if (!lora_at(l, slot, 1, M)) return cudaSuccess;
+        if (n == 1 && !c->dv.lora_plain && hx_k_lora_res_fits(M[0])) {
+            *have = next_q8;
+            return hx_k_lora_res(st, M[0], x, c->x, norm_w, eps, next_q8 ? c->xq : NULL, c->xd, pre);
+        }
+        return lora1(l, slot, x, NULL, n, c->x);
+    };
+    bool xq_ready = false; // c->xq holds the next q/k/v matvec's input (a layer's down delta made it)
+    bool out_have = false; // ... the output head's (the last layer's down delta made it)
     hx_k_pdl_set(c->pdl);
     PK("embed", hx_k_embed(st, &c->tok_embd, c->d_tok, n, c->x, cfg->embd_scale ? sqrtf((float)D) : 1.0f));
+    if (!c->lw.empty() && c->lw.back().r > 0) PK("lora embd", hx_k_lora_embd(st, &c->lw.back(), c->d_tok, n, c->x));
     float scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)hd);
     float rs = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0f;
     for (int l = 0; l < cfg->n_layer; l++) {
@@ -659,7 +724,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         if (n == 1 && mvq_ok(c, 1, 3, qkv)) {
             float *ys[3] = {c->q, c->k, c->v};
             const float *bs[3] = {L->bq, L->bk, L->bv};
-            PK("qkv (q8 + norm)", mvq_runs(c, 3, qkv, c->x, L->attn_norm, eps, ys, bs, false, -1));
+            PK("qkv (q8 + norm)", mvq_runs(c, 3, qkv, c->x, L->attn_norm, eps, ys, bs, false, -1, xq_ready));
         } else if (n == 1 && hx_k_mv_fusable(qkv, 1) && hx_k_mv_fusable(qkv + 1, 1) && hx_k_mv_fusable(qkv + 2, 1)) {
             float *ys[3] = {c->q, c->k, c->v};
             const float *bs[3] = {L->bq, L->bk, L->bv};
@@ -669,6 +734,12 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             PK("q", linear(&L->wq, c->h, n, c->q, L->bq, false));
             PK("k", linear(&L->wk, c->h, n, c->k, L->bk, false));
             PK("v", linear(&L->wv, c->h, n, c->v, L->bv, false));
+        }
+        xq_ready = false;
+        const hx_lora_dmat *lm[3];
+        if (lora_at(l, HX_LORA_Q, 3, lm)) {
+            float *ys[3] = {c->q, c->k, c->v};
+            PK("lora qkv", hx_k_lora(st, 3, lm, c->x, L->attn_norm, eps, n, ys, -1, c->lt, NULL, NULL, pre));
         }
         size_t slot_stride = (size_t)c->kv_rows[l] * nkvh * hd, slot_off = multi ? 0 : (size_t)slot * slot_stride;
         __half *kc = c->kc[l] + slot_off, *vc = c->vc[l] + slot_off;
@@ -702,6 +773,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             float *ys[1] = {c->o};
             if (wo_q) PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, false, -1, att_q8));
             else PK("wo", linear(&L->wo, c->att, n, c->o, L->bo, false));
+            PK("lora wo", lora1(l, HX_LORA_O, c->att, NULL, n, c->o));
             if (cfg->post_norms) PK("post norm + add", hx_k_rmsnorm_add(st, c->o, L->post_attn, c->o, c->x, n, D, eps));
             else PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
             if (dump) { hx_status s = dump_rows(c, pos0, n, l, "attn", c->o, e); if (s) return s; }
@@ -713,10 +785,27 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         }
         const hx_dmat *gu[2] = {&L->gate, &L->up};
         int act = cfg->act == HX_ACT_SILU ? 0 : 1;
-        if (n == 1 && mvq_ok(c, 1, 2, gu) && L->gate.type == L->up.type) {
+        // with deltas on gate or up the GLU waits for them (it runs in the LoRA kernel)
+        const bool lgu = lora_at(l, HX_LORA_GATE, 2, lm);
+        const bool gu_q8 = n == 1 && mvq_ok(c, 1, 2, gu) && (lgu || L->gate.type == L->up.type);
+        bool gu_have = false; // c->xq holds gate/up's input (the wo delta's kernel made it)
+        if (!(cfg->post_norms || dump)) PK("lora wo", lora_res(l, HX_LORA_O, c->att, gu_q8, L->ffn_norm, &gu_have));
+        if (lgu && n == 1 && mvq_ok(c, 1, 2, gu)) {
             float *ys[2] = {c->gate, c->up};
             const float *bs[2] = {NULL, L->up_b};
-            PK("gate/up+glu (q8 + norm)", mvq_runs(c, 2, gu, c->x, L->ffn_norm, eps, ys, bs, false, act));
+            PK("gate/up (q8 + norm)", mvq_runs(c, 2, gu, c->x, L->ffn_norm, eps, ys, bs, false, -1, gu_have));
+        } else if (lgu && n == 1 && hx_k_mv_fusable(gu, 1) && hx_k_mv_fusable(gu + 1, 1)) {
+            float *ys[2] = {c->gate, c->up};
+            const float *bs[2] = {NULL, L->up_b};
+            PK("gate/up (norm fused)", mv_runs(st, 2, gu, c->x, L->ffn_norm, eps, ys, bs, dv));
+        } else if (lgu) {
+            PK("ffn_norm", hx_k_rmsnorm(st, c->x, L->ffn_norm, c->h, n, D, eps));
+            PK("gate", linear(&L->gate, c->h, n, c->gate, NULL, false));
+            PK("up", linear(&L->up, c->h, n, c->up, L->up_b, false));
+        } else if (n == 1 && mvq_ok(c, 1, 2, gu) && L->gate.type == L->up.type) {
+            float *ys[2] = {c->gate, c->up};
+            const float *bs[2] = {NULL, L->up_b};
+            PK("gate/up+glu (q8 + norm)", mvq_runs(c, 2, gu, c->x, L->ffn_norm, eps, ys, bs, false, act, gu_have));
         } else if (n == 1 && hx_k_mv_fusable(gu, 2)) {
             float *ys[2] = {c->gate, c->up};
             const float *bs[2] = {NULL, L->up_b};
@@ -730,18 +819,45 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         const hx_dmat *dn[1] = {&L->down};
         const float *db[1] = {L->down_b};
         bool dn_q = n == 1 && mvq_ok(c, 2, 1, dn);
+        bool dn_have = false; // c->xq holds down's input (the GLU's LoRA kernel made it)
+        if (lgu) {
+            float *ys[2] = {c->gate, c->up};
+            dn_have = dn_q && !c->dv.lora_plain && ff % 32 == 0;
+            PK("lora gate/up+glu", hx_k_lora(st, 2, lm, c->x, L->ffn_norm, eps, n, ys, act, c->lt,
+                                             dn_have ? c->xq : NULL, c->xd, pre));
+        }
         if (cfg->post_norms || dump) {
             float *ys[1] = {c->o};
-            if (dn_q) PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, false, -1));
+            if (dn_q) PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, false, -1, dn_have));
             else PK("down", linear(&L->down, c->gate, n, c->o, L->down_b, false));
+            PK("lora down", lora1(l, HX_LORA_DOWN, c->gate, NULL, n, c->o));
             if (cfg->post_norms) PK("post norm + add", hx_k_rmsnorm_add(st, c->o, L->post_ffn, c->o, c->x, n, D, eps));
             else PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
             if (dump) { hx_status s = dump_rows(c, pos0, n, l, "ffn", c->o, e); if (s) return s; }
         } else if (dn_q) {
             float *ys[1] = {c->x};
-            PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, true, -1));
+            PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, true, -1, dn_have));
         } else {
             PK("down", linear(&L->down, c->gate, n, c->x, L->down_b, true));
+        }
+        if (!(cfg->post_norms || dump)) {
+            // the next matvec that quantizes x: the next layer's q/k/v, or the output head
+            bool next_q8;
+            const float *next_norm;
+            if (l + 1 < cfg->n_layer) {
+                const dlayer *N = &c->L[l + 1];
+                const hx_dmat *nq[3] = {&N->wq, &N->wk, &N->wv};
+                next_q8 = n == 1 && mvq_ok(c, 1, 3, nq);
+                next_norm = N->attn_norm;
+            } else {
+                const hx_dmat *om[1] = {&c->output};
+                next_q8 = n == 1 && out_rows == 1 && mvq_ok(c, 2, 1, om);
+                next_norm = c->out_norm;
+            }
+            bool have = false;
+            PK("lora down", lora_res(l, HX_LORA_DOWN, c->gate, next_q8, next_norm, &have));
+            if (l + 1 < cfg->n_layer) xq_ready = have;
+            else out_have = have;
         }
     }
     if (out_rows == 0) return HX_OK;
@@ -756,7 +872,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
     // the norm is fused only for small vocabularies: every block recomputes it
     if (out_rows == 1 && !dump && mvq_ok(c, 2, 1, outm)) {
         float *ys[1] = {c->logits};
-        PK("output (q8 + norm)", mvq_runs(c, 1, outm, xs, c->out_norm, eps, ys, NULL, false, -1));
+        PK("output (q8 + norm)", mvq_runs(c, 1, outm, xs, c->out_norm, eps, ys, NULL, false, -1, out_have));
     } else if (out_rows == 1 && !dump && c->output.rows < 16384 && hx_k_mv_fusable(outm, 1)) {
         float *ys[1] = {c->logits};
         PK("output (norm fused)", hx_k_mv_fused(st, 1, outm, xs, c->out_norm, eps, ys, NULL, false, -1, dv));
@@ -765,6 +881,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         if (dump) { hx_status s = dump_rows(c, pos0 + n - out_rows, out_rows, -1, "final", c->h, e); if (s) return s; }
         PK("output", linear(&c->output, c->h, out_rows, c->logits, NULL, false));
     }
+    PK("lora output", lora1(-1, 0, xs, c->out_norm, out_rows, c->logits));
     if (cfg->final_logit_softcap > 0)
         PK("softcap", hx_k_softcap(st, c->logits, (size_t)out_rows * cfg->n_vocab, cfg->final_logit_softcap));
     return HX_OK;
@@ -804,6 +921,7 @@ static hx_status ensure_logits(hx_cuda_ctx *c, int rows, hx_error *e) {
 // captured on first use; nothing is waited for. Arguments checked.
 static hx_status enqueue_decode(hx_cuda_ctx *c, int slot, int32_t token, int pos, hx_error *e) {
     c->ahead_pos = -1;
+    c->deferred = false; // c->logits is this step's now
     c->n_past[slot] = pos;
     int *io = &c->h_io[6 + 2 * slot];
     io[0] = token;
@@ -1130,7 +1248,13 @@ static hx_status forward_multi(hx_cuda_ctx *c, const hx_ubatch *ub, float *logit
     for (int i = 0; i < n; i++)
         if (ub->pos[i] + 1 > c->n_past[ub->seq[i]]) c->n_past[ub->seq[i]] = ub->pos[i] + 1;
     const size_t V = (size_t)c->cfg.n_vocab, D = (size_t)c->cfg.n_embd;
-    if (logits && n_out > 0 && (s = copy_out_rows(c, c->logits, V, orow.data(), n_out, logits, e))) return s;
+    if (logits && n_out > 0 && ub->defer_logits) {
+        c->dev_row.assign(ub->n_out, -1);
+        for (int k = 0; k < n_out; k++) c->dev_row[orow[k]] = k;
+        c->deferred = true;
+    } else if (logits && n_out > 0 && (s = copy_out_rows(c, c->logits, V, orow.data(), n_out, logits, e))) {
+        return s;
+    }
     if (hidden && n_out > 0 && (s = copy_out_rows(c, c->h, D, orow.data(), n_out, hidden, e))) return s;
     CK(cudaStreamSynchronize(c->st));
     return HX_OK;
@@ -1173,6 +1297,7 @@ static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float
         if (st) return st;
     }
     const size_t V = (size_t)c->cfg.n_vocab, D = (size_t)c->cfg.n_embd;
+    c->deferred = false;
     if (subs.size() > 1) return forward_multi(c, ub, logits, hidden, e);
     for (auto &b : subs) {
         int n = (int)b.tok.size();
@@ -1182,7 +1307,14 @@ static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float
         if (st) return st;
         if (b.first_out < 0) continue;
         const int32_t *oi = b.out.data() + b.first_out;
-        if (logits && (st = copy_out_rows(c, c->logits, V, oi, out_rows, logits, e))) return st;
+        if (logits && ub->defer_logits) { // (one sub-batch: a single sequence)
+            c->dev_row.assign(ub->n_out, -1);
+            for (int j = 0; j < out_rows; j++)
+                if (oi[j] >= 0) c->dev_row[oi[j]] = j;
+            c->deferred = true;
+        } else if (logits && (st = copy_out_rows(c, c->logits, V, oi, out_rows, logits, e))) {
+            return st;
+        }
         if (want_hidden && (st = copy_out_rows(c, c->h, D, oi, out_rows, hidden, e))) return st;
         // the next sub-batch reuses c->logits and c->h
         CK(cudaStreamSynchronize(c->st));
@@ -1314,6 +1446,150 @@ static hx_status be_decode_sample(void *ctx, int seq, int32_t token, int pos, co
     return HX_OK;
 }
 
+// ---- LoRA ----
+
+// The adapter list a context applies (contract: hx_cpu_set_adapters in
+// api/backend.h). A new list is uploaded (lora.cuh layouts; the graphs are
+// dropped and captured again on their next use, with the LoRA launches in
+// them); the same list with other scales only rewrites s in place.
+extern "C" hx_status hx_cuda_set_adapters(void *ctx, struct hx_adapter *const *adapters, const float *scales, int n,
+                                          hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    const hx_model_config *cfg = &c->cfg;
+    CK(cudaStreamSynchronize(c->st)); // a lookahead step may still read the buffers
+    c->ahead_pos = -1;
+    bool same = n > 0 && (size_t)n == c->lad.size();
+    for (int k = 0; same && k < n; k++) same = c->lad[k] == adapters[k];
+    auto fill_s = [&]() {
+        for (auto &sg : c->lsegs)
+            for (int q = 0; q < sg.r; q++) c->ls_host[sg.s_off + q] = scales[sg.adapter] * sg.f;
+    };
+    if (same) {
+        fill_s();
+        CK(cudaMemcpy(c->ls_dev, c->ls_host.data(), sizeof(float) * c->ls_host.size(), cudaMemcpyHostToDevice));
+        return HX_OK;
+    }
+    // the old set stays in place until the new one is on the device
+    auto drop_old = [&]() {
+        drop_graphs(c);
+        if (c->lbuf) cudaFree(c->lbuf);
+        if (c->lt) cudaFree(c->lt);
+        c->lbuf = NULL; c->lt = NULL; c->lrt = 0; c->ls_dev = NULL;
+        c->lw.clear(); c->lsegs.clear(); c->ls_host.clear(); c->lad.clear();
+    };
+    if (n == 0) { drop_old(); return HX_OK; }
+    {
+        cudaError_t prc = hx_k_lora_prepare();
+        if (prc != cudaSuccess) return cfail(e, prc, __FILE__, __LINE__, "hx_k_lora_prepare");
+    }
+    const int NL = cfg->n_layer, n_idx = NL * HX_LORA_PER_LAYER + 2, i_out = n_idx - 2, i_embd = n_idx - 1;
+    auto w_of = [&](const struct hx_adapter *ad, int idx) -> const hx_lora_w * {
+        return idx == i_out ? &ad->output : idx == i_embd ? &ad->tok_embd : &ad->w[idx];
+    };
+    // sizes: the f16 A and B of every matrix, then its s (f32)
+    std::vector<hx_lora_dmat> lw((size_t)n_idx);
+    std::vector<size_t> a_off((size_t)n_idx), b_off((size_t)n_idx), s_off((size_t)n_idx);
+    size_t nh = 0, nf = 0;
+    for (int idx = 0; idx < n_idx; idx++) {
+        hx_lora_dmat &M = lw[idx];
+        M = {};
+        for (int k = 0; k < n; k++) {
+            const hx_lora_w *w = w_of(adapters[k], idx);
+            if (!w->rank) continue;
+            if (idx != i_embd && w->n_in % 2)
+                return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: adapter %s: a matrix with rows of %lld (odd) elements",
+                              adapters[k]->path, (long long)w->n_in);
+            M.r += w->rank;
+            M.n_in = (int)w->n_in;
+            M.n_out = (int)w->n_out;
+        }
+        if (!M.r) continue;
+        if (M.r > 3072 / 2)
+            return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: the adapters set have a rank of %d on one matrix (at most %d)", M.r,
+                          3072 / 2);
+        a_off[idx] = nh; nh += (size_t)M.r * M.n_in;
+        b_off[idx] = nh; nh += (size_t)M.n_out * M.r;
+        nh = (nh + 63) & ~(size_t)63;
+        s_off[idx] = nf; nf += (size_t)M.r;
+    }
+    std::vector<__half> hh(nh);
+    std::vector<lseg_t> segs;
+    std::vector<float> sh(nf, 0.0f);
+    for (int idx = 0; idx < n_idx; idx++) {
+        const int R = lw[idx].r;
+        if (!R) continue;
+        int ko = 0;
+        for (int k = 0; k < n; k++) {
+            const hx_lora_w *w = w_of(adapters[k], idx);
+            const int rk = w->rank;
+            if (!rk) continue;
+            size_t na = (size_t)rk * w->n_in, nb = (size_t)w->n_out * rk;
+            float ma = 0, mb = 0;
+            for (size_t i = 0; i < na; i++) ma = fmaxf(ma, fabsf(w->a[i]));
+            for (size_t i = 0; i < nb; i++) mb = fmaxf(mb, fabsf(w->b[i]));
+            if (!(ma > 0) || !isfinite(ma)) ma = 1;
+            if (!(mb > 0) || !isfinite(mb)) mb = 1;
+            __half *A = hh.data() + a_off[idx], *B = hh.data() + b_off[idx];
+            if (idx == i_embd) { // A (n_vocab, rk) -> columns ko.. of (n_vocab, R)
+                for (int64_t v = 0; v < w->n_in; v++)
+                    for (int q = 0; q < rk; q++) A[(size_t)v * R + ko + q] = __float2half(w->a[(size_t)v * rk + q] / ma);
+            } else { // A (rk, n_in) -> rows ko..
+                for (size_t i = 0; i < na; i++) A[(size_t)ko * w->n_in + i] = __float2half(w->a[i] / ma);
+            }
+            for (int64_t o = 0; o < w->n_out; o++)
+                for (int q = 0; q < rk; q++) B[(size_t)o * R + ko + q] = __float2half(w->b[(size_t)o * rk + q] / mb);
+            float f = hx_lora_scale(adapters[k], w, 1.0f) * ma * mb;
+            if (idx == i_embd && cfg->embd_scale) f *= sqrtf((float)cfg->n_embd); // the delta is scaled with the row
+            segs.push_back({s_off[idx] + ko, rk, k, f});
+            ko += rk;
+        }
+    }
+    for (auto &sg : segs)
+        for (int q = 0; q < sg.r; q++) sh[sg.s_off + q] = scales[sg.adapter] * sg.f;
+    size_t hbytes = (sizeof(__half) * nh + 255) & ~(size_t)255;
+    uint8_t *buf = NULL;
+    float *lt = NULL;
+    cudaError_t rc = cudaMalloc((void **)&buf, hbytes + sizeof(float) * nf);
+    if (rc != cudaSuccess)
+        return hx_err(e, HX_ERR_DEVICE, "cuda: no room on the GPU for the adapters (%.1f MiB): %s",
+                      (hbytes + 4.0 * nf) / 1048576.0, cudaGetErrorString(rc));
+    float *sdev = (float *)(buf + hbytes);
+    for (int idx = 0; idx < n_idx; idx++) {
+        if (!lw[idx].r) continue;
+        lw[idx].a = (const __half *)buf + a_off[idx];
+        lw[idx].b = (const __half *)buf + b_off[idx];
+        lw[idx].s = sdev + s_off[idx];
+    }
+    rc = cudaMemcpy(buf, hh.data(), sizeof(__half) * nh, cudaMemcpyHostToDevice);
+    if (rc == cudaSuccess) rc = cudaMemcpy(sdev, sh.data(), sizeof(float) * nf, cudaMemcpyHostToDevice);
+    // t of the two-phase launches: the widest group (q + k + v, gate + up, one matrix)
+    int lrt = 0;
+    for (int l = 0; l < NL; l++) {
+        const hx_lora_dmat *L = &lw[(size_t)l * HX_LORA_PER_LAYER];
+        int g[4] = {L[HX_LORA_Q].r + L[HX_LORA_K].r + L[HX_LORA_V].r, L[HX_LORA_O].r,
+                    L[HX_LORA_GATE].r + L[HX_LORA_UP].r, L[HX_LORA_DOWN].r};
+        for (int v : g) lrt = v > lrt ? v : lrt;
+    }
+    if (lw[i_out].r > lrt) lrt = lw[i_out].r;
+    if (rc == cudaSuccess && lrt > 0) rc = cudaMalloc((void **)&lt, sizeof(float) * (size_t)lrt * c->cap);
+    if (rc != cudaSuccess) {
+        hx_status st = cfail(e, rc, __FILE__, __LINE__, "lora upload");
+        cudaFree(buf);
+        if (lt) cudaFree(lt);
+        return st;
+    }
+    drop_old();
+    c->lbuf = buf;
+    c->lt = lt;
+    c->ls_dev = sdev;
+    c->lrt = lrt;
+    c->lw = std::move(lw);
+    c->lsegs = std::move(segs);
+    c->ls_host = std::move(sh);
+    c->lad.assign(adapters, adapters + n);
+    return HX_OK;
+}
+
 // Page-locked host memory for the logits rows: the device-to-host copy then
 // runs by DMA at full speed instead of through a staging buffer.
 static void *be_host_alloc(void *ctx, size_t bytes) {
@@ -1327,6 +1603,38 @@ static void be_host_free(void *ctx, void *p) {
 }
 
 static hx_status be_finish(void *ctx, hx_error *e) { return hx_cuda_finish((hx_cuda_ctx *)ctx, e); }
+
+// Output row `row` of the last forward (defer_logits) to the host.
+static hx_status be_logits_get(void *ctx, int row, float *host, hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    if (!c->deferred || row < 0 || row >= (int)c->dev_row.size() || c->dev_row[row] < 0)
+        return hx_err(e, HX_ERR_ARG, "cuda: logits row %d is not on the device", row);
+    const size_t V = (size_t)c->cfg.n_vocab;
+    CK(cudaMemcpyAsync(host, c->logits + (size_t)c->dev_row[row] * V, sizeof(float) * V, cudaMemcpyDeviceToHost,
+                       c->st));
+    CK(cudaStreamSynchronize(c->st));
+    return HX_OK;
+}
+
+// ids[j] = argmax of output row rows[j] of the last forward (defer_logits), picked on the device.
+static hx_status be_logits_argmax(void *ctx, int n, const int *rows, int32_t *ids, hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    for (int j0 = 0; j0 < n; j0 += HX_ROWS_MAX) {
+        int m = n - j0 < HX_ROWS_MAX ? n - j0 : HX_ROWS_MAX;
+        hx_rows_arg ra;
+        for (int j = 0; j < m; j++) {
+            int r = rows[j0 + j];
+            if (!c->deferred || r < 0 || r >= (int)c->dev_row.size() || c->dev_row[r] < 0)
+                return hx_err(e, HX_ERR_ARG, "cuda: logits row %d is not on the device", r);
+            ra.r[j] = c->dev_row[r];
+        }
+        CK(hx_k_argmax_rows(c->st, c->logits, c->cfg.n_vocab, &ra, m, c->d_amax));
+        CK(cudaMemcpyAsync(c->h_amax, c->d_amax, sizeof(int) * m, cudaMemcpyDeviceToHost, c->st));
+        CK(cudaStreamSynchronize(c->st));
+        for (int j = 0; j < m; j++) ids[j0 + j] = c->h_amax[j];
+    }
+    return HX_OK;
+}
 
 // Memory in use on the context's device, by every program on it (total - free).
 static size_t be_device_bytes_in_use(void *ctx) {
@@ -1353,4 +1661,6 @@ extern "C" const hx_backend hx_backend_cuda = {
     be_decode_sample,
     be_host_alloc,
     be_host_free,
+    be_logits_get,
+    be_logits_argmax,
 };

@@ -325,6 +325,20 @@ static int parse_sampling(srv *s, const cJSON *root, srv_req *r, oai_err *err) {
     }
 
     if ((st = get_bool(root, "ignore_eos", &r->ignore_eog, err))) return st;
+    /* "lora" or "adapter": the name of an adapter the server loaded (--lora NAME=FILE); absent, null or "": the base */
+    for (int pass = 0; pass < 2; pass++) {
+        const char *key = pass ? "adapter" : "lora";
+        cJSON *lo = field(root, key);
+        if (!lo || cJSON_IsNull(lo) || (cJSON_IsString(lo) && !lo->valuestring[0])) continue;
+        if (!cJSON_IsString(lo)) return fail(err, 400, "invalid_type", "'%s' must be an adapter's name (a string)", key);
+        int k = 0;
+        while (s && k < s->cfg.n_lora && strcmp(s->cfg.lora_name[k], lo->valuestring)) k++;
+        if (!s || k == s->cfg.n_lora)
+            return fail(err, 400, "invalid_value", "'%s': no adapter named '%.64s' (the server loads them with --lora "
+                        "NAME=FILE; it has %d)", key, lo->valuestring, s ? s->cfg.n_lora : 0);
+        if (r->lora && r->lora != k + 1) return fail(err, 400, "invalid_value", "'lora' and 'adapter' name different adapters");
+        r->lora = k + 1;
+    }
     bool stream = false;
     if ((st = get_bool(root, "stream", &stream, err))) return st;
     r->stream = stream;

@@ -62,6 +62,8 @@ typedef struct srv_config {
     double shutdown_s;         /* SIGTERM: in-flight requests get this long */
     bool decoder_embeddings;   /* mean-pooled hidden states of the chat model on /v1/embeddings */
     int verbose;
+    char **lora_name, **lora_path; /* --lora NAME=FILE (repeatable): the adapters a request may name */
+    int n_lora;
 } srv_config;
 
 /* ---- one request ---- */
@@ -98,6 +100,7 @@ typedef struct srv_req {
     bool json_mode;            /* response_format json_object / json_schema */
     jg_schema *schema;         /* json_schema: the top-level keys and types enforced (NULL: any object) */
     bool ignore_eog;           /* llama-server's ignore_eos: keep going (benchmarks) */
+    int lora;                  /* "lora" / "adapter": 1 + index into cfg.lora_name; 0: the base model */
 
     /* embedding inputs */
     char **texts;
@@ -152,6 +155,7 @@ struct srv {
     char load_error[600];
 
     hx_model *model;           /* NULL until loaded */
+    hx_adapter **adapters;     /* cfg.n_lora, opened against model */
     char model_id[256];
     hx_embedder *emb;          /* -e */
     hx_model *emb_model;       /* -e opened as a model too, for token counts (may be NULL) */

@@ -86,6 +86,8 @@ extern "C" hx_status hx_cuda_dev_opts_from_env(hx_cuda_dev_opts *o, hx_error *e)
     o->no_fuse_attn = env_on("HX_CUDA_NO_FUSE_ATTN");
     o->naive_attn = env_on("HX_CUDA_NAIVE_ATTN");
     o->att_block = env_on("HX_CUDA_ATT_BLOCK");
+    o->lora_plain = env_on("HX_CUDA_LORA_PLAIN");
+    o->lora_preload = env_on("HX_CUDA_LORA_PRELOAD");
     const char *skip = getenv("HX_CUDA_SKIP");
     o->skip = skip && *skip ? skip : NULL;
     hx_status s;
