@@ -236,6 +236,15 @@ try:
                        text=True, timeout=120)
     check(r.returncode == 1 and "lexical-384" in r.stderr and "embeddings.bin" in r.stderr,
           "--kb-embed-model unlike the cache's embedder: refused, naming both (%s %s)" % (r.returncode, r.stderr[-400:]))
+    r = subprocess.run([BIN, "serve", "--port", "0", "-e", bert, "--kb", kb], capture_output=True, text=True,
+                       timeout=120)
+    check(r.returncode == 1 and "lexical-384" in r.stderr and "--kb-embed-model" in r.stderr,
+          "-e is the KB's embedder by default: refused for a lexical cache (%s)" % r.stderr[-300:])
+    srv = Server(["-e", bert, "--kb", kb, "--kb-embed-model", "lexical"])
+    st, got = curl(srv, "/v1/kb/search", {"query": "dns", "k": 2})
+    check(st == 200 and got["embedder"] == "lexical-384" and got["data"], "--kb-embed-model lexical with -e")
+    check(srv.close() == 0, "-e + lexical KB server exit status 0")
+    srv = None
     r = subprocess.run([BIN, "serve", "--port", "0", "--kb", os.path.join(tmp, "nope")], capture_output=True,
                        text=True, timeout=60)
     check(r.returncode == 1 and "--kb" in r.stderr and "data.log" in r.stderr, "--kb without data.log: refused")

@@ -113,6 +113,7 @@ hx_status kb_index_reopen(const char *dir, kb_embedder *em, long max_embed_new, 
                       "%s was made by the embedder '%s', not '%s': its vectors do not compare with this query's "
                       "(search with the KB's embedder, --embed-model for a BERT model, or run a pass with this one)",
                       cachep, fp, em->fingerprint);
+    if (prev) ix->log.quiet_below = prev->log.read_to;   /* malformed lines prev reported: counted, not printed again */
     hx_status st = kb_log_read(&ix->log, logp, e);
     if (st) { kb_index_free(ix); return st; }
     size_t live = kb_log_live(&ix->log);

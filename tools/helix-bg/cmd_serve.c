@@ -33,7 +33,8 @@ static void usage(FILE *f) {
         "      --embed-alias NAME   its id (default: the file name)\n"
         "      --no-embeddings      no embeddings from the chat model\n"
         "      --kb DIR             a knowledge base (a directory holding data.log) to search and answer from\n"
-        "      --kb-embed-model M   the BERT model it was embedded with (default: the built-in lexical-384);\n"
+        "      --kb-embed-model M   the embedder it was embedded with: a BERT model, or 'lexical' for the\n"
+        "                           built-in lexical-384 (default: the -e model when given, else lexical);\n"
         "                           one that differs from its cache's embedder is refused\n"
         "      --kb-max-embed N     entries its cache lacks embedded on the fly per (re)open (default 10000;\n"
         "                           -1: all); the rest are found by BM25 only and reported as unindexed\n"
@@ -241,6 +242,9 @@ int cmd_serve(int argc, char **argv) {
         goto out_cfg;
     }
     if (c.kb_embed_path && !c.kb_dir) { fprintf(stderr, "helix-bg serve: --kb-embed-model needs --kb KB-DIR\n"); goto out_cfg; }
+    /* the KB's embedder: --kb-embed-model, else the -e model, else lexical-384 (NULL) */
+    if (c.kb_dir && !c.kb_embed_path) c.kb_embed_path = c.embed_path;
+    if (c.kb_embed_path && !strcmp(c.kb_embed_path, "lexical")) c.kb_embed_path = NULL;
     /* a missing file is reported before listening (loading reports everything else) */
     const char *paths[3] = {c.model_path, c.embed_path, c.kb_embed_path};
     static const char *const flags[3] = {"-m", "-e", "--kb-embed-model"};

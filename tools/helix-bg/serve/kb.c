@@ -85,7 +85,8 @@ int srv_kb_open(srv *s, hx_error *e) {
     if (st != HX_OK) {
         char m[sizeof e->msg];
         snprintf(m, sizeof m, "--kb %s: %s%s", dir, e->msg,
-                 st == HX_ERR_ARG && !s->cfg.kb_embed_path ? " (serve takes it as --kb-embed-model M)" : "");
+                 st == HX_ERR_ARG ? "; serve takes the KB's embedder as --kb-embed-model (a BERT model, or 'lexical'; "
+                                    "default: the -e model when given, else lexical)" : "");
         snprintf(e->msg, sizeof e->msg, "%s", m);
         kb->em->free(kb->em);
         free(kb);
