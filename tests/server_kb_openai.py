@@ -113,6 +113,31 @@ try:
         check(e.status_code == 400 and "--kb" in str(e), "kb without --kb: BadRequestError 400 naming --kb (%s)" % e)
     check(plain.close() == 0, "plain server exit status 0")
     plain = None
+
+    # ---- a real model (skipped where absent): citations name retrieved entries ----
+    real = os.path.join(os.environ.get("HX_REAL_DIR", os.path.expanduser("~/.cache/helix/real")),
+                        "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(real):
+        log("note: %s not found (bench/real_models_fetch.sh): the real-model check is skipped" % real)
+    else:
+        rkb = os.path.join(tmp, "ask_kb")
+        import subprocess
+        subprocess.run([sys.executable, "bench/ask_kb/make_kb.py", rkb], check=True, timeout=60)
+        srv = Server(["-m", real, "--kb", rkb, "-np", "1", "-c", "2048", "-t", "2", "--alias", "smol"])
+        client = OpenAI(base_url=srv.url("/v1"), api_key="none", max_retries=0, timeout=600)
+        n_cited = 0
+        for q in ["Which UDP port does the office VPN use?", "Who approves schema migrations?"]:
+            r = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": q}], max_tokens=48,
+                                               temperature=0, extra_body={"kb": {"k": 4}})
+            text, cits, info = r.choices[0].message.content, extra(r, "citations"), extra(r, "kb")
+            n_cited += len(cits)
+            check(all(ids_ok for ids_ok in [c["id"] in info["ids"] for c in cits]) and
+                  [c["ref"] for c in cits] == cited_refs(text, len(info["ids"])),
+                  "real model %r: citations are the answer's [n] among the retrieved (%r %s)" % (q, text, cits))
+            log("real model: %r -> %r citations %s bad %d" % (q, text[:80], [c["title"] for c in cits],
+                                                               info["bad_citations"]))
+        check(srv.close() == 0, "real-model server exit status 0")
+        srv = None
 finally:
     for s in (srv, plain):
         if s:
