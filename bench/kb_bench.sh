@@ -1,17 +1,33 @@
 #!/usr/bin/env bash
-# The knowledge-base benchmark: generate N entries (default 100000) across 12
-# topics and time one-shot passes with the built-in embedder:
+# The knowledge-base benchmark: generate N entries across 12 topics and time
+# one-shot passes with the built-in embedder:
 #   cold        nothing cached: embed all, compare all pairs
 #   warm        nothing new: incremental pass with nothing to compare
 #   warm-full   --full: cache reused, all pairs compared again
 #   +100        100 entries appended: incremental (100 x N pairs)
 #   +10000      10,000 more appended: incremental (10,000 x N pairs)
-# Each line: seconds (total, embedding, pairs), peak RSS; with --json one JSON
-# object per pass as well (for bench/results.jsonl).
-#   bash bench/kb_bench.sh [N] [THREADS] [--json]
+# Each line: seconds (total, embedding, pairs), the device that compared the
+# pairs, peak RSS; with --json one JSON object per pass as well (for
+# bench/results.jsonl).
+#   bash bench/kb_bench.sh [N] [THREADS] [--json] [--device cpu|cuda|auto]
+# --device cuda: all-pairs on the GPU (--allpairs-device cuda), N defaults to
+# 1,000,000 and the passes skip the think stage (--no-think); cpu (default
+# 100,000 entries) and auto as one-shot's --allpairs-device.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-N=${1:-100000}; T=${2:-$(nproc)}; JSON=${3:-}
+DEV=cpu; pos=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --device) [ $# -ge 2 ] || { echo "kb_bench.sh: --device needs cpu, cuda or auto" >&2; exit 2; }
+              case $2 in cpu|cuda|auto) DEV=$2 ;; *) echo "kb_bench.sh: --device '$2': cpu, cuda or auto" >&2; exit 2 ;; esac
+              shift 2 ;;
+    *) pos+=("$1"); shift ;;
+  esac
+done
+set -- "${pos[@]+"${pos[@]}"}"
+DEFN=100000; EXTRA=()
+[ "$DEV" = cuda ] && { DEFN=1000000; EXTRA=(--no-think); }
+N=${1:-$DEFN}; T=${2:-$(nproc)}; JSON=${3:-}
 BIN=${HX_BIN:-build/helix-bg}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 gen() { # gen COUNT SEED >> data.log
@@ -20,28 +36,46 @@ import json, random, sys
 n, seed = int(sys.argv[1]), int(sys.argv[2]); r = random.Random(seed)
 vocab = [w.strip() for w in open("examples/kb/data.log").read().replace('"', ' ').replace(',', ' ').split() if w.isalpha()]
 topics = ["t%02d" % i for i in range(12)]
+out = []
 for i in range(n):
     words = [r.choice(vocab) for _ in range(r.randint(10, 60))]
-    print(json.dumps({"topic": r.choice(topics), "title": " ".join(words[:4]), "text": " ".join(words)}))
+    out.append(json.dumps({"topic": r.choice(topics), "title": " ".join(words[:4]), "text": " ".join(words)}))
+    if len(out) == 10000: print("\n".join(out)); out = []
+if out: print("\n".join(out))
 PY
+}
+# peak RSS in KiB of a command: GNU time where installed, else the kernel's
+# count for the children of a python wrapper (the device machine has no time(1))
+peak() { # peak OUT ERR cmd...
+  local out=$1 err=$2; shift 2
+  if [ -x /usr/bin/time ]; then
+    /usr/bin/time -v "$@" > "$out" 2> "$err"
+    grep "Maximum resident" "$err" | grep -o '[0-9]*$'
+  else
+    python3 -c 'import resource, subprocess, sys
+with open(sys.argv[1], "w") as o, open(sys.argv[2], "w") as e: rc = subprocess.run(sys.argv[3:], stdout=o, stderr=e).returncode
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)' "$out" "$err" "$@"
+  fi
 }
 run() { # run NAME [flags]
   local name=$1; shift
-  /usr/bin/time -v "$BIN" one-shot "$tmp" -t "$T" "$@" > "$tmp/out.txt" 2> "$tmp/time.txt"
-  local line rss
-  line=$(tail -1 "$tmp/out.txt"); rss=$(grep "Maximum resident" "$tmp/time.txt" | grep -o '[0-9]*$')
-  python3 - "$name" "$line" "$rss" "$N" "$T" "$JSON" <<'PY'
+  local rss line ap
+  rss=$(peak "$tmp/out.txt" "$tmp/err.txt" "$BIN" one-shot "$tmp" -t "$T" --allpairs-device "$DEV" "${EXTRA[@]+"${EXTRA[@]}"}" "$@")
+  line=$(grep "embedded now" "$tmp/out.txt" | tail -1); ap=$(grep "^all-pairs: " "$tmp/err.txt" | tail -1 || true)
+  python3 - "$name" "$line" "$rss" "$N" "$T" "$JSON" "$DEV" "$ap" <<'PY'
 import json, re, subprocess, sys
-name, line, rss, n, t, js = sys.argv[1:7]
+name, line, rss, n, t, js, dev, ap = sys.argv[1:9]
 m = re.search(r"^(\d+) entries .*?(\d+) embedded now .*?, ([\d.]+) s \(embedding ([\d.]+) s, (incremental pairs|all-pairs) ([\d.]+) s\)", line)
 live, emb, total, te, kind, tp = m.groups()
-print("%-10s %7s entries %6s embedded  total %7s s  embedding %6s s  %-17s %7s s  peak RSS %4d MiB"
-      % (name, live, emb, total, te, kind, tp, int(rss) // 1024))
+ran = ap.split(" ")[1] if ap else "-"
+print("%-10s %7s entries %6s embedded  total %7s s  embedding %6s s  %-17s %7s s on %-4s  peak RSS %5d MiB"
+      % (name, live, emb, total, te, kind, tp, ran, int(rss) // 1024))
+if ap: print("           " + ap)
 if js == "--json":
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(json.dumps({"bench": "kb", "pass": name, "entries": int(live), "embedded": int(emb), "threads": int(t),
                       "seconds": float(total), "embed_seconds": float(te), "pairs": kind, "pairs_seconds": float(tp),
-                      "peak_rss_mib": int(rss) // 1024, "commit": commit}))
+                      "allpairs_device": ran, "peak_rss_mib": int(rss) // 1024, "commit": commit}))
 PY
 }
 gen "$N" 11 > "$tmp/data.log"

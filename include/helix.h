@@ -278,6 +278,13 @@ hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e);
  * token only). Valid until the next hx_decode or sequence change. i = -1: the
  * last token that asked. */
 const float *hx_get_logits(hx_context *c, int i);
+/* Greedy picks without the logits: ids[j] = hx_argmax of batch token idx[j]'s
+ * logits (idx[j] = -1: the last token that asked). On the GPU the rows stay on
+ * the device until hx_get_logits asks for one, and this picks there, so a
+ * batched greedy step copies n ids instead of n rows of n_vocab floats (at 128
+ * sequences of a 152k vocabulary, 78 MB a step). HX_ERR_ARG when a token did
+ * not ask for logits. */
+hx_status hx_get_argmax(hx_context *c, int n, const int *idx, int32_t *ids, hx_error *e);
 /* The final hidden state (n_embd floats) of batch token i, with
  * params.embeddings; NULL otherwise. */
 const float *hx_get_embeddings(hx_context *c, int i);
@@ -453,6 +460,53 @@ void hx_generate_result_free(hx_generate_result *r);
  * and prefill speed. */
 hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, const char *const *labels,
                       int n_labels, float *probs, float *logprobs, hx_metrics *metrics, hx_error *e);
+
+/* ======================================================================== */
+/* Looking inside: attention                                                */
+/* ======================================================================== */
+/* hx_inspect_attention runs a prompt once through the CPU decoder in exact f32
+ * (hx_context_params.exact, f32 KV cache) with a recording hook on and returns
+ * every layer's attention probabilities per head: the very weights the forward
+ * multiplies V by, after the causal and sliding-window masks (masked entries
+ * are 0). It runs on the CPU whatever hx_model_device says (the weights stay
+ * in host memory; the CUDA backend is not used), on a context of its own:
+ * the base model, without the LoRA adapters a context may apply.
+ *
+ * Layout, with L = n_layer layers held (layer0 .. layer0 + L - 1), H = n_head,
+ * Hkv = n_head_kv, T = n_tok, d = head_dim, row-major:
+ *   probs (L, H, T, T)   probs[((l * H + h) * T + i) * T + j]: how much the
+ *                        query at position i attends to the key at j (j <= i)
+ *   q     (L, T, H, d)   after QK-norm and RoPE    (these four with want_qkv,
+ *   k     (L, T, Hkv, d) after QK-norm and RoPE     else NULL)
+ *   v     (L, T, Hkv, d)
+ *   o     (L, T, H, d)   probs x v per head: what the output projection takes
+ * Head h reads K/V head h / (H / Hkv) (grouped-query attention). */
+typedef struct hx_inspect_params {
+    int layer;         /* -1 (default): every layer; else only this one (L = 1) */
+    bool want_qkv;     /* also return q, k, v and o (default false) */
+    int n_threads;     /* 0 (default): all online CPUs */
+} hx_inspect_params;
+
+hx_inspect_params hx_inspect_default_params(void);
+
+typedef struct hx_attention {
+    int n_tok, n_layer, layer0, n_head, n_head_kv, head_dim;
+    float *probs, *q, *k, *v, *o;  /* shapes above; q, k, v, o NULL without want_qkv */
+    int *window;       /* (n_layer): sliding window of each held layer (the query at i sees
+                          i - window + 1 .. i), 0 = full causal */
+    float scale;       /* scores = scale * q . k before the softmax ... */
+    float softcap;     /* ... then softcap * tanh(scores / softcap) when softcap > 0 */
+    float *logits;     /* (n_vocab): the last token's logits from the same pass */
+    int n_vocab;
+} hx_attention;
+
+/* ids[0..n): the prompt as token ids (BOS included when wanted: hx_tokenize
+ * with add_special). Memory grows as n_layer * n_head * n^2 floats: an
+ * allocation that fails or overflows is HX_ERR_NOMEM naming the size. An
+ * encoder model is HX_ERR_ARG. A failure leaves *out empty (safe to free). */
+hx_status hx_inspect_attention(hx_model *m, const int32_t *ids, int n, const hx_inspect_params *p,
+                               hx_attention *out, hx_error *e);
+void hx_attention_free(hx_attention *a);
 
 /* ======================================================================== */
 /* Threads                                                                  */

@@ -136,6 +136,9 @@ typedef struct kb_opts {
     int max_dups, max_links;
     int max_overlaps;     /* topic overlaps kept (the best); 0 = KB_DEFAULT_MAX_OVERLAPS */
     bool full;            /* kb_run_pass: ignore insights.state, compare all pairs */
+    hx_device allpairs_device; /* entry pairs on: HX_DEVICE_AUTO (CUDA when built in, a GPU is usable and the
+                                  work is large), CPU, or CUDA (fails with the reason); the same pairs either way */
+    bool allpairs_log;    /* one stderr line per entry-pairs stage: which device ran it, how long */
 } kb_opts;
 kb_opts kb_default_opts(const kb_embedder *em);
 

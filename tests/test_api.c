@@ -335,8 +335,14 @@ static void test_many(hx_model *m, double tol) {
             }
     }
     CHECKF(hx_decode(c, &b, &e) == HX_OK, "%s", e.msg);
+    {   /* batch token 0 (sequence 0's first prompt token) asked for no logits */
+        int i0 = 0;
+        int32_t t0;
+        CHECK(hx_get_argmax(c, 1, &i0, &t0, &e) == HX_ERR_ARG);
+    }
     float *lg = malloc(sizeof(float) * (size_t)V * NS * STEPS);
     int32_t ids[NS][STEPS];
+    int picks_differ = 0;
     for (int s = 0; s < NS; s++) {
         memcpy(lg + (size_t)s * V, hx_get_logits(c, row[s]), sizeof(float) * (size_t)V);
         ids[s][0] = hx_argmax(lg + (size_t)s * V, V);
@@ -345,12 +351,21 @@ static void test_many(hx_model *m, double tol) {
         hx_batch_clear(&b);
         for (int s = NS - 1; s >= 0; s--) hx_batch_add(&b, ids[s][g - 1], np[s] + g - 1, s, true);
         CHECKF(hx_decode(c, &b, &e) == HX_OK, "%s", e.msg);
+        /* greedy picks before any row is read (on the GPU: picked on the
+         * device, rows still there), then the rows themselves */
+        int idx[NS];
+        int32_t picks[NS];
+        for (int s = 0; s < NS; s++) idx[s] = NS - 1 - s;
+        if (g == 1) idx[0] = -1; /* the last token that asked: sequence 0's */
+        CHECKF(hx_get_argmax(c, NS, idx, picks, &e) == HX_OK, "%s", e.msg);
         for (int s = 0; s < NS; s++) {
             const float *l = hx_get_logits(c, NS - 1 - s);
             memcpy(lg + ((size_t)g * NS + s) * V, l, sizeof(float) * (size_t)V);
             ids[s][g] = hx_argmax(l, V);
+            picks_differ += picks[s] != ids[s][g];
         }
     }
+    CHECKF(picks_differ == 0, "hx_get_argmax differs from hx_argmax of hx_get_logits in %d picks", picks_differ);
     for (int s = 0; s < NS; s++) CHECK(hx_seq_pos(c, s) == np[s] + STEPS - 1);
     /* each sequence alone */
     double worst = 0;

@@ -1,4 +1,6 @@
 /* test_sampler.c — each stage of the sampling chain against its definition. */
+#include <math.h>
+
 #include "run/sampler.h"
 #include "test_util.h"
 
@@ -156,7 +158,46 @@ static void test_draw_then_sample(void) {
     hx_sampler_free(a); hx_sampler_free(b);
 }
 
+/* hx_argmax (blocked, 8 lanes) against the plain scan: lengths around the
+ * block and lane sizes, ties (the first index wins), NaNs (never win; x[0]
+ * NaN gives 0), signed zeros, infinities. */
+static int32_t argmax_plain(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static void test_argmax(void) {
+    hx_rng r;
+    hx_rng_seed(&r, 7);
+    enum { N = 2100 };
+    static float x[N];
+    const int lens[] = {1, 2, 7, 8, 9, 511, 512, 513, 1024, 1031, N};
+    int bad = 0;
+    for (int li = 0; li < (int)(sizeof lens / sizeof *lens); li++)
+        for (int trial = 0; trial < 200; trial++) {
+            int n = lens[li], kind = trial % 5;
+            for (int i = 0; i < n; i++) {
+                float v = hx_rng_normal(&r);
+                if (kind == 1) v = (float)(int)(2.0f * v);           /* many ties */
+                if (kind == 2 && hx_rng_uniform(&r) < 0.1f) v = NAN;   /* NaNs among them */
+                if (kind == 3) v = hx_rng_uniform(&r) < 0.5f ? -0.0f : 0.0f;
+                if (kind == 4 && hx_rng_uniform(&r) < 0.01f) v = hx_rng_uniform(&r) < 0.5f ? INFINITY : -INFINITY;
+                x[i] = v;
+            }
+            if (trial % 17 == 0) x[0] = NAN;
+            bad += hx_argmax(x, n) != argmax_plain(x, n);
+        }
+    CHECK(bad == 0);
+    for (int i = 0; i < N; i++) x[i] = -INFINITY;
+    CHECK(hx_argmax(x, N) == 0);
+    x[N - 1] = -1.0f;
+    CHECK(hx_argmax(x, N) == N - 1);
+}
+
 int main(void) {
+    test_argmax();
     test_draw_then_sample();
     test_greedy_and_topk1();
     test_distribution();

@@ -36,6 +36,8 @@ struct hx_context {
     size_t out_cap;         /* rows allocated */
     int32_t *row_of;        /* n_batch: output row of batch token i, -1 none */
     int n_last, last_row;   /* batch size of the last decode; row of the last token that asked */
+    bool deferred;          /* the last decode's logits rows are on the device (hx_ubatch.defer_logits) */
+    uint8_t *fetched;       /* out_cap: row copied to logits since (deferred only) */
     /* scratch for ubatches and the decode checks */
     int32_t *ub_out;
     int *first_pos, *next_pos, *orig_len;

@@ -27,6 +27,10 @@ typedef struct hx_ubatch {
     const int32_t *seq;
     const int32_t *out;
     int n_out;           /* number of i with out[i] >= 0 (rows of logits) */
+    /* Only for a backend with logits_get/logits_argmax: the logits rows stay
+     * on the device (the host buffer is not written) until logits_get asks
+     * for one; hidden states are still written. */
+    bool defer_logits;
 } hx_ubatch;
 
 /* Developer options (tools and tests only: helix_dev.h), never read from the
@@ -96,6 +100,14 @@ typedef struct hx_backend {
      * (at 128 sequences a step's logits are 78 MB for a 152k vocabulary). */
     void *(*host_alloc)(void *ctx, size_t bytes);
     void (*host_free)(void *ctx, void *p);
+    /* Optional, both or neither (NULL: every forward writes its logits): after
+     * a forward with defer_logits, logits_get copies output row `row` (n_vocab
+     * floats) to host, and logits_argmax gives ids[j] = the argmax (the lowest
+     * id among the maxima, as hx_argmax) of output rows rows[0..n) without
+     * copying them. Valid until the next forward. At 128 sequences the rows
+     * are 78 MB a step for a 152k vocabulary, a third of a decode step. */
+    hx_status (*logits_get)(void *ctx, int row, float *host, hx_error *e);
+    hx_status (*logits_argmax)(void *ctx, int n, const int *rows, int32_t *ids, hx_error *e);
 } hx_backend;
 
 /* LoRA (hx_context_set_adapters): from now on the CPU backend context applies
@@ -105,6 +117,27 @@ typedef struct hx_backend {
  * (positional, C++) stays as it is until CUDA applies adapters; a context on
  * another backend gets HX_ERR_UNSUPPORTED. */
 hx_status hx_cpu_set_adapters(void *ctx, struct hx_adapter *const *adapters, const float *scales, int n, hx_error *e);
+
+/* Attention inspection (hx_inspect_attention, api/inspect.c): while a probe is
+ * set, every CPU forward records what attention does for the tokens of
+ * sequence 0 at positions 0..n_tok-1. Arrays are the caller's, zeroed; rows of
+ * layer l land at index l - layer0, for layers layer0..layer0+n_layers-1.
+ * Only on a context in exact mode (hx_backend_params.exact): the parity mode's
+ * online softmax never forms the probabilities (HX_ERR_UNSUPPORTED). NULL
+ * removes the probe; while none is set the forward pays one pointer test per
+ * layer and per attention task. */
+typedef struct hx_attn_probe {
+    int n_tok;            /* positions recorded */
+    int layer0, n_layers; /* layers recorded */
+    float *probs;         /* (n_layers, n_head, n_tok, n_tok): [l][h][query pos][key pos], the weights the
+                             forward multiplies V by; entries outside the causal / sliding-window mask
+                             are left as they were (zero) */
+    float *q, *k, *v;     /* NULL or (n_layers, n_tok, n_head | n_head_kv | n_head_kv, head_dim):
+                             q and k after QK-norm and RoPE, v as projected */
+    float *o;             /* NULL or (n_layers, n_tok, n_head, head_dim): probs x v per head, the
+                             attention output W_o takes */
+} hx_attn_probe;
+hx_status hx_cpu_set_probe(void *ctx, hx_attn_probe *probe, hx_error *e);
 
 extern const hx_backend hx_backend_cpu;
 #ifdef HX_HAVE_CUDA

@@ -20,6 +20,7 @@ void hx_context_free(hx_context *c) {
     if (!c) return;
     if (c->logits && c->bctx && c->be->host_free) c->be->host_free(c->bctx, c->logits);
     else free(c->logits);
+    free(c->fetched);
     if (c->bctx) c->be->ctx_free(c->bctx);
     hx_api_drop_adapters(c);
     free(c->kv_rows); free(c->seq_len); free(c->seq_tok);
@@ -187,8 +188,21 @@ hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e) {
             if (!h) return hx_err(e, HX_ERR_NOMEM, "hx_decode: out of memory for %d embeddings", n_out);
             c->hidden = h;
         }
+        uint8_t *f = realloc(c->fetched, (size_t)n_out);
+        if (!f) return hx_err(e, HX_ERR_NOMEM, "hx_decode: out of memory for %d rows of logits", n_out);
+        c->fetched = f;
         c->out_cap = (size_t)n_out;
     }
+    /* rows stay on the device until asked for when all of them come from one
+     * ubatch (an earlier ubatch's rows would be overwritten on the device) */
+    int first_ub = -1, last_ub = -1;
+    for (int i = 0; i < n; i++)
+        if (c->row_of[i] >= 0) {
+            if (first_ub < 0) first_ub = i / c->p.n_ubatch;
+            last_ub = i / c->p.n_ubatch;
+        }
+    bool defer = c->be->logits_get && c->be->logits_argmax && n_out > 0 && first_ub == last_ub;
+    c->deferred = false;
     memcpy(c->orig_len, c->seq_len, (size_t)c->n_seq * sizeof *c->seq_len);
     int row_base = 0;
     for (int at = 0; at < n; at += c->p.n_ubatch) {
@@ -199,7 +213,7 @@ hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e) {
             k_out += r >= 0;
         }
         hx_ubatch ub = {.n = k, .token = b->token + at, .pos = b->pos + at, .seq = b->seq_id + at,
-                        .out = c->ub_out, .n_out = k_out};
+                        .out = c->ub_out, .n_out = k_out, .defer_logits = defer};
         float *lg = k_out ? c->logits + (size_t)row_base * (size_t)c->n_vocab : NULL;
         float *hd = k_out && c->p.embeddings ? c->hidden + (size_t)row_base * (size_t)c->n_embd : NULL;
         hx_status st = c->be->forward(c->bctx, &ub, lg, hd, e);
@@ -220,6 +234,8 @@ hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e) {
         if (c->first_pos[s] >= 0) c->seq_len[s] = c->next_pos[s];
     c->n_last = n;
     for (int i = n - 1; i >= 0 && c->last_row < 0; i--) c->last_row = c->row_of[i];
+    c->deferred = defer;
+    if (defer) memset(c->fetched, 0, (size_t)n_out);
     return HX_OK;
 }
 
@@ -231,7 +247,44 @@ static int row(const hx_context *c, int i) {
 
 const float *hx_get_logits(hx_context *c, int i) {
     int r = row(c, i);
-    return r >= 0 ? c->logits + (size_t)r * (size_t)c->n_vocab : NULL;
+    if (r < 0) return NULL;
+    float *l = c->logits + (size_t)r * (size_t)c->n_vocab;
+    if (c->deferred && !c->fetched[r]) {
+        hx_error e = {0};
+        if (c->be->logits_get(c->bctx, r, l, &e)) return NULL; /* a device fault: the next decode reports it too */
+        c->fetched[r] = 1;
+    }
+    return l;
+}
+
+hx_status hx_get_argmax(hx_context *c, int n, const int *idx, int32_t *ids, hx_error *e) {
+    if (!c || n < 0 || (n > 0 && (!idx || !ids))) return hx_err(e, HX_ERR_ARG, "hx_get_argmax: bad arguments");
+    enum { GROUP = 64 };
+    int rows[GROUP], at[GROUP], m = 0;
+    for (int j = 0; j < n; j++) {
+        int r = row(c, idx[j]);
+        if (r < 0) return hx_err(e, HX_ERR_ARG, "hx_get_argmax: batch token %d has no logits", idx[j]);
+        if (!c->deferred || c->fetched[r]) { /* on the host already */
+            ids[j] = hx_argmax(c->logits + (size_t)r * (size_t)c->n_vocab, c->n_vocab);
+            continue;
+        }
+        rows[m] = r;
+        at[m++] = j;
+        if (m == GROUP) { /* the rows still on the device, GROUP per call */
+            int32_t got[GROUP];
+            hx_status st = c->be->logits_argmax(c->bctx, m, rows, got, e);
+            if (st) return st;
+            for (int q = 0; q < m; q++) ids[at[q]] = got[q];
+            m = 0;
+        }
+    }
+    if (m > 0) {
+        int32_t got[GROUP];
+        hx_status st = c->be->logits_argmax(c->bctx, m, rows, got, e);
+        if (st) return st;
+        for (int q = 0; q < m; q++) ids[at[q]] = got[q];
+    }
+    return HX_OK;
 }
 
 const float *hx_get_embeddings(hx_context *c, int i) {

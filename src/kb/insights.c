@@ -5,6 +5,7 @@
 #include "kb/analyze.h"
 #include "core/core.h"
 #include "kb/allpairs.h"
+#include "kb/allpairs_cuda.h"
 #include "quant/quant.h"
 
 #include <cjson/cJSON.h>
@@ -187,6 +188,16 @@ static void (*tile_kernel(void))(const float *, int, const float *, int, float *
     return hx_isa_current() >= HX_ISA_AVX2 ? kb_tile_avx2 : kb_tile_scalar;
 }
 
+#ifdef HX_HAVE_CUDA
+/* the GPU path's view of thread 0's heaps (allpairs_cuda.h) */
+static void sink_visit(void *ctx, size_t a, size_t b, float s) { visit(ctx, 0, a, b, s); }
+static void sink_cut(void *ctx, float cut[KB_KINDS]) {
+    job *j = ctx;
+    const topk *t[KB_KINDS] = {&j->dups[0], &j->links[0], &j->over[0]};
+    for (int k = 0; k < KB_KINDS; k++) cut[k] = t[k]->k > 0 && t[k]->n == t[k]->k ? t[k]->p[0].sim : -INFINITY;
+}
+#endif
+
 hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_opts *o, kb_klist *dups,
                          kb_klist *links, kb_klist *over1, hx_error *e) {
     memset(dups, 0, sizeof *dups); memset(links, 0, sizeof *links); memset(over1, 0, sizeof *over1);
@@ -201,7 +212,33 @@ hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_
     job j = {.vec = r->vec, .row0 = row0, .n_rows = r->n, .n = r->n, .incremental = row0 > 0, .dim = r->dim, .o = o,
              .key = r->offset, .topic = r->topic, .single = single, .dups = hd, .links = hl, .over = ho,
              .scratch = scratch, .kernel = tile_kernel()};
+    char why[200] = ""; /* for the log line: why the GPU did not take it */
+#ifdef HX_HAVE_CUDA
+    if (r->n > row0 && o->allpairs_device != HX_DEVICE_CPU) {
+        kb_pair_sink sink = {&j, sink_visit, sink_cut};
+        hx_error ce = {0};
+        hx_status cs = kb_allpairs_cuda(r, row0, o, o->allpairs_device, j.kernel == kb_tile_avx2, o->allpairs_log,
+                                        &sink, &ce);
+        if (cs == HX_OK) goto lists;
+        if (o->allpairs_device == HX_DEVICE_CUDA) { st = hx_err(e, cs, "%s", ce.msg); goto done; }
+        if (cs != HX_ERR_UNSUPPORTED) HX_WARN("%s: on the cpu instead", ce.msg);
+        snprintf(why, sizeof why, "; not on cuda: %s", ce.msg);
+        hd[0].n = hl[0].n = ho[0].n = 0; /* a failed device pass may have visited some */
+    }
+#else
+    if (o->allpairs_device == HX_DEVICE_CUDA) {
+        st = hx_err(e, HX_ERR_UNSUPPORTED, "all-pairs on cuda: this build has no CUDA");
+        goto done;
+    }
+#endif
+    double t0 = hx_now_s();
     if (r->n > row0) hx_pool_run(pool, (int64_t)((r->n - row0 + TILE - 1) / TILE), tile_task, &j);
+    if (o->allpairs_log && r->n > row0)
+        fprintf(stderr, "all-pairs: cpu (%s f32 tiles, %d threads), %zu new of %zu rows x %d, %.3f s%s\n",
+                j.kernel == kb_tile_avx2 ? "avx2" : "scalar", nt, r->n - row0, r->n, r->dim, hx_now_s() - t0, why);
+#ifdef HX_HAVE_CUDA
+lists:
+#endif
     if ((st = heaps_to_klist(hd, nt, kd, dups, e)) || (st = heaps_to_klist(hl, nt, kl, links, e)) ||
         (st = heaps_to_klist(ho, nt, ko, over1, e)))
         goto done;

@@ -118,14 +118,34 @@ static char *chat(kb_llm *l, const char *system, sb *user) {
     return out;
 }
 
+/* Tokens of a prompt as the model reads it (specials parsed), -1 on failure. */
+static int prompt_tokens(const kb_llm *l, const char *p) {
+    int need = 0;
+    hx_error e;
+    hx_status st = hx_tokenize(l->model, p, -1, true, true, NULL, 0, &need, &e);
+    return st == HX_OK || st == HX_ERR_RANGE ? need : -1;
+}
+
+/* Classification is prefill only and cannot drop the prompt's head (the topic
+ * list is there): a note too long for a sequence, with room for the longest
+ * label, keeps fewer of its words (three quarters each try) until it fits. */
 char *kb_llm_prompt_classify(kb_llm *l, const char *title, const char *text, const char *const *labels, int n_labels) {
-    sb u = {0};
-    sb_add(&u, "Topics:");
-    for (int i = 0; i < n_labels; i++) sb_add(&u, "%s %s", i ? "," : "", labels[i]);
-    sb_add(&u, "\n\nNote title: %s\nNote: ", title ? title : "(none)");
-    sb_words(&u, text, l->o.max_entry_words);
-    sb_add(&u, "\n\nWhich one of the topics fits this note best? Answer with the topic name only.");
-    return chat(l, "You file the notes of a knowledge base under its topics.", &u);
+    const int room = hx_context_n_ctx_seq(l->ctx) - 32; /* 32: the label's tokens and a margin */
+    for (int words = l->o.max_entry_words;; words = words * 3 / 4) {
+        sb u = {0};
+        sb_add(&u, "Topics:");
+        for (int i = 0; i < n_labels; i++) sb_add(&u, "%s %s", i ? "," : "", labels[i]);
+        sb_add(&u, "\n\nNote title: ");
+        sb_words(&u, title ? title : "(none)", words < 24 ? words : 24);
+        sb_add(&u, "\nNote: ");
+        sb_words(&u, text, words);
+        sb_add(&u, "\n\nWhich one of the topics fits this note best? Answer with the topic name only.");
+        char *p = chat(l, "You file the notes of a knowledge base under its topics.", &u);
+        if (!p || words <= 4) return p;
+        int n = prompt_tokens(l, p);
+        if (n >= 0 && n <= room) return p;
+        free(p);
+    }
 }
 
 char *kb_llm_prompt_summary(kb_llm *l, const char *title, const char *text) {

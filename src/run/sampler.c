@@ -87,10 +87,33 @@ int hx_sampler_history(const hx_sampler *s, const int32_t **tokens) {
 }
 float hx_sampler_draw(hx_sampler *s) { return hx_rng_uniform(&s->rng); }
 
+/* The plain scan `if (x[i] > x[best]) best = i` is one dependent compare per
+ * element (a few ns each: 90 ms for 128 rows of a 152k vocabulary, longer than
+ * the GPU's decode step). Here each block's maximum comes from 8 independent
+ * lanes (no dependency chain; the compiler vectorizes it), and only a block
+ * that beats the best so far is scanned for its first index. The result is
+ * the plain scan's: the first index of the largest value; NaNs never win
+ * (x[0] NaN: 0, as the scan gives). */
 int32_t hx_argmax(const float *x, int n) {
+    enum { BLK = 512, LANES = 8 };
+    if (n <= 0 || x[0] != x[0]) return 0;
     int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
+    float bv = x[0];
+    for (int b0 = 0; b0 < n; b0 += BLK) {
+        int b1 = n - b0 < BLK ? n : b0 + BLK, i = b0;
+        float m[LANES];
+        for (int l = 0; l < LANES; l++) m[l] = bv;
+        for (; i + LANES <= b1; i += LANES)
+            for (int l = 0; l < LANES; l++) m[l] = x[i + l] > m[l] ? x[i + l] : m[l];
+        float bm = bv;
+        for (int l = 0; l < LANES; l++) bm = m[l] > bm ? m[l] : bm;
+        for (; i < b1; i++) bm = x[i] > bm ? x[i] : bm;
+        if (bm > bv) {
+            for (i = b0; x[i] != bm; i++) {}
+            best = i;
+            bv = bm;
+        }
+    }
     return best;
 }
 

@@ -22,6 +22,7 @@ int cmd_embed_test(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
 int cmd_search(int argc, char **argv);
 int cmd_ask(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
 
 /* Shared helper for not-yet-built commands: prints a clear message, returns 2. */
 int cli_not_built(const char *cmd, const char *issue);

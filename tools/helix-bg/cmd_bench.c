@@ -129,8 +129,9 @@ static hx_status run_batched(hx_context *ctx, int B, uint64_t *rng, double *pp, 
     int V = hx_model_n_vocab(m);
     hx_batch b = hx_batch_init(B * BATCH_PROMPT);
     int32_t *next = malloc(sizeof(int32_t) * (size_t)B);
+    int *idx = malloc(sizeof(int) * (size_t)B);
     hx_status s = HX_OK;
-    if (!b.capacity || !next) {
+    if (!b.capacity || !next || !idx) {
         snprintf(e->msg, sizeof e->msg, "out of memory");
         s = e->status = HX_ERR_NOMEM;
         goto done;
@@ -144,16 +145,20 @@ static hx_status run_batched(hx_context *ctx, int B, uint64_t *rng, double *pp, 
     if ((s = hx_decode(ctx, &b, e))) goto done;
     double t1 = cli_now();
     *pp = (double)B * BATCH_PROMPT / (t1 - t0);
-    for (int q = 0; q < B; q++) next[q] = hx_argmax(hx_get_logits(ctx, (q + 1) * BATCH_PROMPT - 1), V);
+    /* greedy picks with hx_get_argmax: on the GPU they are made on the device
+     * and the B rows of logits never cross to the host */
+    for (int q = 0; q < B; q++) idx[q] = (q + 1) * BATCH_PROMPT - 1;
+    if ((s = hx_get_argmax(ctx, B, idx, next, e))) goto done;
+    for (int q = 0; q < B; q++) idx[q] = q;
     for (int step = 0; step < BATCH_GEN; step++) {
         hx_batch_clear(&b);
         for (int q = 0; q < B; q++) hx_batch_add(&b, next[q], BATCH_PROMPT + step, q, true);
-        if ((s = hx_decode(ctx, &b, e))) goto done;
-        for (int q = 0; q < B; q++) next[q] = hx_argmax(hx_get_logits(ctx, q), V);
+        if ((s = hx_decode(ctx, &b, e)) || (s = hx_get_argmax(ctx, B, idx, next, e))) goto done;
     }
     *tg = (double)B * BATCH_GEN / (cli_now() - t1);
 done:
     free(next);
+    free(idx);
     hx_batch_free(&b);
     return s;
 }

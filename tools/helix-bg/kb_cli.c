@@ -19,6 +19,8 @@ void kb_cli_usage(FILE *f, const char *cmd, bool daemon) {
                "  --llm-device D    auto (default), cpu or cuda\n"
                "  --misfiled X      report entries predicted elsewhere with probability > X (0.8)\n"
                "  --summarize-min-words N   summarize entries longer than N words (60)\n"
+               "  --allpairs-device D   auto (default: cuda when built in, a GPU is usable and the pass is\n"
+               "                    large), cpu or cuda: where entry pairs are compared (same insights)\n"
                "  --no-think        only the pass: no classification, patterns or LLM stage\n"
                "  -q, --quiet       no summary / per-pass log\n");
     if (daemon)
@@ -39,7 +41,7 @@ static bool num(const char *s, double lo, double hi, double *out) {
 int kb_cli_parse(kb_cli *c, int argc, char **argv, const char *cmd, bool daemon) {
     *c = (kb_cli){.dir = ".", .dup = -1, .link_low = -1, .link_high = -1, .topic = -1, .max_dups = 20,
                   .max_links = 50, .max_overlaps = KB_DEFAULT_MAX_OVERLAPS, .interval = 30, .llm_device = "auto",
-                  .misfiled = 0.8f, .summarize_min_words = 60};
+                  .misfiled = 0.8f, .summarize_min_words = 60, .allpairs_device = "auto"};
     bool have_dir = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -63,6 +65,8 @@ int kb_cli_parse(kb_cli *c, int argc, char **argv, const char *cmd, bool daemon)
             c->llm_device = v;
             i++;
         }
+        else if (!strcmp(a, "--allpairs-device") && v &&
+                 (!strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"))) { c->allpairs_device = v; i++; }
         else if (!strcmp(a, "--misfiled") && v && num(v, 0, 1, &x)) { c->misfiled = (float)x; i++; }
         else if (!strcmp(a, "--summarize-min-words") && v && num(v, 0, 1e6, &x)) { c->summarize_min_words = (int)x; i++; }
         else if (daemon && !strcmp(a, "--interval") && v && num(v, 0.05, 86400, &x)) { c->interval = x; i++; }
@@ -103,6 +107,10 @@ kb_opts kb_cli_opts(const kb_cli *c, const kb_embedder *em) {
     o.max_links = c->max_links;
     o.max_overlaps = c->max_overlaps;
     o.full = c->full;
+    o.allpairs_device = !strcmp(c->allpairs_device, "cpu")    ? HX_DEVICE_CPU
+                        : !strcmp(c->allpairs_device, "cuda") ? HX_DEVICE_CUDA
+                                                              : HX_DEVICE_AUTO;
+    o.allpairs_log = !c->quiet;
     return o;
 }
 

@@ -18,6 +18,7 @@ typedef struct kb_cli {
     float misfiled;            /* probability above which a differing prediction is reported */
     int summarize_min_words;
     bool no_think;             /* skip classification / patterns / LLM stage */
+    const char *allpairs_device; /* auto, cpu, cuda: where entry pairs are compared */
 } kb_cli;
 
 /* Parses argv[1..); returns 0 on success, else the exit code (2). */

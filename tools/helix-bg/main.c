@@ -27,6 +27,7 @@ static const command commands[] = {
     {"tokenize",   cmd_tokenize,   "-m FILE -p TEXT     print token ids"},
     {"generate",   cmd_generate,   "-m FILE -p PROMPT   generate text"},
     {"chat",       cmd_chat,       "-m FILE             interactive chat"},
+    {"inspect",    cmd_inspect,    "-m FILE -p TEXT     attention per head: most-attended tokens, heatmap PNG"},
     {"bench",      cmd_bench,      "-m FILE             prompt and decode throughput"},
     {"serve",      cmd_serve,      "-m FILE             OpenAI-compatible HTTP server (continuous batching)"},
     {"cpu-test",   cmd_cpu_test,   "                    memory bandwidth and matvec/matmul throughput"},

@@ -106,6 +106,7 @@ struct hx_cpu_ctx {
     int n_lora;
     float *lora_t, *lora_d; /* A x (n, rank) and B (A x) (n, n_out) */
     size_t lora_t_cap, lora_d_cap;
+    hx_attn_probe *probe; /* attention inspection (api/backend.h); NULL: off */
 };
 
 /* ---- math helpers ---- */
@@ -621,6 +622,17 @@ static hx_status fa_prepare(hx_cpu_ctx *c, int layer, int seq, int pos, int n, h
     return HX_OK;
 }
 
+/* Inspection: the weights w[t] = sc[t] * inv, t = first..p, that the query at
+ * batch index i, head h just used, when the probe records that token and layer. */
+static void probe_row(const hx_cpu_ctx *c, const attn_job *j, int i, int h, int first, int p, const float *sc,
+                      float inv) {
+    const hx_attn_probe *pr = c->probe;
+    int l = j->layer - pr->layer0, nt = pr->n_tok;
+    if (j->seq[i] != 0 || p >= nt || l < 0 || l >= pr->n_layers) return;
+    float *row = pr->probs + (((size_t)l * c->m->cfg.n_head + h) * nt + p) * nt;
+    for (int t = first; t <= p; t++) row[t] = sc[t] * inv;
+}
+
 /* task = token i * n_head + head h: softmax(q k^T) v over the cached positions
  * of token i's sequence. */
 static void attn_task(void *ctx, int64_t task, int thread) {
@@ -671,6 +683,26 @@ static void attn_task(void *ctx, int64_t task, int thread) {
         }
     }
     memcpy(c->att + ((size_t)i * nh + h) * hd, acc, sizeof(float) * hd);
+    if (c->probe) probe_row(c, j, i, h, first, p, sc, inv);
+}
+
+/* Inspection: layer l's q, k (after RoPE), v and attention output of the
+ * batch's recorded tokens. */
+static void probe_layer(const hx_cpu_ctx *c, const hx_ubatch *ub, int layer) {
+    const hx_attn_probe *pr = c->probe;
+    const hx_model_config *cfg = &c->m->cfg;
+    int l = layer - pr->layer0, nt = pr->n_tok;
+    if (l < 0 || l >= pr->n_layers) return;
+    size_t nq = (size_t)cfg->n_head * cfg->head_dim, nkv = (size_t)cfg->n_head_kv * cfg->head_dim;
+    for (int i = 0; i < ub->n; i++) {
+        int p = ub->pos[i];
+        if (ub->seq[i] != 0 || p >= nt) continue;
+        size_t at = (size_t)l * nt + p;
+        if (pr->q) memcpy(pr->q + at * nq, c->q + (size_t)i * nq, sizeof(float) * nq);
+        if (pr->k) memcpy(pr->k + at * nkv, c->k + (size_t)i * nkv, sizeof(float) * nkv);
+        if (pr->v) memcpy(pr->v + at * nkv, c->v + (size_t)i * nkv, sizeof(float) * nkv);
+        if (pr->o) memcpy(pr->o + at * nq, c->att + (size_t)i * nq, sizeof(float) * nq);
+    }
 }
 
 /* ---- forward ---- */
@@ -889,6 +921,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
         /* threads only pay off when there is enough attention work */
         bool big = (double)n * nh * hd * (max_pos + 1) >= 65536.0;
         hx_pool_run(big ? c->pool : NULL, (int64_t)n * nh, attn_task, &aj);
+        if (c->probe) probe_layer(c, ub, l);
         TRY(linear(c, &L->wo, c->att, n, c->o, V->bo, e));
         if (c->n_lora) TRY(lora_add(c, l, HX_LORA_O, c->att, n, c->o, e));
         if (cfg->post_norms) norm_rows(c->o, c->o, n, D, V->attn_post_norm, cfg->norm_eps);
@@ -960,7 +993,7 @@ static hx_status forward_piece(void *ctx, const int32_t *tokens, int n, int pos,
         c->ub_seq[i] = 0;
         c->ub_out[i] = all_logits ? i : i == n - 1 ? 0 : -1;
     }
-    hx_ubatch ub = { n, tokens, c->ub_pos, c->ub_seq, c->ub_out, all_logits ? n : 1 };
+    hx_ubatch ub = { n, tokens, c->ub_pos, c->ub_seq, c->ub_out, all_logits ? n : 1, false };
     return forward_ub(c, &ub, logits, NULL, e);
 }
 
@@ -1137,6 +1170,19 @@ hx_status hx_cpu_set_adapters(void *ctx, struct hx_adapter *const *adapters, con
     }
     free(c->lora); free(c->lora_scale);
     c->lora = a; c->lora_scale = s; c->n_lora = n;
+    return HX_OK;
+}
+
+hx_status hx_cpu_set_probe(void *ctx, hx_attn_probe *probe, hx_error *e) {
+    hx_cpu_ctx *c = ctx;
+    if (probe && c->ggml_compat)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cpu backend: attention inspection needs an exact context "
+                      "(llama.cpp's rounding mode never forms the attention probabilities)");
+    if (probe && (!probe->probs || probe->n_tok < 1 || probe->layer0 < 0 || probe->n_layers < 1 ||
+                  probe->layer0 + probe->n_layers > c->m->cfg.n_layer))
+        return hx_err(e, HX_ERR_ARG, "cpu backend: attention probe of layers %d+%d, %d tokens (model has %d layers)",
+                      probe->layer0, probe->n_layers, probe->n_tok, c->m->cfg.n_layer);
+    c->probe = probe;
     return HX_OK;
 }
 

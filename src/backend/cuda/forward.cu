@@ -106,6 +106,11 @@ struct hx_cuda_ctx {
     int8_t *xq; float *xd;         // the quantized activation vector (mvq)
     float *apart; unsigned *acount; // split-K decode attention: partials, per-head counters
     float *swork; int *shist, *sout; int shist_cap; // GPU sampling: penalized logits, penalty window, result
+    // logits rows left on the device by a forward with defer_logits:
+    // dev_row[r] = the row of c->logits holding output row r (-1: none)
+    bool deferred;
+    std::vector<int> dev_row;
+    int *d_amax, *h_amax;          // hx_k_argmax_rows results (HX_ROWS_MAX), device and page-locked host
     const char *skip;              // dv.skip (timing experiments only), NULL: none
     // dv.profile: decode steps run without the graph, with an event after
     // every kernel; the time between events is summed per kernel label and
@@ -260,6 +265,8 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     if (c->swork) cudaFree(c->swork);
     if (c->shist) cudaFree(c->shist);
     if (c->sout) cudaFree(c->sout);
+    if (c->d_amax) cudaFree(c->d_amax);
+    if (c->h_amax) cudaFreeHost(c->h_amax);
     if (c->acount) cudaFree(c->acount);
     if (c->xd) cudaFree(c->xd);
     if (c->d_pos) cudaFree(c->d_pos);
@@ -539,6 +546,8 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     FAILC(cudaMalloc((void **)&c->d_acnt, sizeof(unsigned)));
     FAILC(cudaMemset(c->d_acnt, 0, sizeof(unsigned)));
     FAILC(cudaMallocHost((void **)&c->h_io, (6 + 2 * (size_t)c->n_seq) * sizeof(int)));
+    FAILC(cudaMalloc((void **)&c->d_amax, HX_ROWS_MAX * sizeof(int)));
+    FAILC(cudaMallocHost((void **)&c->h_amax, HX_ROWS_MAX * sizeof(int)));
     for (cudaEvent_t &ev : c->kev) FAILC(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     c->ahead_pos = -1;
     FAILC(cudaMalloc((void **)&c->logits, sizeof(float) * cfg->n_vocab));
@@ -804,6 +813,7 @@ static hx_status ensure_logits(hx_cuda_ctx *c, int rows, hx_error *e) {
 // captured on first use; nothing is waited for. Arguments checked.
 static hx_status enqueue_decode(hx_cuda_ctx *c, int slot, int32_t token, int pos, hx_error *e) {
     c->ahead_pos = -1;
+    c->deferred = false; // c->logits is this step's now
     c->n_past[slot] = pos;
     int *io = &c->h_io[6 + 2 * slot];
     io[0] = token;
@@ -1130,7 +1140,13 @@ static hx_status forward_multi(hx_cuda_ctx *c, const hx_ubatch *ub, float *logit
     for (int i = 0; i < n; i++)
         if (ub->pos[i] + 1 > c->n_past[ub->seq[i]]) c->n_past[ub->seq[i]] = ub->pos[i] + 1;
     const size_t V = (size_t)c->cfg.n_vocab, D = (size_t)c->cfg.n_embd;
-    if (logits && n_out > 0 && (s = copy_out_rows(c, c->logits, V, orow.data(), n_out, logits, e))) return s;
+    if (logits && n_out > 0 && ub->defer_logits) {
+        c->dev_row.assign(ub->n_out, -1);
+        for (int k = 0; k < n_out; k++) c->dev_row[orow[k]] = k;
+        c->deferred = true;
+    } else if (logits && n_out > 0 && (s = copy_out_rows(c, c->logits, V, orow.data(), n_out, logits, e))) {
+        return s;
+    }
     if (hidden && n_out > 0 && (s = copy_out_rows(c, c->h, D, orow.data(), n_out, hidden, e))) return s;
     CK(cudaStreamSynchronize(c->st));
     return HX_OK;
@@ -1173,6 +1189,7 @@ static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float
         if (st) return st;
     }
     const size_t V = (size_t)c->cfg.n_vocab, D = (size_t)c->cfg.n_embd;
+    c->deferred = false;
     if (subs.size() > 1) return forward_multi(c, ub, logits, hidden, e);
     for (auto &b : subs) {
         int n = (int)b.tok.size();
@@ -1182,7 +1199,14 @@ static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float
         if (st) return st;
         if (b.first_out < 0) continue;
         const int32_t *oi = b.out.data() + b.first_out;
-        if (logits && (st = copy_out_rows(c, c->logits, V, oi, out_rows, logits, e))) return st;
+        if (logits && ub->defer_logits) { // (one sub-batch: a single sequence)
+            c->dev_row.assign(ub->n_out, -1);
+            for (int j = 0; j < out_rows; j++)
+                if (oi[j] >= 0) c->dev_row[oi[j]] = j;
+            c->deferred = true;
+        } else if (logits && (st = copy_out_rows(c, c->logits, V, oi, out_rows, logits, e))) {
+            return st;
+        }
         if (want_hidden && (st = copy_out_rows(c, c->h, D, oi, out_rows, hidden, e))) return st;
         // the next sub-batch reuses c->logits and c->h
         CK(cudaStreamSynchronize(c->st));
@@ -1328,6 +1352,38 @@ static void be_host_free(void *ctx, void *p) {
 
 static hx_status be_finish(void *ctx, hx_error *e) { return hx_cuda_finish((hx_cuda_ctx *)ctx, e); }
 
+// Output row `row` of the last forward (defer_logits) to the host.
+static hx_status be_logits_get(void *ctx, int row, float *host, hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    if (!c->deferred || row < 0 || row >= (int)c->dev_row.size() || c->dev_row[row] < 0)
+        return hx_err(e, HX_ERR_ARG, "cuda: logits row %d is not on the device", row);
+    const size_t V = (size_t)c->cfg.n_vocab;
+    CK(cudaMemcpyAsync(host, c->logits + (size_t)c->dev_row[row] * V, sizeof(float) * V, cudaMemcpyDeviceToHost,
+                       c->st));
+    CK(cudaStreamSynchronize(c->st));
+    return HX_OK;
+}
+
+// ids[j] = argmax of output row rows[j] of the last forward (defer_logits), picked on the device.
+static hx_status be_logits_argmax(void *ctx, int n, const int *rows, int32_t *ids, hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    for (int j0 = 0; j0 < n; j0 += HX_ROWS_MAX) {
+        int m = n - j0 < HX_ROWS_MAX ? n - j0 : HX_ROWS_MAX;
+        hx_rows_arg ra;
+        for (int j = 0; j < m; j++) {
+            int r = rows[j0 + j];
+            if (!c->deferred || r < 0 || r >= (int)c->dev_row.size() || c->dev_row[r] < 0)
+                return hx_err(e, HX_ERR_ARG, "cuda: logits row %d is not on the device", r);
+            ra.r[j] = c->dev_row[r];
+        }
+        CK(hx_k_argmax_rows(c->st, c->logits, c->cfg.n_vocab, &ra, m, c->d_amax));
+        CK(cudaMemcpyAsync(c->h_amax, c->d_amax, sizeof(int) * m, cudaMemcpyDeviceToHost, c->st));
+        CK(cudaStreamSynchronize(c->st));
+        for (int j = 0; j < m; j++) ids[j0 + j] = c->h_amax[j];
+    }
+    return HX_OK;
+}
+
 // Memory in use on the context's device, by every program on it (total - free).
 static size_t be_device_bytes_in_use(void *ctx) {
     (void)ctx;
@@ -1353,4 +1409,6 @@ extern "C" const hx_backend hx_backend_cuda = {
     be_decode_sample,
     be_host_alloc,
     be_host_free,
+    be_logits_get,
+    be_logits_argmax,
 };

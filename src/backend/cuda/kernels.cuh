@@ -63,6 +63,13 @@ bool hx_k_type_supported(int type);
 cudaError_t hx_k_pdl_init(bool allow, bool *on);
 void hx_k_pdl_set(bool on);
 
+// Greedy picks of up to HX_ROWS_MAX rows of V logits on the device (rows.cu):
+// out[b] = the lowest index among the maxima of row rows->r[b] (hx_argmax's
+// rule). The row list travels as a kernel argument: no copy before the launch.
+enum { HX_ROWS_MAX = 64 };
+struct hx_rows_arg { int r[HX_ROWS_MAX]; };
+cudaError_t hx_k_argmax_rows(cudaStream_t st, const float *x, int V, const hx_rows_arg *rows, int n, int *out);
+
 // Decode (n = 1) with fewer launches: `count` (<= 3) matrices of one type and
 // row length read the same x, optionally RMS-normed on the fly with norm_w
 // (NULL: x as is), ys[i] = W_i x (+ bias_i) (accumulate: +=). glu_act >= 0:

@@ -191,6 +191,7 @@ typedef struct slot {
     srv_req *req;
     int n_past;           /* positions in the cache (hx_seq_pos) */
     int32_t next_tok;     /* S_DECODE: the sampled token to feed */
+    int32_t picked;       /* this step's token when picked on the device (plain_greedy), else -1 */
     int n_gen;
     int batch_first, batch_n; /* this step: its tokens in the batch */
     double last_used;
@@ -221,6 +222,8 @@ typedef struct sched {
     int32_t *eog;         /* end-of-generation ids */
     int n_eog;
     uint8_t *allowed;     /* (n_vocab) */
+    int *pick_at, *pick_slot; /* (n_slots) this step's plain greedy picks: batch token, slot */
+    int32_t *pick_tok;        /* (n_slots) their tokens */
     /* tokens/s window */
     double win_t[32];
     uint64_t win_tok[32];
@@ -491,14 +494,34 @@ static void logprobs_of(sched *sc, const float *logits, int32_t tok, int n_top, 
     }
 }
 
-/* One generated token for a slot from its logits. */
-static void slot_sample(srv *s, sched *sc, slot *sl, const float *logits) {
+/* A request whose next token is the plain argmax of its logits: greedy with
+ * no penalty, bias, grammar or logprobs. Its pick can be made on the device
+ * (hx_get_argmax) without copying the row of logits to the host. */
+static bool plain_greedy(const srv_req *r) {
+    const hx_sampler_params *p = &r->sp;
+    bool penalized = p->penalty_last_n != 0 &&
+                     (p->repeat_penalty != 1.0f || p->freq_penalty != 0.0f || p->presence_penalty != 0.0f);
+    return p->temp <= 0.0f && !penalized && p->n_logit_bias == 0 && !r->json_mode && r->logprobs < 0;
+}
+
+/* One generated token for a slot: `picked` when the token was chosen already
+ * (plain_greedy on the device), else sampled from the row of batch token
+ * `at` of the last decode. */
+static void slot_sample(srv *s, sched *sc, slot *sl, int at, int32_t picked) {
     srv_req *r = sl->req;
     int left = r->max_tokens - sl->n_gen - 1;
     int room = hx_context_n_ctx_seq(sc->ctx) - sl->n_past - 1;
     if (room < left) left = room;
+    const float *logits = picked >= 0 ? NULL : hx_get_logits(sc->ctx, at);
+    if (picked < 0 && !logits) { /* a device fault while copying the row */
+        hx_seq_clear(sc->ctx, sl->seq);
+        slot_release(s, sc, sl);
+        req_fail(s, r, 500, "decode_failed", "the logits of this step could not be read", FIN_ERROR);
+        return;
+    }
     int32_t tok;
-    if (r->json_mode) {
+    if (picked >= 0) tok = picked;
+    else if (r->json_mode) {
         json_mask(sc, sl, left);
         tok = hx_sampler_sample_allowed(sl->smp, logits, sc->allowed);
         if (tok < 0) { slot_finish(s, sc, sl, FIN_LENGTH); return; }
@@ -793,19 +816,38 @@ static void *sched_main(void *arg) {
             update_stats(s, sc, 0, 0);
             continue;
         }
+        /* the plain greedy picks of this step, all at once (on the device on a GPU) */
+        int n_pick = 0;
+        for (int i = 0; i < sc->n_slots; i++) {
+            slot *sl = &sc->slots[i];
+            sl->picked = -1;
+            if (sl->state == S_FREE || sl->batch_n <= 0 || !plain_greedy(sl->req)) continue;
+            if (sl->state == S_DECODE) sc->pick_at[n_pick] = sl->batch_first;
+            else if (sl->state == S_PREFILL && sl->n_past + sl->batch_n == sl->req->n_prompt)
+                sc->pick_at[n_pick] = sl->batch_first + sl->batch_n - 1;
+            else continue;
+            sc->pick_slot[n_pick++] = i;
+        }
+        if (n_pick > 0) {
+            if (hx_get_argmax(sc->ctx, n_pick, sc->pick_at, sc->pick_tok, &e) == HX_OK) {
+                for (int j = 0; j < n_pick; j++) sc->slots[sc->pick_slot[j]].picked = sc->pick_tok[j];
+            } else {
+                fprintf(stderr, "serve: greedy picks failed (%s); sampling on the host\n", e.msg);
+            }
+        }
         for (int i = 0; i < sc->n_slots; i++) {
             slot *sl = &sc->slots[i];
             if (sl->state == S_FREE || sl->batch_n <= 0) continue;
             sl->n_past += sl->batch_n;
             sl->last_used = t1;
             if (sl->state == S_DECODE) {
-                slot_sample(s, sc, sl, hx_get_logits(sc->ctx, sl->batch_first));
+                slot_sample(s, sc, sl, sl->batch_first, sl->picked);
             } else if (sl->state == S_PREFILL) {
                 pthread_mutex_lock(&s->mu);
                 s->st.prompt_tokens += (uint64_t)sl->batch_n;
                 pthread_mutex_unlock(&s->mu);
                 if (sl->n_past == sl->req->n_prompt)
-                    slot_sample(s, sc, sl, hx_get_logits(sc->ctx, sl->batch_first + sl->batch_n - 1));
+                    slot_sample(s, sc, sl, sl->batch_first + sl->batch_n - 1, sl->picked);
             } else if (sl->state == S_EMBED) {
                 sl->emb_fed += sl->batch_n;
                 pthread_mutex_lock(&s->mu);
@@ -906,8 +948,11 @@ int srv_sched_start(srv *s, hx_error *e) {
         sc->n_embd = hx_model_n_embd(s->model);
         sc->n_slots = hx_context_n_seq_max(sc->ctx);
         sc->slots = calloc((size_t)sc->n_slots, sizeof *sc->slots);
+        sc->pick_at = calloc((size_t)sc->n_slots, sizeof *sc->pick_at);
+        sc->pick_slot = calloc((size_t)sc->n_slots, sizeof *sc->pick_slot);
+        sc->pick_tok = calloc((size_t)sc->n_slots, sizeof *sc->pick_tok);
         sc->batch = hx_batch_init(nb);
-        if (!sc->slots || sc->batch.capacity == 0) { snprintf(e->msg, sizeof e->msg, "out of memory"); return 1; }
+        if (!sc->slots || !sc->pick_at || !sc->pick_slot || !sc->pick_tok || sc->batch.capacity == 0) { snprintf(e->msg, sizeof e->msg, "out of memory"); return 1; }
         for (int i = 0; i < sc->n_slots; i++) sc->slots[i].seq = i;
         s->n_ctx_seq = hx_context_n_ctx_seq(sc->ctx);
         s->n_vocab = sc->n_vocab;
@@ -961,6 +1006,9 @@ void srv_sched_stop(srv *s) {
     if (sc) {
         hx_batch_free(&sc->batch);
         free(sc->slots);
+        free(sc->pick_at);
+        free(sc->pick_slot);
+        free(sc->pick_tok);
         free(sc->scratch);
         free(sc->pieces);
         free(sc->piece_off);

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The KB pass with entry pairs on the GPU (--allpairs-device cuda) against the
+# CPU: insights.json byte for byte, full and then incremental (+500 entries),
+# on 20,000 generated entries (lexical-384; 12 topics, every 9th entry a topic
+# of its own; some texts repeated: exact ties), and the log line names the
+# device. Skipped (77) where helix-bg has no CUDA or no GPU is usable, as in CI
+# (tests/test_kb_allpairs checks the shared window logic on the CPU there).
+set -uo pipefail
+BIN=${HX_BIN:-build/helix-bg}
+"$BIN" gpu-test --probe > /dev/null 2>&1
+rc=$?
+[ $rc = 0 ] || { echo "SKIP: no usable GPU in this build/machine"; exit 77; }
+set -e
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+gen() { # gen COUNT SEED
+  python3 - "$1" "$2" <<'PY'
+import json, random, sys
+n, seed = int(sys.argv[1]), int(sys.argv[2]); r = random.Random(seed)
+vocab = [w.strip() for w in open("examples/kb/data.log").read().replace('"', ' ').replace(',', ' ').split() if w.isalpha()]
+prev = None
+for i in range(n):
+    words = prev if prev and i % 13 == 0 else [r.choice(vocab) for _ in range(r.randint(10, 60))]
+    prev = words
+    topic = "s%d_%d" % (seed, i) if i % 9 == 4 else "t%02d" % r.randrange(12)
+    print(json.dumps({"topic": topic, "title": " ".join(words[:4]), "text": " ".join(words)}))
+PY
+}
+mkdir "$tmp/cpu" "$tmp/cuda"
+gen 20000 1 > "$tmp/cpu/data.log"
+cp "$tmp/cpu/data.log" "$tmp/cuda/data.log"
+for step in full incremental; do
+  for dev in cpu cuda; do
+    "$BIN" one-shot "$tmp/$dev" --no-think --allpairs-device $dev > "$tmp/$dev.out" 2> "$tmp/$dev.err"
+    grep -q "^all-pairs: $dev " "$tmp/$dev.err" || { echo "FAIL: $step: no 'all-pairs: $dev' line"; cat "$tmp/$dev.err"; exit 1; }
+  done
+  cmp "$tmp/cpu/insights.json" "$tmp/cuda/insights.json" || { echo "FAIL: $step: insights differ"; exit 1; }
+  grep "^all-pairs" "$tmp/cuda.err"
+  echo "$step pass: insights.json identical ($(grep -c similarity "$tmp/cpu/insights.json") findings)"
+  gen 500 2 | tee -a "$tmp/cpu/data.log" >> "$tmp/cuda/data.log"
+done
+echo ok

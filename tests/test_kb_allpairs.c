@@ -1,0 +1,302 @@
+/* test_kb_allpairs.c — the entry all-pairs stage's GPU path (allpairs_cuda.h).
+ *
+ * On every machine: the fp16 error bound (kb_f16_eps) holds for similarities
+ * formed as the tensor cores do (fp16 operands, f32 sums of 16-term blocks)
+ * against the CPU kernel's f32 similarity, on random, clustered and tiny-valued
+ * rows; and every pair the CPU keeps lies inside the candidate window
+ * (kb_cand_window / kb_cand_take) formed from the final cuts, the tightest the
+ * device ever uses, while most pairs lie outside it.
+ * With CUDA and a usable GPU: kb_entry_pairs on the GPU equals the CPU's
+ * lists bit for bit (pairs, similarities, cuts) on random and clustered rows
+ * with exact and near ties, full and incremental, with a tiny candidate
+ * buffer (overflow and redo), and dims that are no multiple of 32. */
+#include "kb/analyze.h"
+#include "kb/allpairs.h"
+#include "kb/allpairs_cuda.h"
+#include "core/core.h"
+#include "quant/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+#define CHECK(c, ...) do { if (!(c)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+static uint64_t rng = 88172645463325252ull;
+static double urand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (double)(rng >> 11) / 9007199254740992.0; }
+static double grand(void) { return sqrt(-2 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()); }
+
+static void unit(float *v, int dim) {
+    double s = 0;
+    for (int k = 0; k < dim; k++) s += (double)v[k] * v[k];
+    s = s > 0 ? 1 / sqrt(s) : 0;
+    for (int k = 0; k < dim; k++) v[k] = (float)(v[k] * s);
+}
+
+/* rows: kind 0 random; 1 clusters of near-duplicates with exact copies and
+ * one-ulp neighbours (ties and near ties); 2 tiny components (fp16 subnormals) */
+static float *make_rows(size_t n, int dim, int kind) {
+    float *v = malloc(n * (size_t)dim * sizeof *v);
+    int nc = (int)(n / 40) + 1;
+    float *ctr = malloc((size_t)nc * dim * sizeof *ctr);
+    for (size_t i = 0; i < (size_t)nc * dim; i++) ctr[i] = (float)grand();
+    for (size_t i = 0; i < n; i++) {
+        float *r = v + i * dim;
+        if (kind == 1 && i % 7 == 3 && i > 0) { memcpy(r, r - dim, (size_t)dim * sizeof *r); continue; } /* exact copy */
+        if (kind == 1 && i % 11 == 5 && i > 0) { /* the previous row, one element one ulp off */
+            memcpy(r, r - dim, (size_t)dim * sizeof *r);
+            r[i % dim] = nextafterf(r[i % dim], 2.0f);
+            continue;
+        }
+        const float *c = ctr + (size_t)(urand() * nc) * dim;
+        double spread = kind == 1 ? 0.05 + 0.3 * urand() : 1.0;
+        for (int k = 0; k < dim; k++) r[k] = (float)((kind == 1 ? c[k] : 0) + spread * grand());
+        if (kind == 2)
+            for (int k = 0; k < dim; k++) if (k % 3) r[k] *= 1e-6f;
+        unit(r, dim);
+    }
+    free(ctr);
+    return v;
+}
+
+/* rows rounded to fp16 (as the device holds them), as floats */
+static float *halves(const float *v, size_t n, int dim) {
+    float *h = malloc(n * (size_t)dim * sizeof *h);
+    for (size_t i = 0; i < n * (size_t)dim; i++) h[i] = hx_fp16_to_fp32(hx_fp32_to_fp16(v[i]));
+    return h;
+}
+
+/* the similarity as the tensor cores form it from fp16 rows (halves): exact
+ * products, each 16-term block summed and then added to an f32 accumulator */
+static float sim_f16(const float *a, const float *b, int dim) {
+    float acc = 0;
+    for (int k0 = 0; k0 < dim; k0 += 16) {
+        float blk = 0;
+        for (int k = k0; k < k0 + 16 && k < dim; k++) blk += (float)((double)a[k] * b[k]);
+        acc += blk;
+    }
+    return acc;
+}
+
+/* the CPU's f32 similarity, through the tile kernel kb_entry_pairs uses */
+static float sim_cpu(const float *a, const float *b, int dim) {
+    static float bt[512 * 64], s[64 * 64]; /* dim <= 512 */
+    for (int k = 0; k < dim; k++) { bt[(size_t)k * 64] = b[k]; for (int j = 1; j < 64; j++) bt[(size_t)k * 64 + j] = 0; }
+    if (hx_isa_current() >= HX_ISA_AVX2) kb_tile_avx2(a, 1, bt, dim, s);
+    else kb_tile_scalar(a, 1, bt, dim, s);
+    return s[0];
+}
+
+static float max_norm(const float *v, size_t n, int dim) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double s = 0;
+        for (int k = 0; k < dim; k++) s += (double)v[i * dim + k] * v[i * dim + k];
+        if (s > m) m = s;
+    }
+    return (float)(sqrt(m) * (1 + 1e-6));
+}
+
+static void test_eps(void) {
+    const int dims[] = {384, 100, 64};
+    for (int di = 0; di < 3; di++)
+        for (int kind = 0; kind < 3; kind++) {
+            int dim = dims[di];
+            size_t n = 160;
+            float *v = make_rows(n, dim, kind), *h = halves(v, n, dim);
+            float eps = kb_f16_eps(dim, max_norm(v, n, dim)), worst = 0;
+            for (size_t a = 0; a < n; a++)
+                for (size_t b = a + 1; b < n; b++) {
+                    float d = fabsf(sim_f16(h + a * dim, h + b * dim, dim) - sim_cpu(v + a * dim, v + b * dim, dim));
+                    if (d > worst) worst = d;
+                }
+            CHECK(worst <= eps, "dim %d kind %d: |fp16 - f32| similarity %g over the bound %g", dim, kind, worst, eps);
+            CHECK(eps < 2e-3f, "dim %d: the bound %g is too loose to select anything", dim, eps);
+            printf("eps: dim %3d rows %d: worst |fp16 - f32| %.2e, bound %.2e\n", dim, kind, worst, eps);
+            free(v); free(h);
+        }
+}
+
+typedef struct set {
+    size_t n;
+    int dim;
+    float *v;
+    uint64_t *off;
+    int *topic, *count, n_topics;
+} set;
+
+/* topics: groups of 25 rows, every 9th row alone in its own topic */
+static set make_set(size_t n, int dim, int kind) {
+    set s = {n, dim, make_rows(n, dim, kind), malloc(n * 8), malloc(n * sizeof(int)), NULL, 0};
+    int *single = malloc(n * sizeof(int)), n_group = (int)(n / 25) + 1;
+    int ns = 0;
+    for (size_t i = 0; i < n; i++) single[i] = i % 9 == 4 ? ns++ : -1;
+    s.n_topics = n_group + ns;
+    s.count = calloc((size_t)s.n_topics, sizeof(int));
+    for (size_t i = 0; i < n; i++) {
+        s.off[i] = 1000 + 97 * (uint64_t)i;
+        s.topic[i] = single[i] >= 0 ? n_group + single[i] : (int)((i * 7) % (size_t)n_group);
+        s.count[s.topic[i]]++;
+    }
+    free(single);
+    return s;
+}
+
+static void set_free(set *s) { free(s->v); free(s->off); free(s->topic); free(s->count); }
+
+static kb_rows rows_of(const set *s) {
+    return (kb_rows){s->n, s->dim, s->off, s->topic, s->v, s->n_topics, s->count};
+}
+
+static size_t row_of_off(uint64_t off) { return (size_t)((off - 1000) / 97); }
+
+/* every kept pair inside the window of the final cuts; most pairs outside */
+static void test_window(void) {
+    hx_pool *pool = hx_pool_create(2);
+    for (int kind = 0; kind < 2; kind++) {
+        set s = make_set(1500, 384, kind);
+        kb_rows r = rows_of(&s);
+        float *h = halves(s.v, s.n, 384);
+        kb_opts o = {.dup_threshold = kind ? 0.92f : 0.15f, .link_low = kind ? 0.75f : 0.1f,
+                     .link_high = kind ? 0.92f : 0.15f, .topic_threshold = kind ? 0.6f : 0.1f, .max_dups = 5,
+                     .max_links = 7, .max_overlaps = 4, .allpairs_device = HX_DEVICE_CPU};
+        kb_klist l[KB_KINDS];
+        hx_error e = {0};
+        CHECK(kb_entry_pairs(pool, &r, 0, &o, &l[0], &l[1], &l[2], &e) == HX_OK, "%s", e.msg);
+        float cut[KB_KINDS], eps = kb_f16_eps(384, max_norm(s.v, s.n, 384));
+        for (int k = 0; k < KB_KINDS; k++) {
+            cut[k] = l[k].has_cut ? l[k].cut.sim : -INFINITY;
+            CHECK(l[k].n > 0 && l[k].has_cut, "rows %d kind %d: the list should fill (%d pairs)", kind, k, l[k].n);
+        }
+        kb_cand_win w = kb_cand_window(&o, cut, eps);
+        for (int k = 0; k < KB_KINDS; k++)
+            for (int q = 0; q < l[k].n; q++) {
+                size_t a, b;
+                if (k == KB_KIND_OVER) { /* topic ids of single-entry topics: find their rows */
+                    a = b = SIZE_MAX;
+                    for (size_t i = 0; i < s.n; i++) {
+                        if ((uint64_t)s.topic[i] == l[k].p[q].a) a = i;
+                        if ((uint64_t)s.topic[i] == l[k].p[q].b) b = i;
+                    }
+                } else {
+                    a = row_of_off(l[k].p[q].a);
+                    b = row_of_off(l[k].p[q].b);
+                }
+                float f = sim_f16(h + a * 384, h + b * 384, 384);
+                CHECK(kb_cand_take(&w, f, s.topic[a] != s.topic[b], s.count[s.topic[a]] == 1 && s.count[s.topic[b]] == 1),
+                      "rows %d kind %d: kept pair %zu-%zu (fp16 %.6f, f32 %.6f) outside the window", kind, k, a, b, f,
+                      l[k].p[q].sim);
+            }
+        size_t inside = 0, all = 0;
+        for (size_t a = 0; a < s.n; a += 7)
+            for (size_t b = a + 1; b < s.n; b++, all++)
+                inside += kb_cand_take(&w, sim_f16(h + a * 384, h + b * 384, 384), s.topic[a] != s.topic[b],
+                                       s.count[s.topic[a]] == 1 && s.count[s.topic[b]] == 1);
+        CHECK(inside * 20 < all, "rows %d: %zu of %zu pairs inside the final window: it selects nothing", kind, inside, all);
+        printf("window: rows %d: %zu of %zu sampled pairs inside the final window, every kept pair inside\n", kind,
+               inside, all);
+        for (int k = 0; k < KB_KINDS; k++) kb_klist_free(&l[k]);
+        free(h);
+        set_free(&s);
+    }
+    hx_pool_free(pool);
+}
+
+#ifdef HX_HAVE_CUDA
+static bool same_list(const kb_klist *x, const kb_klist *y, const char *what) {
+    bool ok = x->n == y->n && x->has_cut == y->has_cut;
+    for (int i = 0; ok && i < x->n; i++)
+        ok = x->p[i].a == y->p[i].a && x->p[i].b == y->p[i].b && !memcmp(&x->p[i].sim, &y->p[i].sim, sizeof(float));
+    if (ok && x->has_cut) ok = x->cut.a == y->cut.a && x->cut.b == y->cut.b && x->cut.sim == y->cut.sim;
+    if (!ok) {
+        printf("  %s: cpu %d pairs (cut %d), cuda %d pairs (cut %d)\n", what, x->n, x->has_cut, y->n, y->has_cut);
+        for (int i = 0; i < x->n || i < y->n; i++) {
+            if (i < x->n && i < y->n && x->p[i].a == y->p[i].a && x->p[i].b == y->p[i].b && x->p[i].sim == y->p[i].sim)
+                continue;
+            printf("    #%d cpu %llu-%llu %.9g  cuda %llu-%llu %.9g\n", i, i < x->n ? (unsigned long long)x->p[i].a : 0,
+                   i < x->n ? (unsigned long long)x->p[i].b : 0, i < x->n ? x->p[i].sim : 0,
+                   i < y->n ? (unsigned long long)y->p[i].a : 0, i < y->n ? (unsigned long long)y->p[i].b : 0,
+                   i < y->n ? y->p[i].sim : 0);
+            break;
+        }
+    }
+    return ok;
+}
+
+#endif
+
+/* returns 77 when no GPU path runs here */
+static int test_gpu(void) {
+#ifndef HX_HAVE_CUDA
+    printf("SKIP gpu: this build has no CUDA\n");
+    return 77;
+#else
+    hx_pool *pool = hx_pool_create(0);
+    struct { size_t n; int dim, kind; size_t row0; float dup, lo, hi, top; int kd, kl, ko; const char *cap, *what; } cs[] = {
+        {6000, 384, 0, 0, 0.2f, 0.12f, 0.2f, 0.15f, 20, 50, 100, NULL, "random, low thresholds"},
+        {6000, 384, 1, 0, 0.92f, 0.75f, 0.92f, 0.6f, 20, 50, 100, NULL, "clusters, ties"},
+        {6000, 384, 1, 0, 0.92f, 0.75f, 0.92f, 0.6f, 2000, 3000, 500, NULL, "clusters, deep lists"},
+        {6000, 384, 1, 5700, 0.92f, 0.75f, 0.92f, 0.6f, 20, 50, 100, NULL, "clusters, incremental"},
+        {5000, 100, 1, 0, 0.9f, 0.5f, 0.9f, 0.55f, 3, 0, 7, NULL, "dim 100, no links"},
+        {4000, 384, 0, 0, -1.0f, -1.0f, 1.0f, -1.0f, 40, 40, 40, "20000", "every pair a candidate, tiny buffer"},
+        {4000, 384, 1, 3000, 0.92f, 0.75f, 0.92f, 0.6f, 40, 40, 40, "16384", "incremental, tiny buffer"},
+        {3000, 384, 2, 0, 0.3f, 0.1f, 0.3f, 0.2f, 20, 50, 100, NULL, "tiny components"},
+    };
+    int ran = 0;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        set s = make_set(cs[c].n, cs[c].dim, cs[c].kind);
+        kb_rows r = rows_of(&s);
+        kb_opts o = {.dup_threshold = cs[c].dup, .link_low = cs[c].lo, .link_high = cs[c].hi,
+                     .topic_threshold = cs[c].top, .max_dups = cs[c].kd, .max_links = cs[c].kl,
+                     .max_overlaps = cs[c].ko, .allpairs_device = HX_DEVICE_CPU};
+        kb_klist x[3], y[3];
+        hx_error e = {0};
+        double t0 = hx_now_s();
+        CHECK(kb_entry_pairs(pool, &r, cs[c].row0, &o, &x[0], &x[1], &x[2], &e) == HX_OK, "cpu: %s", e.msg);
+        double t1 = hx_now_s();
+        o.allpairs_device = HX_DEVICE_CUDA;
+        o.allpairs_log = true;
+        if (cs[c].cap) setenv("HX_KB_ALLPAIRS_CAP", cs[c].cap, 1);
+        hx_status st = kb_entry_pairs(pool, &r, cs[c].row0, &o, &y[0], &y[1], &y[2], &e);
+        unsetenv("HX_KB_ALLPAIRS_CAP");
+        if (st != HX_OK && c == 0 && (st == HX_ERR_DEVICE || st == HX_ERR_UNSUPPORTED)) {
+            printf("SKIP gpu: %s\n", e.msg);
+            for (int k = 0; k < 3; k++) kb_klist_free(&x[k]);
+            set_free(&s);
+            hx_pool_free(pool);
+            return 77;
+        }
+        CHECK(st == HX_OK, "cuda: %s", e.msg);
+        if (st == HX_OK) {
+            /* all three compared (and printed when different), not cut short */
+            int ok = (int)same_list(&x[0], &y[0], "near-duplicates") + (int)same_list(&x[1], &y[1], "cross-links") +
+                     (int)same_list(&x[2], &y[2], "single-topic overlaps") == 3;
+            CHECK(ok, "case %zu (%s): the GPU lists differ from the CPU's", c, cs[c].what);
+            printf("gpu: %-38s %zu rows x %d: %d/%d/%d pairs, %s (cpu %.2f s, cuda %.2f s)\n", cs[c].what, s.n,
+                   s.dim, x[0].n, x[1].n, x[2].n, ok ? "identical" : "DIFFERENT", t1 - t0, hx_now_s() - t1);
+            for (int k = 0; k < 3; k++) kb_klist_free(&y[k]);
+            ran++;
+        }
+        for (int k = 0; k < 3; k++) kb_klist_free(&x[k]);
+        set_free(&s);
+    }
+    hx_pool_free(pool);
+    return ran ? 0 : 1;
+#endif
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--gpu-only")) {
+        int rc = test_gpu();
+        return failures ? 1 : rc;
+    }
+    test_eps();
+    test_window();
+    int rc = test_gpu();
+    if (failures) { printf("%d failures\n", failures); return 1; }
+    printf("ok\n");
+    (void)rc;
+    return 0;
+}
