@@ -13,6 +13,7 @@
  * is a bounded random test instead: mutated requests and grammar walks from a
  * fixed seed. */
 #include "../tools/helix-bg/serve/jsongram.c"
+#include "../tools/helix-bg/serve/kb.c"
 #include "../tools/helix-bg/serve/oai.c"
 #include "../tools/helix-bg/serve/util.c"
 

@@ -275,6 +275,13 @@ typedef struct kb_index {
  * embedder fails with HX_ERR_ARG and a message naming both fingerprints.
  * max_embed_new < 0: embed every entry the cache lacks. */
 hx_status kb_index_open(const char *dir, kb_embedder *em, long max_embed_new, kb_index *ix, hx_error *e);
+/* kb_index_open for a process that keeps an index open (helix-bg serve) and
+ * reopens it when data.log or the cache change: a live entry the cache lacks
+ * takes prev's vector when prev holds one for the same id and text, so only
+ * entries new since prev count against max_embed_new. prev may be NULL; it is
+ * only read (free it after). */
+hx_status kb_index_reopen(const char *dir, kb_embedder *em, long max_embed_new, const kb_index *prev, kb_index *ix,
+                          hx_error *e);
 void kb_index_free(kb_index *ix);
 
 typedef struct kb_search_opts {
@@ -299,6 +306,13 @@ hx_status kb_search(const kb_index *ix, kb_embedder *em, const char *query, cons
 /* The query's words (lowercased, stop words dropped) for highlighting:
  * *n words of at most 63 bytes each into words[cap][64]. */
 int kb_query_words(const char *query, char (*words)[64], int cap);
+
+/* About width bytes of text around the first of the query's words (from
+ * kb_query_words), cut at word boundaries (never inside a UTF-8 character),
+ * newlines and tabs as spaces, "..." where cut; each query word wrapped in
+ * hl_on / hl_off when both are given (NULL: plain). Caller frees; NULL when
+ * out of memory. */
+char *kb_snippet(const char *text, char (*words)[64], int nw, size_t width, const char *hl_on, const char *hl_off);
 
 /* ======================================================================== */
 /* from ask.h */

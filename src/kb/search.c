@@ -81,8 +81,29 @@ void kb_index_free(kb_index *ix) {
     memset(ix, 0, sizeof *ix);
 }
 
+/* prev's row of the live entry en (same id and text), or -1: prev->idx is
+ * increasing, so a binary search over it finds the log index kb_log_find gives. */
+static long prev_row(const kb_index *prev, const kb_entry *en) {
+    if (!prev || !prev->n) return -1;
+    const kb_entry *pe = kb_log_find(&prev->log, en->offset);
+    if (!pe || pe->deleted || pe->hash != en->hash) return -1;
+    size_t li = (size_t)(pe - prev->log.e), lo = 0, hi = prev->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (prev->idx[mid] < li) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < prev->n && prev->idx[lo] == li && prev->has_vec[lo] ? (long)lo : -1;
+}
+
 hx_status kb_index_open(const char *dir, kb_embedder *em, long max_embed_new, kb_index *ix, hx_error *e) {
+    return kb_index_reopen(dir, em, max_embed_new, NULL, ix, e);
+}
+
+hx_status kb_index_reopen(const char *dir, kb_embedder *em, long max_embed_new, const kb_index *prev, kb_index *ix,
+                          hx_error *e) {
     memset(ix, 0, sizeof *ix);
+    if (prev && prev->dim != em->dim) prev = NULL;
     char logp[4096], cachep[4096], fp[300];
     snprintf(logp, sizeof logp, "%s/data.log", dir);
     snprintf(cachep, sizeof cachep, "%s/embeddings.bin", dir);
@@ -92,6 +113,7 @@ hx_status kb_index_open(const char *dir, kb_embedder *em, long max_embed_new, kb
                       "%s was made by the embedder '%s', not '%s': its vectors do not compare with this query's "
                       "(search with the KB's embedder, --embed-model for a BERT model, or run a pass with this one)",
                       cachep, fp, em->fingerprint);
+    if (prev) ix->log.quiet_below = prev->log.read_to;   /* malformed lines prev reported: counted, not printed again */
     hx_status st = kb_log_read(&ix->log, logp, e);
     if (st) { kb_index_free(ix); return st; }
     size_t live = kb_log_live(&ix->log);
@@ -117,7 +139,14 @@ hx_status kb_index_open(const char *dir, kb_embedder *em, long max_embed_new, kb
             memcpy(ix->vec + i * (size_t)ix->dim, c.vec + j * (size_t)c.dim, sizeof(float) * (size_t)ix->dim);
             ix->has_vec[i] = true;
         } else {
-            todo[n_todo++] = i;
+            long pr = prev_row(prev, en);   /* embedded by an earlier open: keep that vector */
+            if (pr >= 0) {
+                memcpy(ix->vec + i * (size_t)ix->dim, prev->vec + (size_t)pr * (size_t)prev->dim,
+                       sizeof(float) * (size_t)ix->dim);
+                ix->has_vec[i] = true;
+            } else {
+                todo[n_todo++] = i;
+            }
         }
     }
     kb_cache_free(&c);
@@ -335,4 +364,47 @@ int kb_query_words(const char *query, char (*words)[64], int cap) {
     qw a = {words, 0, cap};
     for_words(query, add_qword, &a);
     return a.n;
+}
+
+char *kb_snippet(const char *text, char (*words)[64], int nw, size_t width, const char *hl_on, const char *hl_off) {
+    bool hl = hl_on && hl_off;
+    size_t n = strlen(text), at = n, on_l = hl ? strlen(hl_on) : 0, off_l = hl ? strlen(hl_off) : 0;
+    for (int w = 0; w < nw; w++) {
+        size_t wl = strlen(words[w]);
+        for (size_t i = 0; i + wl <= n && i < at; i++)
+            if (!strncasecmp(text + i, words[w], wl) && (i == 0 || !isalnum((unsigned char)text[i - 1]))) { at = i; break; }
+    }
+    size_t s = at == n || at < width / 3 ? 0 : at - width / 3;
+    while (s > 0 && s < n && (text[s] != ' ' || ((unsigned char)text[s] & 0xC0) == 0x80)) s++;
+    size_t end = s + width < n ? s + width : n;
+    while (end < n && end > s && ((unsigned char)text[end] & 0xC0) == 0x80) end--;
+    while (end < n && end > s + width / 2 && text[end] != ' ') end--;
+    /* worst case: every byte a one-letter highlighted word */
+    size_t cap = (end - s) * (1 + on_l + off_l) + 16;
+    char *out = malloc(cap), *o = out;
+    if (!out) return NULL;
+    if (s > 0) { memcpy(o, "...", 3); o += 3; }
+    for (size_t i = s; i < end;) {
+        int match = -1;
+        if (hl && (i == s || !isalnum((unsigned char)text[i - 1])))
+            for (int w = 0; w < nw && match < 0; w++) {
+                size_t wl = strlen(words[w]);
+                if (i + wl <= end && !strncasecmp(text + i, words[w], wl) &&
+                    (i + wl == n || !isalnum((unsigned char)text[i + wl])))
+                    match = w;
+            }
+        if (match >= 0) {
+            size_t wl = strlen(words[match]);
+            memcpy(o, hl_on, on_l); o += on_l;
+            memcpy(o, text + i, wl); o += wl;
+            memcpy(o, hl_off, off_l); o += off_l;
+            i += wl;
+            continue;
+        }
+        *o++ = text[i] == '\n' || text[i] == '\r' || text[i] == '\t' ? ' ' : text[i];
+        i++;
+    }
+    if (end < n) { memcpy(o, "...", 3); o += 3; }
+    *o = 0;
+    return out;
 }

@@ -21,51 +21,6 @@
 #include "cli.h"
 #include "helix_kb.h"
 
-/* A snippet of about `width` bytes of text around the first query word, cut at
- * word boundaries (never inside a UTF-8 character), newlines as spaces; query
- * words wrapped in bold when hl. Caller frees. */
-static char *snippet(const char *text, char (*words)[64], int nw, size_t width, bool hl) {
-    size_t n = strlen(text), at = n;
-    for (int w = 0; w < nw; w++) {
-        size_t wl = strlen(words[w]);
-        for (size_t i = 0; i + wl <= n && i < at; i++)
-            if (!strncasecmp(text + i, words[w], wl) && (i == 0 || !isalnum((unsigned char)text[i - 1]))) { at = i; break; }
-    }
-    size_t s = at == n || at < width / 3 ? 0 : at - width / 3;
-    while (s > 0 && s < n && (text[s] != ' ' || ((unsigned char)text[s] & 0xC0) == 0x80)) s++;
-    size_t end = s + width < n ? s + width : n;
-    while (end < n && end > s && ((unsigned char)text[end] & 0xC0) == 0x80) end--;
-    while (end < n && end > s + width / 2 && text[end] != ' ') end--;
-    size_t cap = (end - s) * 2 + 64 + (size_t)nw * 16;
-    char *out = malloc(cap), *o = out;
-    if (!out) return NULL;
-    if (s > 0) o += sprintf(o, "...");
-    for (size_t i = s; i < end;) {
-        int match = -1;
-        if (hl && (i == s || !isalnum((unsigned char)text[i - 1])))
-            for (int w = 0; w < nw && match < 0; w++) {
-                size_t wl = strlen(words[w]);
-                if (i + wl <= end && !strncasecmp(text + i, words[w], wl) &&
-                    (i + wl == n || !isalnum((unsigned char)text[i + wl])))
-                    match = w;
-            }
-        if (match >= 0) {
-            size_t wl = strlen(words[match]);
-            o += sprintf(o, "\033[1m");
-            memcpy(o, text + i, wl);
-            o += wl;
-            o += sprintf(o, "\033[0m");
-            i += wl;
-            continue;
-        }
-        *o++ = text[i] == '\n' || text[i] == '\r' || text[i] == '\t' ? ' ' : text[i];
-        i++;
-    }
-    if (end < n) o += sprintf(o, "...");
-    *o = 0;
-    return out;
-}
-
 int cmd_search(int argc, char **argv) {
     const char *dir = NULL, *query = NULL, *topic = NULL, *model = NULL;
     int k = 10, max_embed = 10000, threads = 0;
@@ -135,7 +90,7 @@ int cmd_search(int argc, char **argv) {
             if (hits[r].cosine > -1.5f) cJSON_AddNumberToObject(h, "cosine", hits[r].cosine);
             else cJSON_AddNullToObject(h, "cosine");
             cJSON_AddNumberToObject(h, "bm25", hits[r].bm25);
-            char *sn = snippet(en->text ? en->text : "", words, nw, 200, false);
+            char *sn = kb_snippet(en->text ? en->text : "", words, nw, 200, NULL, NULL);
             cJSON_AddStringToObject(h, "snippet", sn ? sn : "");
             free(sn);
             cJSON_AddItemToArray(arr, h);
@@ -155,7 +110,7 @@ int cmd_search(int argc, char **argv) {
             const kb_entry *en = &ix.log.e[hits[r].entry];
             printf("%2d. %s%s%s  [%s]  @%llu\n", r + 1, hl ? "\033[1m" : "", en->title && *en->title ? en->title : "(untitled)",
                    hl ? "\033[0m" : "", en->topic ? en->topic : "", (unsigned long long)en->offset);
-            char *sn = snippet(en->text ? en->text : "", words, nw, 200, hl);
+            char *sn = kb_snippet(en->text ? en->text : "", words, nw, 200, hl ? "\033[1m" : NULL, hl ? "\033[0m" : NULL);
             if (hits[r].cosine > -1.5f) printf("    score %.4f  cosine %.3f  bm25 %.2f\n", hits[r].score, hits[r].cosine, hits[r].bm25);
             else printf("    score %.4f  (not embedded yet)  bm25 %.2f\n", hits[r].score, hits[r].bm25);
             printf("    %s\n", sn ? sn : "");

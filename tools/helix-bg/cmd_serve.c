@@ -24,6 +24,8 @@ static void usage(FILE *f) {
         "  An OpenAI-compatible HTTP server with continuous batching:\n"
         "  POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize;\n"
         "  GET /v1/models, /health (503 while loading), /metrics (Prometheus text).\n"
+        "  With --kb: POST /v1/kb/search {\"query\", \"k\", \"topic\"}, and chat completions that carry\n"
+        "  \"kb\": {\"k\": 8, \"topic\": T} answer from the knowledge base's entries and list the ones they cite.\n"
         "\n"
         "  -m, --model FILE         chat model (.gguf or Hugging Face folder)\n"
         "      --alias NAME         the model id clients use (default: the file name)\n"
@@ -31,6 +33,12 @@ static void usage(FILE *f) {
         "                           hidden states)\n"
         "      --embed-alias NAME   its id (default: the file name)\n"
         "      --no-embeddings      no embeddings from the chat model\n"
+        "      --kb DIR             a knowledge base (a directory holding data.log) to search and answer from\n"
+        "      --kb-embed-model M   the embedder it was embedded with: a BERT model, or 'lexical' for the\n"
+        "                           built-in lexical-384 (default: the -e model when given, else lexical);\n"
+        "                           one that differs from its cache's embedder is refused\n"
+        "      --kb-max-embed N     entries its cache lacks embedded on the fly per (re)open (default 10000;\n"
+        "                           -1: all); the rest are found by BM25 only and reported as unindexed\n"
         "      --host ADDR          listen address (default 127.0.0.1; IPv6 addresses work too)\n"
         "      --port N             port (default 8080; 0: any free port, printed on stderr)\n"
         "      --api-key KEY        require 'Authorization: Bearer KEY' (repeatable); /health stays open\n"
@@ -201,6 +209,7 @@ int cmd_serve(int argc, char **argv) {
         .host = "127.0.0.1", .port = 8080, .n_parallel = 4, .n_batch = 512, .prefill_chunk = 256, .step_target_s = 0.15,
         .device = HX_DEVICE_AUTO, .max_body = 8u << 20, .max_queue = 256, .timeout_s = 600,
         .idle_timeout_s = 30, .max_connections = 16384, .shutdown_s = 10, .decoder_embeddings = true,
+        .kb_max_embed = 10000,
     };
     int rc = 2;
     for (int i = 1; i < argc; i++) {
@@ -213,6 +222,9 @@ int cmd_serve(int argc, char **argv) {
         else if ((!strcmp(a, "-e") || !strcmp(a, "--embed-model")) && more) c.embed_path = argv[++i];
         else if (!strcmp(a, "--embed-alias") && more) c.embed_alias = argv[++i];
         else if (!strcmp(a, "--no-embeddings")) c.decoder_embeddings = false;
+        else if (!strcmp(a, "--kb") && more) c.kb_dir = argv[++i];
+        else if (!strcmp(a, "--kb-embed-model") && more) c.kb_embed_path = argv[++i];
+        else if (!strcmp(a, "--kb-max-embed") && more) { if (!parse_int(a, argv[++i], -1, 1 << 30, &v)) goto out_cfg; c.kb_max_embed = v; }
         else if (!strcmp(a, "--host") && more) c.host = argv[++i];
         else if (!strcmp(a, "--port") && more) { if (!parse_int(a, argv[++i], 0, 65535, &v)) goto out_cfg; c.port = (int)v; }
         else if (!strcmp(a, "--api-key") && more) {
@@ -251,15 +263,33 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) c.verbose++;
         else { fprintf(stderr, "helix-bg serve: bad or incomplete option '%s'\n", a); usage(stderr); goto out_cfg; }
     }
-    if (!c.model_path && !c.embed_path) { fprintf(stderr, "helix-bg serve: -m MODEL (or -e EMBED_MODEL) is required\n"); usage(stderr); goto out_cfg; }
+    if (!c.model_path && !c.embed_path && !c.kb_dir) {
+        fprintf(stderr, "helix-bg serve: -m MODEL (or -e EMBED_MODEL, or --kb KB-DIR) is required\n");
+        usage(stderr);
+        goto out_cfg;
+    }
+    if (c.kb_embed_path && !c.kb_dir) { fprintf(stderr, "helix-bg serve: --kb-embed-model needs --kb KB-DIR\n"); goto out_cfg; }
+    /* the KB's embedder: --kb-embed-model, else the -e model, else lexical-384 (NULL) */
+    if (c.kb_dir && !c.kb_embed_path) c.kb_embed_path = c.embed_path;
+    if (c.kb_embed_path && !strcmp(c.kb_embed_path, "lexical")) c.kb_embed_path = NULL;
     /* a missing file is reported before listening (loading reports everything else) */
-    const char *paths[2] = {c.model_path, c.embed_path};
-    for (int i = 0; i < 2; i++)
+    const char *paths[3] = {c.model_path, c.embed_path, c.kb_embed_path};
+    static const char *const flags[3] = {"-m", "-e", "--kb-embed-model"};
+    for (int i = 0; i < 3; i++)
         if (paths[i] && access(paths[i], R_OK)) {
-            fprintf(stderr, "helix-bg serve: %s %s: %s\n", i ? "-e" : "-m", paths[i], strerror(errno));
+            fprintf(stderr, "helix-bg serve: %s %s: %s\n", flags[i], paths[i], strerror(errno));
             rc = 1;
             goto out_cfg;
         }
+    if (c.kb_dir) {
+        char logp[4200];
+        snprintf(logp, sizeof logp, "%s/data.log", c.kb_dir);
+        if (access(logp, R_OK)) {
+            fprintf(stderr, "helix-bg serve: --kb %s: no readable data.log there (%s)\n", c.kb_dir, strerror(errno));
+            rc = 1;
+            goto out_cfg;
+        }
+    }
     if (c.no_queue) c.max_queue = c.n_parallel;
     if (c.max_queue < 1) c.max_queue = 1;
     if (c.verbose >= 2) hx_set_log_level(2);
@@ -303,8 +333,14 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "serve: listening on http://%s%s%s:%d\n", strchr(c.host, ':') ? "[" : "", c.host,
             strchr(c.host, ':') ? "]" : "", s->port);
 
-    /* load */
+    /* load: the knowledge base first, so an embedder that does not match its cache fails at once */
     double t0 = util_now();
+    if (c.kb_dir) {
+        if (srv_kb_open(s, &e)) { fprintf(stderr, "helix-bg serve: %s\n", e.msg); goto out; }
+        char d[300];
+        srv_kb_describe(s, d, sizeof d);
+        fprintf(stderr, "serve: knowledge base %s: %s (opened in %.1fs)\n", c.kb_dir, d, util_now() - t0);
+    }
     if (c.model_path) {
         hx_model_params mp = hx_model_default_params();
         mp.device = c.device;
@@ -354,6 +390,7 @@ int cmd_serve(int argc, char **argv) {
                 hx_chat_template_name(s->model), hx_model_device(s->model) == HX_DEVICE_CUDA ? "cuda" : "cpu");
     if (s->emb) fprintf(stderr, "serve: embedding model '%s' ready (dim %d, %s)\n", s->emb_id, hx_embedder_dim(s->emb),
                         hx_embedder_device(s->emb));
+    if (!s->model && !s->emb) fprintf(stderr, "serve: ready (the knowledge base only: /v1/kb/search)\n");
 
     /* serve until a signal */
     pthread_mutex_lock(&s->mu);
@@ -381,6 +418,7 @@ out:
     }
     srv_http_stop(s);
     hx_embedder_free(s->emb);
+    srv_kb_free(s);
     hx_model_free(s->emb_model);
     for (int k = 0; s->adapters && k < c.n_lora; k++) hx_adapter_free(s->adapters[k]);
     free(s->adapters);

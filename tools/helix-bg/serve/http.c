@@ -120,7 +120,8 @@ static bool authorized(srv *s, struct MHD_Connection *c) {
     return ok;
 }
 
-typedef enum { R_NONE, R_HEALTH, R_MODELS, R_MODEL_ONE, R_METRICS, R_CHAT, R_COMPLETION, R_EMBED, R_TOKENIZE, R_DETOKENIZE } route_id;
+typedef enum { R_NONE, R_HEALTH, R_MODELS, R_MODEL_ONE, R_METRICS, R_CHAT, R_COMPLETION, R_EMBED, R_TOKENIZE, R_DETOKENIZE,
+               R_KB_SEARCH } route_id;
 
 static route_id route_of(const char *url, const char **method_ok) {
     static const struct { const char *path; route_id id; const char *method; } routes[] = {
@@ -131,6 +132,7 @@ static route_id route_of(const char *url, const char **method_ok) {
         {"/v1/completions", R_COMPLETION, "POST"}, {"/completions", R_COMPLETION, "POST"},
         {"/v1/embeddings", R_EMBED, "POST"},    {"/embeddings", R_EMBED, "POST"},
         {"/tokenize", R_TOKENIZE, "POST"},      {"/detokenize", R_DETOKENIZE, "POST"},
+        {"/v1/kb/search", R_KB_SEARCH, "POST"},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path)) { *method_ok = routes[i].method; return routes[i].id; }
@@ -265,6 +267,16 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, conn *k, const
         int st = 500;
         const char *body = k->body.p ? k->body.p : "";
         char *b = id == R_TOKENIZE ? oai_tokenize(s, body, k->body.len, &st) : oai_detokenize(s, body, k->body.len, &st);
+        return reply_json(s, c, k, st, b);
+    }
+    case R_KB_SEARCH: {
+        /* answered here, on the HTTP thread: a search takes milliseconds (kb.c) */
+        if (!s->kb)
+            return reply_error(s, c, k, 400, "kb_not_enabled",
+                               "this server has no knowledge base: start it with --kb KB-DIR for /v1/kb/search");
+        int st = 500;
+        const char *body = k->body.p ? k->body.p : "";
+        char *b = oai_kb_search(s, body, k->body.len, &st);
         return reply_json(s, c, k, st, b);
     }
     case R_CHAT:

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "helix_kb.h"
+
 /* ------------------------------------------------------------------------ */
 /* errors                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -402,14 +404,160 @@ static int message_text(const cJSON *c, int idx, sbuf *out, oai_err *err) {
     return 0;
 }
 
+/* The chat template over msgs into *prompt (*own: free() it, else hx_free). */
+static int apply_template(srv *s, const hx_chat_message *msgs, int n, char **prompt, bool *own, oai_err *err) {
+    hx_error e = {0};
+    *own = false;
+    hx_status cs = hx_chat_apply(s->model, msgs, n, true, prompt, &e);
+    if (cs == HX_ERR_UNSUPPORTED) {
+        /* no template the library knows: ChatML, as llama-server falls back to */
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "serve: %s; using ChatML\n", e.msg);
+        sbuf b = {0};
+        for (int k = 0; k < n; k++) sbuf_printf(&b, "<|im_start|>%s\n%s<|im_end|>\n", msgs[k].role, msgs[k].content);
+        sbuf_adds(&b, "<|im_start|>assistant\n");
+        if (b.oom) { sbuf_free(&b); return fail(err, 500, "out_of_memory", "out of memory"); }
+        *prompt = sbuf_take(&b);
+        *own = true;
+    } else if (cs != HX_OK) {
+        return fail(err, 400, "invalid_value", "chat template: %s", e.msg);
+    }
+    return 0;
+}
+
+static void free_prompt(char *p, bool own) {
+    if (own) free(p);
+    else hx_free(p);
+}
+
+/* "kb": {"k": 8, "topic": "ops"}: the options, checked (k in 1..100). */
+static int parse_kb_opts(const cJSON *kbf, int *k, const char **topic, oai_err *err) {
+    if (!cJSON_IsObject(kbf))
+        return fail(err, 400, "invalid_type", "'kb' must be an object like {\"k\": 8, \"topic\": \"ops\"}");
+    long long kk = 8;
+    int st = get_int(kbf, "k", 1, 100, &kk, err);
+    if (st) {
+        char m[sizeof err->msg];
+        snprintf(m, sizeof m, "kb: %s", err->msg);
+        snprintf(err->msg, sizeof err->msg, "%s", m);
+        return st;
+    }
+    *k = (int)kk;
+    *topic = NULL;
+    cJSON *t = field(kbf, "topic");
+    if (t && (!cJSON_IsString(t) || !t->valuestring[0]))
+        return fail(err, 400, "invalid_type", "'kb.topic' must be a non-empty string (or absent: every topic)");
+    if (t) *topic = t->valuestring;
+    return 0;
+}
+
+/* The messages of a "kb" request: the KB's system message first (before the
+ * client's own, which is kept), the last user message (index u) replaced by
+ * user_text. out has room for n + 1; returns the count. sys_buf receives a
+ * merged system text to free. */
+static int kb_messages(const hx_chat_message *msgs, int n, int u, const char *user_text, hx_chat_message *out,
+                       char **sys_buf) {
+    *sys_buf = NULL;
+    int m = 0;
+    if (n > 0 && !strcmp(msgs[0].role, "system")) {
+        size_t cap = strlen(kb_ask_system()) + strlen(msgs[0].content) + 3;
+        *sys_buf = malloc(cap);
+        if (!*sys_buf) return -1;
+        snprintf(*sys_buf, cap, "%s\n\n%s", kb_ask_system(), msgs[0].content);
+        out[m++] = (hx_chat_message){"system", *sys_buf};
+        msgs++, n--, u--;
+    } else {
+        out[m++] = (hx_chat_message){"system", kb_ask_system()};
+    }
+    for (int i = 0; i < n; i++) out[m++] = (hx_chat_message){msgs[i].role, i == u ? user_text : msgs[i].content};
+    return m;
+}
+
+/* Tokens the model reads for text (no BOS); -1 when tokenizing fails. */
+static int count_tokens(const hx_model *m, const char *text) {
+    int n = 0;
+    hx_status st = hx_tokenize(m, text, -1, false, false, NULL, 0, &n, NULL);
+    return st == HX_OK || st == HX_ERR_RANGE ? n : -1;
+}
+
+/* Grounds a chat in the knowledge base: retrieval with the last user message
+ * as the query, the entries in a budget of what the context leaves after the
+ * rest of the prompt and the answer (max_tokens when given, else up to 512),
+ * then the message list the template reads (*out, *n_out; *own_a and
+ * *own_b to free). */
+static int kb_ground_chat(srv *s, const cJSON *root, const cJSON *kbf, const hx_chat_message *msgs, int n,
+                          srv_req *r, hx_chat_message **out, int *n_out, char **own_a, char **own_b, oai_err *err) {
+    int k = 8;
+    const char *topic = NULL;
+    int st = parse_kb_opts(kbf, &k, &topic, err);
+    if (st || !s) return st;
+    if (!s->kb)
+        return fail(err, 400, "kb_not_enabled",
+                    "'kb' asks for answers from a knowledge base, and this server has none: start it with --kb KB-DIR");
+    int u = -1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(msgs[i].role, "user")) u = i;
+    if (u < 0 || !msgs[u].content[0])
+        return fail(err, 400, "invalid_value", "'kb' needs a non-empty user message: the last one is the question");
+    const char *question = msgs[u].content;
+    hx_chat_message *cm = calloc((size_t)n + 1, sizeof *cm);
+    if (!cm) return fail(err, 500, "out_of_memory", "out of memory");
+    /* the prompt without entries: what the entries may not take */
+    kb_ask_ctx none = {0};
+    char *bare = kb_ask_message(&none, question), *sys = NULL, *prompt = NULL;
+    bool own = false;
+    int cn = bare ? kb_messages(msgs, n, u, bare, cm, &sys) : -1;
+    if (cn < 0) { st = fail(err, 500, "out_of_memory", "out of memory"); goto fail; }
+    if ((st = apply_template(s, cm, cn, &prompt, &own, err))) goto fail;
+    int base = count_tokens(s->model, prompt);
+    free_prompt(prompt, own);
+    prompt = NULL;
+    if (base < 0) { st = fail(err, 400, "invalid_value", "cannot tokenize the messages"); goto fail; }
+    /* the answer keeps max_tokens (as parse_sampling capped it) when the client gave one, else up to 512 */
+    int reserve = r->max_tokens;
+    if (!field(root, "max_tokens") && !field(root, "max_completion_tokens")) {
+        if (reserve > 512) reserve = 512;
+        if (reserve > s->n_ctx_seq / 4) reserve = s->n_ctx_seq / 4;
+    }
+    int room = s->n_ctx_seq - reserve, limit = s->n_ctx_seq - 1;
+    if (s->cfg.max_prompt > 0 && s->cfg.max_prompt < limit) limit = s->cfg.max_prompt;
+    if (room > limit) room = limit;
+    int budget = room - base - 8;   /* 8: tokens that merge across the block's edges */
+    if (budget < 64) {
+        st = fail(err, 400, "context_length_exceeded",
+                  "the context leaves %d tokens for knowledge-base entries (context %d per sequence, %d for the "
+                  "messages, %d for the answer); at least 64 are needed: lower max_tokens, shorten the messages or "
+                  "start the server with a larger -c", budget < 0 ? 0 : budget, s->n_ctx_seq, base, reserve);
+        goto fail;
+    }
+    free(sys);
+    sys = NULL;
+    char *grounded = NULL;
+    if ((st = srv_kb_ground(s, question, k, topic, budget, r, &grounded, err))) goto fail;
+    cn = kb_messages(msgs, n, u, grounded, cm, &sys);
+    if (cn < 0) { free(grounded); st = fail(err, 500, "out_of_memory", "out of memory"); goto fail; }
+    free(bare);
+    *out = cm;
+    *n_out = cn;
+    *own_a = grounded;
+    *own_b = sys;
+    return 0;
+fail:
+    free(bare);
+    free(sys);
+    free(cm);
+    return st;
+}
+
 int oai_parse_chat(srv *s, const char *body, size_t len, srv_req *r, oai_err *err) {
     int st;
     cJSON *root = parse_body(body, len, err, &st);
     if (!root) return st;
-    hx_chat_message *msgs = NULL;
+    hx_chat_message *msgs = NULL, *kmsgs = NULL;
     sbuf *texts = NULL;
     int n = 0;
-    char *prompt = NULL;
+    char *prompt = NULL, *kb_a = NULL, *kb_b = NULL;
     bool own_prompt = false;
     if ((st = check_model(s, root, err))) goto done;
     cJSON *m = field(root, "messages");
@@ -448,24 +596,15 @@ int oai_parse_chat(srv *s, const char *body, size_t len, srv_req *r, oai_err *er
     if ((st = get_int(root, "top_logprobs", 0, 20, &top, err))) goto done;
     if (top > 0 && !lp) { st = fail(err, 400, "invalid_value", "'top_logprobs' needs 'logprobs': true"); goto done; }
     r->logprobs = lp ? (int)top : -1;
+    const hx_chat_message *use = msgs;
+    int n_use = n;
+    cJSON *kbf = field(root, "kb");
+    if (kbf && (!s || s->model)) {
+        if ((st = kb_ground_chat(s, root, kbf, msgs, n, r, &kmsgs, &n_use, &kb_a, &kb_b, err))) goto done;
+        if (kmsgs) use = kmsgs;
+    }
     if (s && s->model) {
-        hx_error e = {0};
-        hx_status cs = hx_chat_apply(s->model, msgs, n, true, &prompt, &e);
-        if (cs == HX_ERR_UNSUPPORTED) {
-            /* no template the library knows: ChatML, as llama-server falls back to */
-            static int warned;
-            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-                fprintf(stderr, "serve: %s; using ChatML\n", e.msg);
-            sbuf b = {0};
-            for (int k = 0; k < n; k++) sbuf_printf(&b, "<|im_start|>%s\n%s<|im_end|>\n", msgs[k].role, msgs[k].content);
-            sbuf_adds(&b, "<|im_start|>assistant\n");
-            if (b.oom) { sbuf_free(&b); st = fail(err, 500, "out_of_memory", "out of memory"); goto done; }
-            prompt = sbuf_take(&b);
-            own_prompt = true;
-        } else if (cs != HX_OK) {
-            st = fail(err, 400, "invalid_value", "chat template: %s", e.msg);
-            goto done;
-        }
+        if ((st = apply_template(s, use, n_use, &prompt, &own_prompt, err))) goto done;
         if ((st = tokenize(s->model, prompt, true, &r->prompt, &r->n_prompt, err))) goto done;
         if ((st = check_prompt_len(s, r, err))) goto done;
     }
@@ -474,8 +613,10 @@ done:
     if (texts) for (int k = 0; k < n; k++) sbuf_free(&texts[k]);
     free(texts);
     free(msgs);
-    if (own_prompt) free(prompt);
-    else hx_free(prompt);
+    free(kmsgs);
+    free(kb_a);
+    free(kb_b);
+    free_prompt(prompt, own_prompt);
     cJSON_Delete(root);
     return st;
 }
@@ -696,6 +837,45 @@ done:
     return out ? out : error_answer(status, st, &err);
 }
 
+char *oai_kb_search(srv *s, const char *body, size_t len, int *status) {
+    oai_err err = {0};
+    int st;
+    cJSON *root = parse_body(body, len, &err, &st);
+    if (!root) return error_answer(status, st, &err);
+    char *out = NULL;
+    cJSON *q = field(root, "query");
+    long long k = 10;
+    int mode = 0;
+    const char *topic = NULL;
+    if (!q || !cJSON_IsString(q) || !q->valuestring[0]) {
+        st = fail(&err, 400, "invalid_value", "'query' must be a non-empty string");
+        goto done;
+    }
+    if (strlen(q->valuestring) > 16384) { st = fail(&err, 400, "invalid_value", "'query' is longer than 16384 bytes"); goto done; }
+    if ((st = get_int(root, "k", 1, 1000, &k, &err))) goto done;
+    cJSON *t = field(root, "topic");
+    if (t && (!cJSON_IsString(t) || !t->valuestring[0])) {
+        st = fail(&err, 400, "invalid_type", "'topic' must be a non-empty string (or absent: every topic)");
+        goto done;
+    }
+    if (t) topic = t->valuestring;
+    cJSON *m = field(root, "mode");
+    if (m) {
+        if (cJSON_IsString(m) && !strcmp(m->valuestring, "hybrid")) mode = 0;
+        else if (cJSON_IsString(m) && !strcmp(m->valuestring, "semantic")) mode = 1;
+        else if (cJSON_IsString(m) && !strcmp(m->valuestring, "lexical")) mode = 2;
+        else { st = fail(&err, 400, "invalid_value", "'mode' must be \"hybrid\", \"semantic\" or \"lexical\""); goto done; }
+    }
+    cJSON *res = NULL;
+    if ((st = srv_kb_search(s, q->valuestring, (int)k, topic, mode, &res, &err))) goto done;
+    out = cJSON_PrintUnformatted(res);
+    cJSON_Delete(res);
+    *status = out ? 200 : 500;
+done:
+    cJSON_Delete(root);
+    return out ? out : error_answer(status, st ? st : 500, &err);
+}
+
 static cJSON *model_obj(srv *s, const char *id, bool embed) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", id);
@@ -884,9 +1064,22 @@ char *oai_final_body(srv *s, const srv_req *r, const char *text, size_t len, con
     cJSON_AddItemToObject(c, "logprobs", logprobs_json(s, r, lp, n_lp));
     cJSON_AddStringToObject(c, "finish_reason", finish);
     cJSON_AddItemToObject(o, "usage", usage_json(r));
+    if (r->kb) srv_kb_cite(s, r, text, len, o);
     char *txt = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return txt;
+}
+
+void oai_stream_citations(srv *s, const srv_req *r, const char *text, size_t len, sbuf *out) {
+    cJSON *o = envelope(r, true);
+    cJSON_AddArrayToObject(o, "choices");
+    srv_kb_cite(s, r, text, len, o);
+    char *txt = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    sbuf_adds(out, "data: ");
+    sbuf_adds(out, txt ? txt : "{}");
+    sbuf_adds(out, "\n\n");
+    free(txt);
 }
 
 char *oai_embeddings_body(const srv_req *r, const float *vec, int n, int dim, int prompt_tokens) {
@@ -952,6 +1145,7 @@ char *oai_metrics(srv *s) {
     GAUGE("model_loaded", "1 once the model is ready.", "%d", s->loading ? 0 : 1);
 #undef COUNTER
 #undef GAUGE
+    srv_kb_metrics(s, &b);
     if (b.oom) { sbuf_free(&b); return NULL; }
     return sbuf_take(&b);
 }

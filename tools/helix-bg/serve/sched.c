@@ -69,6 +69,7 @@ static void req_free(srv_req *r) {
     free(r->text_ids);
     free(r->n_text_ids);
     free(r->schema);
+    srv_kb_refs_free(r);
     sbuf_free(&r->out);
     free(r);
 }
@@ -197,7 +198,7 @@ typedef struct slot {
     hx_sampler *smp;
     hx_detok *dt;
     sbuf pending;         /* text not yet released (may start a stop string) */
-    sbuf final;           /* non-stream: the released text */
+    sbuf final;           /* the released text: non-stream, and kb streams (for the citations) */
     bool first_sent;
     jg_state jg;
     oai_logprob *lp;      /* logprobs not yet sent (stream) or all (final) */
@@ -356,7 +357,8 @@ static long stop_find(const srv_req *r, const char *t, size_t n) {
 /* Releases len bytes of text (with the pending logprobs) to the client. */
 static void slot_send(srv *s, slot *sl, const char *text, size_t len) {
     srv_req *r = sl->req;
-    if (!r->stream) { sbuf_add(&sl->final, text, len); return; }
+    if (!r->stream || r->kb) sbuf_add(&sl->final, text, len);   /* a kb stream's citations need the whole text */
+    if (!r->stream) return;
     if (!len && sl->first_sent) return;
     sbuf chunk = {0};
     oai_stream_chunk(s, r, text, len, !sl->first_sent, NULL, sl->lp, sl->n_lp, &chunk);
@@ -405,6 +407,7 @@ static void slot_finish(srv *s, sched *sc, slot *sl, fin_reason fin) {
         if (!sl->first_sent) oai_stream_chunk(s, r, "", 0, true, NULL, NULL, 0, &out);
         oai_stream_chunk(s, r, "", 0, false, finish, sl->lp, sl->n_lp, &out);
         if (r->include_usage) oai_stream_usage(r, &out);
+        if (r->kb) oai_stream_citations(s, r, sl->final.p ? sl->final.p : "", sl->final.len, &out);
         sbuf_adds(&out, "data: [DONE]\n\n");
         pthread_mutex_lock(&s->mu);
         req_emit_locked(r, out.p, out.len);

@@ -15,6 +15,14 @@
  *     detokenizes and appends SSE chunks or the final body to each request.
  *   embedder (sched.c): owns the BERT hx_embedder for /v1/embeddings.
  *
+ * With --kb (kb.c) the HTTP thread also searches the knowledge base: for
+ * /v1/kb/search, and for chat requests carrying "kb", whose prompt it grounds
+ * in the retrieved entries before the scheduler sees them. The index and the
+ * KB's embedder live in srv_kb under a mutex of their own (never srv.mu), so
+ * a search never waits for a decode step nor a step for a search; the
+ * scheduler never touches them: the entries a request cites are copied into
+ * the request (kb_refs) while the lock is held.
+ *
  * A srv_req is reference counted: one ref for the HTTP side (dropped when
  * libmicrohttpd says the request is over), one for whichever worker holds it.
  */
@@ -61,10 +69,19 @@ typedef struct srv_config {
     int max_connections;
     double shutdown_s;         /* SIGTERM: in-flight requests get this long */
     bool decoder_embeddings;   /* mean-pooled hidden states of the chat model on /v1/embeddings */
+    const char *kb_dir;        /* --kb: the knowledge base for /v1/kb/search and "kb" chats (NULL: none) */
+    const char *kb_embed_path; /* --kb-embed-model: the BERT model the KB was embedded with (NULL: lexical-384) */
+    long kb_max_embed;         /* entries missing from the KB's cache embedded per (re)open; the rest: unindexed */
     int verbose;
     char **lora_name, **lora_path; /* --lora NAME=FILE (repeatable): the adapters a request may name */
     int n_lora;
 } srv_config;
+
+/* An entry placed in a grounded prompt as [n] (n = index + 1); strings owned. */
+typedef struct srv_kb_ref {
+    uint64_t id;               /* the entry's id: its byte offset in data.log */
+    char *title, *topic;
+} srv_kb_ref;
 
 /* ---- one request ---- */
 typedef enum { REQ_CHAT, REQ_COMPLETION, REQ_EMBED } req_kind;
@@ -101,6 +118,14 @@ typedef struct srv_req {
     jg_schema *schema;         /* json_schema: the top-level keys and types enforced (NULL: any object) */
     bool ignore_eog;           /* llama-server's ignore_eos: keep going (benchmarks) */
     int lora;                  /* "lora" / "adapter": 1 + index into cfg.lora_name; 0: the base model */
+
+    /* "kb": the prompt is grounded in these entries; the answer lists those it cites */
+    bool kb;
+    srv_kb_ref *kb_refs;       /* (n_kb_refs) the entries in the prompt, best first */
+    int n_kb_refs;
+    int kb_retrieved;          /* hits the search gave (the prompt may hold fewer) */
+    bool kb_truncated;         /* the last entry in the prompt was cut to the budget */
+    int kb_unindexed;          /* live entries without a vector when it searched */
 
     /* embedding inputs */
     char **texts;
@@ -181,6 +206,7 @@ struct srv {
     pthread_t sched_thread, emb_thread;
     bool sched_started, emb_started;
     void *sched;               /* sched.c's private state */
+    struct srv_kb *kb;         /* --kb (kb.c); NULL: none */
 };
 
 /* ---- requests (sched.c) ---- */
@@ -206,6 +232,33 @@ int srv_http_start(srv *s, hx_error *e);
 void srv_http_quiesce(srv *s);
 void srv_http_stop(srv *s);
 
+/* ---- the knowledge base (kb.c) ---- */
+/* Opens cfg.kb_dir with cfg.kb_embed_path's embedder (lexical-384 when NULL);
+ * fails, naming both, when the KB's cache was made by another embedder. */
+int srv_kb_open(srv *s, hx_error *e);
+void srv_kb_free(srv *s);
+/* One line for the log: entries, embedder, unindexed. */
+void srv_kb_describe(srv *s, char *out, size_t cap);
+
+typedef struct oai_err oai_err;
+/* /v1/kb/search's answer object for query (k hits, topic or NULL, mode 0
+ * hybrid / 1 semantic / 2 lexical); 0 or an HTTP status with err filled. */
+struct cJSON;
+int srv_kb_search(srv *s, const char *query, int k, const char *topic, int mode, struct cJSON **out, oai_err *err);
+/* Retrieves k entries (topic or NULL) for question and places the best of
+ * them, within budget tokens of s->model, into a grounded user message
+ * (kb_ask_message; malloc'ed into *msg); r->kb_refs and friends are set. 0 or
+ * an HTTP status with err filled. */
+int srv_kb_ground(srv *s, const char *question, int k, const char *topic, int budget, srv_req *r, char **msg,
+                  oai_err *err);
+/* Adds "citations": [{ref, id, title, topic}] (the entries text cites among
+ * r->kb_refs, in ref order) and "kb": {retrieved, in_prompt, truncated,
+ * bad_citations, unindexed} to obj; counts them for /metrics. */
+void srv_kb_cite(srv *s, const srv_req *r, const char *text, size_t len, struct cJSON *obj);
+/* Appends the KB's Prometheus counters. */
+void srv_kb_metrics(srv *s, sbuf *b);
+void srv_kb_refs_free(srv_req *r);
+
 /* ---- OpenAI JSON (oai.c) ---- */
 /* An error answer: {"error":{"message","type","code"}}. Returns malloc'ed text. */
 char *oai_error_json(const char *message, const char *type, const char *code);
@@ -215,10 +268,10 @@ const char *oai_error_type(int status);
 /* Parses a request body for the route into r. On failure returns the HTTP
  * status (400, 404, 413, 501) with msg/code filled; 0 on success. Needs
  * s->model for tokenizing (NULL: parsing only, for the fuzzer). */
-typedef struct oai_err {
+struct oai_err {
     char msg[400];
     const char *code;          /* "invalid_request_error" codes, e.g. "context_length_exceeded" */
-} oai_err;
+};
 int oai_parse_chat(srv *s, const char *body, size_t len, srv_req *r, oai_err *err);
 int oai_parse_completion(srv *s, const char *body, size_t len, srv_req *r, oai_err *err);
 int oai_parse_embeddings(srv *s, const char *body, size_t len, srv_req *r, oai_err *err);
@@ -228,6 +281,8 @@ char *oai_detokenize(srv *s, const char *body, size_t len, int *status);
 char *oai_models(srv *s);
 char *oai_model_one(srv *s, const char *id);   /* NULL: no such model */
 char *oai_metrics(srv *s);
+/* POST /v1/kb/search: the whole answer; *status 200, 400 or 500. */
+char *oai_kb_search(srv *s, const char *body, size_t len, int *status);
 
 /* Response building (called by the scheduler, srv.mu not held). */
 typedef struct oai_logprob {
@@ -242,6 +297,9 @@ typedef struct oai_logprob {
 void oai_stream_chunk(srv *s, const srv_req *r, const char *text, size_t len, bool first, const char *finish,
                       const oai_logprob *lp, int n_lp, sbuf *out);
 void oai_stream_usage(const srv_req *r, sbuf *out);
+/* "kb" requests: the last event before [DONE], {"choices": [], "citations", "kb"}
+ * for the whole answer text. */
+void oai_stream_citations(srv *s, const srv_req *r, const char *text, size_t len, sbuf *out);
 /* The whole non-stream body. */
 char *oai_final_body(srv *s, const srv_req *r, const char *text, size_t len, const char *finish,
                      const oai_logprob *lp, int n_lp);
