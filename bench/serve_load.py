@@ -5,9 +5,11 @@ stream: true, each request a fixed-length prompt and a fixed number of
 generated tokens (ignore_eos), on loopback. Standard library only (asyncio
 raw HTTP/1.1), so it runs on a bare machine.
 
-Per concurrency level it reports requests/s, generated tokens/s, time to first
-token (TTFT) p50/p99 and inter-token latency (ITL: gaps between streamed
-chunks, one token each) p50/p99, as a table and, with --jsonl FILE, one line
+Per concurrency level it reports requests/s, generated tokens/s (the server's
+usage count, asked with stream_options.include_usage), time to first token
+(TTFT) p50/p99 and inter-token latency (ITL: gaps between streamed text
+chunks) p50/p99, and the mean tokens per request (a prompt that leaves a slot
+too little room ends early with finish_reason "length"), as a table and, with --jsonl FILE, one line
 per level for bench/results.jsonl.
 
 usage: serve_load.py --port 8080 [--host 127.0.0.1] [--concurrency 1,8,32,128]
@@ -37,7 +39,7 @@ def pct(v, p):
 
 
 async def one_request(host, port, body, api_key):
-    """Send one streamed completion; return (ttft_s, [itl_s...], n_chunks) or raise."""
+    """Send one streamed completion; return (ttft_s, [gaps between text chunks], tokens) or raise."""
     t0 = time.perf_counter()
     reader, writer = await asyncio.open_connection(host, port)
     data = json.dumps(body).encode()
@@ -60,6 +62,7 @@ async def one_request(host, port, body, api_key):
         if line.lower().startswith(b"transfer-encoding:") and b"chunked" in line.lower():
             chunked = True
     times = []
+    usage = [None]  # completion_tokens from the final chunk (stream_options.include_usage)
     buf = b""
     done = False
 
@@ -97,6 +100,8 @@ async def one_request(host, port, body, api_key):
                     j = json.loads(payload)
                 except ValueError:
                     continue
+                if isinstance(j.get("usage"), dict) and j["usage"].get("completion_tokens") is not None:
+                    usage[0] = int(j["usage"]["completion_tokens"])
                 ch = j.get("choices") or []
                 if ch and (ch[0].get("text") or (ch[0].get("delta") or {}).get("content")):
                     times.append(now)
@@ -105,7 +110,9 @@ async def one_request(host, port, body, api_key):
         raise RuntimeError("no tokens streamed")
     ttft = times[0] - t0
     itl = [b - a for a, b in zip(times, times[1:])]
-    return ttft, itl, len(times)
+    # tokens: the server's count when it sent usage; else the chunks with text (a
+    # token whose bytes are held back as an incomplete character sends no chunk)
+    return ttft, itl, usage[0] if usage[0] is not None else len(times)
 
 
 async def level(args, conc):
@@ -120,7 +127,8 @@ async def level(args, conc):
             budget[0] -= 1
             prompt = " ".join(rnd.choice(WORDS) for _ in range(args.prompt_words))
             body = {"prompt": prompt, "max_tokens": args.max_tokens, "stream": True,
-                    "temperature": 0, "ignore_eos": True}
+                    "temperature": 0, "ignore_eos": True,
+                    "stream_options": {"include_usage": True}}
             if args.model:
                 body["model"] = args.model
             try:
@@ -139,7 +147,8 @@ async def level(args, conc):
             "wall_s": wall, "req_per_s": len(ttfts) / wall, "tokens_per_s": ntok[0] / wall,
             "ttft_p50_ms": 1e3 * pct(ttfts, 50), "ttft_p99_ms": 1e3 * pct(ttfts, 99),
             "itl_p50_ms": 1e3 * pct(itls, 50), "itl_p99_ms": 1e3 * pct(itls, 99),
-            "itl_mean_ms": 1e3 * (statistics.fmean(itls) if itls else float("nan"))}
+            "itl_mean_ms": 1e3 * (statistics.fmean(itls) if itls else float("nan")),
+            "tokens_per_request": ntok[0] / len(ttfts) if ttfts else float("nan")}
 
 
 def main():
@@ -165,11 +174,11 @@ def main():
         ap.error(f"--concurrency: '{args.concurrency}' is not a list of integers")
     out = open(args.jsonl, "a") if args.jsonl else None
     print(f"{'engine':<12}{'conc':>5}{'req':>6}{'err':>5}{'req/s':>8}{'tok/s':>9}{'ttft p50':>10}{'p99':>9}"
-          f"{'itl p50':>9}{'p99':>8}  (ms)")
+          f"{'itl p50':>9}{'p99':>8}{'tok/req':>8}  (ms)")
     for c in levels:
         r = asyncio.run(level(args, c))
         print(f"{args.engine:<12}{c:>5}{r['requests']:>6}{r['errors']:>5}{r['req_per_s']:>8.2f}{r['tokens_per_s']:>9.1f}"
-              f"{r['ttft_p50_ms']:>10.1f}{r['ttft_p99_ms']:>9.1f}{r['itl_p50_ms']:>9.2f}{r['itl_p99_ms']:>8.2f}", flush=True)
+              f"{r['ttft_p50_ms']:>10.1f}{r['ttft_p99_ms']:>9.1f}{r['itl_p50_ms']:>9.2f}{r['itl_p99_ms']:>8.2f}{r['tokens_per_request']:>8.1f}", flush=True)
         if r["errors"]:
             print(f"  first error: {r['first_error'][:200]}", file=sys.stderr)
         if out:
