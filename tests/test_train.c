@@ -16,11 +16,13 @@
  * public API and its logits (CPU, exact) equal the trainer's own. */
 #include "helix.h"
 #include "model/lora.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "test_util.h"
 #include "train/ops.h"
 #include "train/train.h"
 
+#include <cjson/cJSON.h>
 #include <unistd.h>
 
 static uint64_t g_rng = 0x1234567ull;
@@ -348,6 +350,93 @@ static void test_model(hx_arch arch, const char *name, const char *dir) {
     hx_model_free(m);
 }
 
+/* HX_TRAIN_REF (tests/train_grad.sh): the gradients PyTorch autograd computed in float64 for a PEFT
+ * adapter on tiny Hugging Face decoders; helix's f32 gradients must agree to a relative error
+ * (|g - ref| / |ref| per matrix) below 1e-4. */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
+    if (b) b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+static void test_torch_ref(const char *dir, const char *name) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s.train.json", dir, name);
+    char *js = slurp(p);
+    cJSON *j = js ? cJSON_Parse(js) : NULL;
+    free(js);
+    cJSON *ids = cJSON_GetObjectItem(j, "ids"), *tg = cJSON_GetObjectItem(j, "target");
+    if (!cJSON_IsArray(ids) || !cJSON_IsArray(tg)) { CHECKF(0, "%s: unreadable", p); cJSON_Delete(j); return; }
+    int n = cJSON_GetArraySize(ids);
+    double ref_loss = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "loss"));
+    int32_t *tok = malloc(sizeof(int32_t) * n), *pos = malloc(sizeof(int32_t) * n);
+    uint8_t *tgt = malloc((size_t)n);
+    int ntg = 0;
+    for (int i = 0; i < n; i++) {
+        tok[i] = (int32_t)cJSON_GetNumberValue(cJSON_GetArrayItem(ids, i));
+        tgt[i] = (uint8_t)cJSON_GetNumberValue(cJSON_GetArrayItem(tg, i));
+        pos[i] = i;
+        ntg += i > 0 && tgt[i];
+    }
+    cJSON_Delete(j);
+    hx_error e = {0};
+    hx_model *m = NULL;
+    hx_adapter *ad = NULL;
+    hx_trainer *t = NULL;
+    hx_model_params mp = hx_model_default_params();
+    mp.device = HX_DEVICE_CPU;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    hx_train_opts o = hx_train_default_opts();
+    o.rank = 4;
+    o.n_threads = 2;
+    if (hx_model_open(p, &mp, &m, &e) || (snprintf(p, sizeof p, "%s/%s.lora", dir, name), hx_adapter_open(m, p, &ad, &e)) ||
+        hx_trainer_new(m, &o, &t, &e) || hx_trainer_load_adapter(t, ad, &e)) {
+        CHECKF(0, "%s: %s", name, e.msg);
+        goto out;
+    }
+    double loss = 0;
+    int nt = 0;
+    hx_trainer_zero_grad(t);
+    CHECKF(!hx_trainer_accumulate(t, tok, pos, tgt, n, 1.0f / ntg, &loss, &nt, &e), "%s", e.msg);
+    CHECKF(fabs(loss / nt - ref_loss) <= 1e-5 * fabs(ref_loss), "%s: loss %.8f, PyTorch %.8f", name, loss / nt, ref_loss);
+    snprintf(p, sizeof p, "%s/%s.grads.f32", dir, name);
+    FILE *f = fopen(p, "rb");
+    CHECKF(f != NULL, "%s: missing", p);
+    double worst = 0;
+    for (int l = 0; f && l < m->cfg.n_layer; l++)
+        for (int s = 0; s < HX_LORA_PER_LAYER; s++) {
+            hx_train_mat *w = hx_trainer_mat(t, l, s);
+            for (int ab = 0; ab < 2; ab++) {
+                size_t cnt = (size_t)w->rank * (ab ? w->n_out : w->n_in);
+                float *ref = malloc(cnt * 4);
+                if (fread(ref, 4, cnt, f) != cnt) { CHECKF(0, "%s: short file", p); free(ref); goto closef; }
+                const float *gg = ab ? w->gb : w->ga;
+                double num = 0, den = 0;
+                for (size_t i = 0; i < cnt; i++) { num += ((double)gg[i] - ref[i]) * ((double)gg[i] - ref[i]); den += (double)ref[i] * ref[i]; }
+                double rel = sqrt(num / den);
+                if (rel > worst) worst = rel;
+                CHECKF(den > 0 && rel < 1e-4, "%s layer %d slot %d %s: relative error %.3g", name, l, s, ab ? "B" : "A", rel);
+                free(ref);
+            }
+        }
+    if (f) CHECKF(fgetc(f) == EOF, "%s: longer than the adapter's gradients", p);
+    printf("%s: loss %.6f (PyTorch %.6f), worst relative gradient error %.2g\n", name, loss / nt, ref_loss, worst);
+closef:
+    if (f) fclose(f);
+out:
+    hx_trainer_free(t);
+    hx_adapter_free(ad);
+    hx_model_free(m);
+    free(tok); free(pos); free(tgt);
+}
+
 static void test_schedule(void) {
     CHECK_NEAR(hx_train_lr_at(1.0f, 0, 4, 20, 0.1f), 0.25, 1e-6);
     CHECK_NEAR(hx_train_lr_at(1.0f, 3, 4, 20, 0.1f), 1.0, 1e-6);
@@ -369,6 +458,11 @@ int main(void) {
     test_xent(0);
     test_xent(3.0f);
     test_schedule();
+    const char *ref = getenv("HX_TRAIN_REF");
+    if (ref && *ref) {
+        const char *names[] = { "llama", "qwen2", "qwen3", "gemma3" };
+        for (int i = 0; i < 4; i++) test_torch_ref(ref, names[i]);
+    }
     char dir[64];
     snprintf(dir, sizeof dir, "/tmp/hx_train_%d", (int)getpid());
     mkdir(dir, 0755);
