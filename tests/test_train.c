@@ -37,8 +37,8 @@ static double dotd(const float *a, const float *b, size_t n) {
     return s;
 }
 
-/* |analytic - numeric| within 2e-3 + 2e-2 |numeric| (f32 forward, eps 1e-2). */
-static int fd_ok(double an, double num) { return fabs(an - num) <= 2e-3 + 2e-2 * fabs(num); }
+/* |analytic - numeric| within 3e-4 + 3e-3 |numeric| (f32 forward, eps 1e-2). */
+static int fd_ok(double an, double num) { return fabs(an - num) <= 3e-4 + 3e-3 * fabs(num); }
 #define FD_CHECK(what, an, num) CHECKF(fd_ok(an, num), "%s: analytic %.6g, numeric %.6g", what, an, num)
 
 /* ---- ops ---- */
@@ -247,14 +247,14 @@ static void test_model(hx_arch arch, const char *name, const char *dir) {
         double norm = sqrt(nn);
         CHECKF(norm > 0, "%s slot %d: zero gradient", name, s);
         if (!(norm > 0)) continue;
-        double eps = 2e-2;
+        double eps = 5e-3;
         shift(t, NL, s, g, eps / norm);
         double lp = batch_loss(t);
         shift(t, NL, s, g, -2 * eps / norm);
         double lm = batch_loss(t);
         shift(t, NL, s, g, eps / norm);
         double num = (lp - lm) / (2 * eps);
-        CHECKF(fabs(num - norm) <= 2e-2 * norm + 1e-5, "%s slot %d: |grad| %.6g, directional difference %.6g", name, s,
+        CHECKF(fabs(num - norm) <= 3e-3 * norm + 1e-5, "%s slot %d: |grad| %.6g, directional difference %.6g", name, s,
                norm, num);
     }
 
