@@ -90,6 +90,9 @@ static void test_attention(int window, float softcap) {
     int32_t pos[T] = { 0, 1, 2, 3, 4, 5, 0, 1, 2 }; /* two sequences of 6 and 3 */
     hx_tr_attn a = { .n = T, .n_head = NHQ, .n_kv = NKV, .hd = HD, .window = window, .scale = 0.7f,
                      .softcap = softcap, .pos = pos };
+    int64_t prow[T];
+    hx_tr_attn_rows(&a, prow);
+    CHECK(a.p_total <= T * T && a.p_total >= T);
     static float q[T * NHQ * HD], k[T * NKV * HD], v[T * NKV * HD], P[NHQ * T * T], out[T * NHQ * HD],
         Rr[T * NHQ * HD], dq[T * NHQ * HD], dk[T * NKV * HD], dv[T * NKV * HD], scr[NKV * T];
     fill(q, sizeof q / 4, 1.5f); fill(k, sizeof k / 4, 1.5f); fill(v, sizeof v / 4, 1.0f); fill(Rr, sizeof Rr / 4, 1.0f);

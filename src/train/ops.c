@@ -69,6 +69,16 @@ static inline int attn_first(const hx_tr_attn *a, int i) {
     return lo;
 }
 
+void hx_tr_attn_rows(hx_tr_attn *a, int64_t *prow) {
+    int64_t at = 0;
+    for (int i = 0; i < a->n; i++) {
+        prow[i] = at - attn_first(a, i); /* row i's element j at prow[i] + j */
+        at += i - attn_first(a, i) + 1;
+    }
+    a->prow = prow;
+    a->p_total = at;
+}
+
 static inline float dotf(const float *x, const float *y, int n) {
     float s = 0;
     for (int d = 0; d < n; d++) s += x[d] * y[d];
@@ -91,7 +101,7 @@ static void attn_fwd_task(void *ctx, int64_t h, int thread) {
     int kvh = (int)h / (a->n_head / a->n_kv);
     for (int i = 0; i < n; i++) {
         const float *qi = c->q + (size_t)i * nq + h * hd;
-        float *Pi = c->Pw + ((size_t)h * n + i) * n;
+        float *Pi = c->Pw + h * a->p_total + a->prow[i];
         int lo = attn_first(a, i);
         float mx = -INFINITY;
         for (int j = lo; j <= i; j++) {
@@ -135,7 +145,7 @@ static void attn_bwd_task(void *ctx, int64_t kvh, int thread) {
     for (int g = 0; g < grp; g++) {
         int h = (int)kvh * grp + g;
         for (int i = 0; i < n; i++) {
-            const float *Pi = c->P + ((size_t)h * n + i) * n;
+            const float *Pi = c->P + h * a->p_total + a->prow[i];
             const float *qi = c->q + (size_t)i * nq + h * hd, *doi = c->dout + (size_t)i * nq + h * hd;
             float *dqi = c->dq + (size_t)i * nq + h * hd;
             int lo = attn_first(a, i);

@@ -34,13 +34,19 @@ void hx_tr_rope(float *v, int n, int n_heads, int hd, const int32_t *pos, double
  * window (token i sees j in [max(i - pos[i], i - window + 1), i]; window 0 =
  * full) and logit softcap (0 = off):
  *   z = scale * q_i . k_j, s = softcap ? c*tanh(z/c) : z, P_i = softmax(s), out_i = P_i V.
- * q, out (n, n_head*hd); k, v (n, n_kv*hd); P (n_head, n, n) keeps the
- * probabilities for the backward (only the visible entries are written). */
+ * q, out (n, n_head*hd); k, v (n, n_kv*hd). P keeps the probabilities for
+ * the backward, only the visible ones: head h's row i (keys first_i .. i) at
+ * P + h * p_total + prow[i] (hx_tr_attn_rows lays them out), so packed short
+ * sequences take the sum of their triangles, not n^2. */
 typedef struct hx_tr_attn {
     int n, n_head, n_kv, hd, window;
     float scale, softcap;
     const int32_t *pos;
+    const int64_t *prow;  /* (n) */
+    int64_t p_total;      /* floats of P per head */
 } hx_tr_attn;
+/* Fills prow (n) and p_total for a's positions and window. */
+void hx_tr_attn_rows(hx_tr_attn *a, int64_t *prow);
 void hx_tr_attn_fwd(hx_pool *pool, const hx_tr_attn *a, const float *q, const float *k, const float *v, float *P,
                     float *out);
 /* dq, dk, dv (overwritten) from dout, with the forward's q, k, v and P;

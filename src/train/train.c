@@ -65,6 +65,9 @@ struct hx_trainer {
     size_t pack_cap;
     float *hrow, *hr, *logit;  /* head: (cap, D), (cap), (cap, V) */
     int *rows;
+    /* attention probabilities of the current batch (ops.h layout), per kind of layer */
+    int64_t *prow_full, *prow_swa, p_full, p_swa;
+    size_t p_cap;         /* floats of each act's P */
 };
 
 hx_train_opts hx_train_default_opts(void) {
@@ -166,6 +169,9 @@ void hx_trainer_free(hx_trainer *t) {
                       t->lt, t->ldt, t->ltT, t->lg, t->pack, t->hrow, t->hr, t->logit };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(t->rows);
+    if (t->acts)
+        for (int l = 0; l < (t->o.checkpoint ? 1 : t->m->cfg.n_layer); l++) free(t->acts[l].P);
+    free(t->prow_full); free(t->prow_swa);
     hx_pool_free(t->pool);
     free(t);
 }
@@ -271,7 +277,8 @@ hx_status hx_trainer_load_adapter(hx_trainer *t, const struct hx_adapter *a, hx_
 static size_t act_floats(const hx_model_config *c, int n, int rank_sum) {
     size_t D = c->n_embd, nq = (size_t)c->n_head * c->head_dim, nkv = (size_t)c->n_head_kv * c->head_dim;
     size_t ff = c->n_ff, nh = c->n_head, N = n;
-    return N * (5 * D + 4 + 3 * nq + 3 * nkv + nh + c->n_head_kv + 3 * ff + (size_t)rank_sum) + nh * N * N;
+    (void)nh;
+    return N * (5 * D + 4 + 3 * nq + 3 * nkv + c->n_head + c->n_head_kv + 3 * ff + (size_t)rank_sum);
 }
 
 static hx_status ensure_cap(hx_trainer *t, int n, hx_error *e) {
@@ -288,7 +295,12 @@ static hx_status ensure_cap(hx_trainer *t, int n, hx_error *e) {
     /* the biggest LoRA packing: A or B (rank x maxdim either way), or x / dy (maxdim x N) */
     size_t pk1 = hx_sgemm_packed_size((int64_t)maxdim, (int64_t)(N > r ? N : r));
     size_t pk2 = hx_sgemm_packed_size((int64_t)r, (int64_t)maxdim);
+    if (t->acts) for (int l = 0; l < nacts; l++) free(t->acts[l].P);
+    t->p_cap = 0;
     free(t->act_mem); free(t->acts); free(t->xs);
+    free(t->prow_full); free(t->prow_swa);
+    t->prow_full = malloc(sizeof(int64_t) * N);
+    t->prow_swa = malloc(sizeof(int64_t) * N);
     float **bufs[] = { &t->bx, &t->bt, &t->bh, &t->bq, &t->bk, &t->bv, &t->batt, &t->bf1, &t->bf2, &t->bf3,
                        &t->attn_scr, &t->lt, &t->ldt, &t->ltT, &t->lg, &t->pack, &t->hrow, &t->hr, &t->logit };
     size_t sizes[] = { N * D, N * D, N * maxdim, N * nq, N * nkv, N * nkv, N * nq, N * maxdim, N * maxdim, N * maxdim,
@@ -302,7 +314,7 @@ static hx_status ensure_cap(hx_trainer *t, int n, hx_error *e) {
     t->xs = alloc_f((size_t)(nl + 1) * N * D);
     free(t->rows);
     t->rows = malloc(sizeof(int) * N);
-    bool ok = t->act_mem && t->acts && t->xs && t->rows;
+    bool ok = t->act_mem && t->acts && t->xs && t->rows && t->prow_full && t->prow_swa;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         free(*bufs[i]);
         *bufs[i] = alloc_f(sizes[i]);
@@ -319,7 +331,6 @@ static hx_status ensure_cap(hx_trainer *t, int n, hx_error *e) {
         for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) { *f[i] = p; p += sz[i]; }
         for (int s = 0; s < NSLOT; s++)
             if (t->o.slots >> s & 1) { A->t[s] = p; p += N * r; }
-        A->P = p;
     }
     t->cap = n;
     return HX_OK;
@@ -341,10 +352,11 @@ static void lin_fwd(hx_trainer *t, const frozen_mat *W, const float *bias, const
 }
 
 /* dX (n, in) (= or += with acc) = dY W + s (dY B) A, and the LoRA gradients:
- * gB += s dY^T (A x), gA += s (dY B)^T x. X and tsave are the forward's. */
+ * gB += s dY^T (A x), gA += s (dY B)^T x. X and tsave are the forward's.
+ * dX NULL: only the LoRA gradients (the first layer's input needs none). */
 static void lin_bwd(hx_trainer *t, const frozen_mat *W, hx_train_mat *lw, const float *X, const float *tsave,
                     const float *dY, int n, float *dX, bool acc) {
-    hx_sgemm(t->pool, n, W->n_in, W->n_out, dY, W->n_out, W->bwd, dX, W->n_in, NULL, acc ? HX_SGEMM_ACC : 0);
+    if (dX) hx_sgemm(t->pool, n, W->n_in, W->n_out, dY, W->n_out, W->bwd, dX, W->n_in, NULL, acc ? HX_SGEMM_ACC : 0);
     if (!lw || !lw->rank) return;
     int r = lw->rank;
     int64_t in = lw->n_in, out = lw->n_out;
@@ -353,8 +365,10 @@ static void lin_bwd(hx_trainer *t, const frozen_mat *W, hx_train_mat *lw, const 
     hx_sgemm(t->pool, n, r, out, dY, out, t->pack, t->ldt, r, NULL, 0);
     for (size_t i = 0; i < (size_t)n * r; i++) t->ldt[i] *= t->s;
     /* dX += dt A */
-    hx_sgemm_pack_nn(lw->a, in, in, r, t->pack);
-    hx_sgemm(t->pool, n, in, r, t->ldt, r, t->pack, dX, in, NULL, HX_SGEMM_ACC);
+    if (dX) {
+        hx_sgemm_pack_nn(lw->a, in, in, r, t->pack);
+        hx_sgemm(t->pool, n, in, r, t->ldt, r, t->pack, dX, in, NULL, HX_SGEMM_ACC);
+    }
     /* gA (r, in) += dt^T X */
     for (int i = 0; i < n; i++)
         for (int k = 0; k < r; k++) t->ltT[(size_t)k * n + i] = t->ldt[(size_t)i * r + k];
@@ -371,12 +385,43 @@ static void lin_bwd(hx_trainer *t, const frozen_mat *W, hx_train_mat *lw, const 
 
 /* ---- one layer ---- */
 
-static hx_tr_attn attn_of(const hx_trainer *t, int l, const int32_t *pos, int n) {
+static hx_tr_attn attn_base(const hx_trainer *t, bool swa, const int32_t *pos, int n) {
     const hx_model_config *c = &t->m->cfg;
     return (hx_tr_attn){ .n = n, .n_head = c->n_head, .n_kv = c->n_head_kv, .hd = c->head_dim,
-                         .window = c->layer_is_swa[l] ? c->sliding_window : 0,
+                         .window = swa ? c->sliding_window : 0,
                          .scale = c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)c->head_dim),
                          .softcap = c->attn_logit_softcap, .pos = pos };
+}
+
+static hx_tr_attn attn_of(const hx_trainer *t, int l, const int32_t *pos, int n) {
+    bool swa = t->m->cfg.layer_is_swa[l];
+    hx_tr_attn a = attn_base(t, swa, pos, n);
+    a.prow = swa ? t->prow_swa : t->prow_full;
+    a.p_total = swa ? t->p_swa : t->p_full;
+    return a;
+}
+
+/* The batch's attention layout (both kinds of layer) and room for its P. */
+static hx_status attn_layout(hx_trainer *t, const int32_t *pos, int n, hx_error *e) {
+    hx_tr_attn a = attn_base(t, false, pos, n), b = attn_base(t, true, pos, n);
+    hx_tr_attn_rows(&a, t->prow_full);
+    hx_tr_attn_rows(&b, t->prow_swa);
+    t->p_full = a.p_total;
+    t->p_swa = b.p_total;
+    size_t need = (size_t)t->m->cfg.n_head * (size_t)(a.p_total > b.p_total ? a.p_total : b.p_total);
+    if (need <= t->p_cap) return HX_OK;
+    int nacts = t->o.checkpoint ? 1 : t->m->cfg.n_layer;
+    for (int l = 0; l < nacts; l++) {
+        free(t->acts[l].P);
+        t->acts[l].P = alloc_f(need);
+        if (!t->acts[l].P) {
+            for (int k = 0; k <= l; k++) { free(t->acts[k].P); t->acts[k].P = NULL; }
+            t->p_cap = 0;
+            return hx_err(e, HX_ERR_NOMEM, "train: out of memory for the attention of %d tokens", n);
+        }
+    }
+    t->p_cap = need;
+    return HX_OK;
 }
 
 static void layer_fwd(hx_trainer *t, int l, const int32_t *pos, int n, const float *x, act *A, float *xo) {
@@ -447,10 +492,11 @@ static void layer_bwd(hx_trainer *t, int l, const int32_t *pos, int n, const flo
         hx_tr_rmsnorm_bwd(t->bq, t->bq, A->q, F->q_norm, A->rq, N * nh, hd, 0);
         hx_tr_rmsnorm_bwd(t->bk, t->bk, A->k, F->k_norm, A->rk, N * nkvh, hd, 0);
     }
-    lin_bwd(t, &F->w[HX_LORA_Q], &M[HX_LORA_Q], A->h1, A->t[HX_LORA_Q], t->bq, n, t->bh, false);
-    lin_bwd(t, &F->w[HX_LORA_K], &M[HX_LORA_K], A->h1, A->t[HX_LORA_K], t->bk, n, t->bh, true);
-    lin_bwd(t, &F->w[HX_LORA_V], &M[HX_LORA_V], A->h1, A->t[HX_LORA_V], t->bv, n, t->bh, true);
-    hx_tr_rmsnorm_bwd(dx, t->bh, x, F->attn_norm, A->r1, n, D, 1);
+    float *dh = l > 0 ? t->bh : NULL; /* below layer 0 are the frozen embeddings */
+    lin_bwd(t, &F->w[HX_LORA_Q], &M[HX_LORA_Q], A->h1, A->t[HX_LORA_Q], t->bq, n, dh, false);
+    lin_bwd(t, &F->w[HX_LORA_K], &M[HX_LORA_K], A->h1, A->t[HX_LORA_K], t->bk, n, dh, true);
+    lin_bwd(t, &F->w[HX_LORA_V], &M[HX_LORA_V], A->h1, A->t[HX_LORA_V], t->bv, n, dh, true);
+    if (dh) hx_tr_rmsnorm_bwd(dx, t->bh, x, F->attn_norm, A->r1, n, D, 1);
 }
 
 /* ---- the whole model ---- */
@@ -497,6 +543,7 @@ static void head_fwd(hx_trainer *t, const int *rows, int nr, float *logits) {
 hx_status hx_trainer_logits(hx_trainer *t, const int32_t *tok, const int32_t *pos, int n, float *logits, hx_error *e) {
     TRY(check_batch(t, tok, pos, n, e));
     TRY(ensure_cap(t, n, e));
+    TRY(attn_layout(t, pos, n, e));
     forward_all(t, tok, pos, n);
     const hx_model_config *c = &t->m->cfg;
     memcpy(t->hrow, t->xs + (size_t)c->n_layer * n * c->n_embd, sizeof(float) * (size_t)n * c->n_embd);
@@ -524,6 +571,7 @@ hx_status hx_trainer_accumulate(hx_trainer *t, const int32_t *tok, const int32_t
     for (int i = 1; i < n; i++)
         if (target[i] && pos[i] > 0) t->rows[nr++] = i - 1;
     if (nr == 0) return HX_OK;
+    TRY(attn_layout(t, pos, n, e));
     forward_all(t, tok, pos, n);
     const float *xf = t->xs + (size_t)nl * ND;
     memcpy(t->hrow, xf, sizeof(float) * ND);

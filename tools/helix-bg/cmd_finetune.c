@@ -182,6 +182,33 @@ static int dataset_load(const char *cmd, const hx_model *m, const char *path, bo
     return rc;
 }
 
+/* The tokenized examples as JSONL lines {"ids": [...], "target": [0/1...]}. 0, or 1 after printing why. */
+static int tokens_write(const char *cmd, const char *path, const dataset *d) {
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (int k = 0; buf && k < d->n; k++) {
+        const example *x = &d->ex[k];
+        size_t need = len + 32 + (size_t)x->n * 16;
+        if (need > cap) {
+            while (cap < need) cap *= 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) { free(buf); buf = NULL; break; }
+            buf = nb;
+        }
+        len += (size_t)sprintf(buf + len, "{\"ids\": [");
+        for (int i = 0; i < x->n; i++) len += (size_t)sprintf(buf + len, "%s%d", i ? ", " : "", x->tok[i]);
+        len += (size_t)sprintf(buf + len, "], \"target\": [");
+        for (int i = 0; i < x->n; i++) len += (size_t)sprintf(buf + len, "%s%d", i ? ", " : "", x->tgt[i]);
+        len += (size_t)sprintf(buf + len, "]}\n");
+    }
+    hx_error e = {0};
+    if (!buf) { fprintf(stderr, "helix-bg %s: out of memory\n", cmd); return 1; }
+    int rc = hx_write_file_atomic(path, buf, len, &e) ? 1 : 0;
+    if (rc) fprintf(stderr, "helix-bg %s: %s\n", cmd, e.msg);
+    free(buf);
+    return rc;
+}
+
 /* ---- evaluation ---- */
 
 typedef struct eval_result { double loss; double acc; long n_tok; } eval_result;
@@ -236,17 +263,19 @@ static hx_status csv_write(const char *path, const char *buf, size_t n, hx_error
 }
 
 int cmd_finetune(int argc, char **argv) {
-    const char *model = NULL, *data = NULL, *out = NULL, *csv = NULL, *eval_path = NULL;
+    const char *model = NULL, *data = NULL, *out = NULL, *csv = NULL, *eval_path = NULL, *save_tokens = NULL;
     int rank = 8, epochs = 1, steps = 0, batch = 8, micro = 512, warmup = -1, threads = 0, max_len = 512;
     float alpha = 0, lr = 1e-3f, wd = 0.01f, clip = 1.0f, min_ratio = 0.1f, max_minutes = 0;
     uint64_t seed = 1;
-    bool chat = false, no_ckpt = false;
+    bool chat = false, ckpt = false;
     cli_opt opts[] = {
         {CLI_STR, "-m|--model", &model, "FILE", "the base model: GGUF (any type; dequantized to f32) or HF folder", 0, 0, NULL},
         {CLI_STR, "--data", &data, "FILE", "training set: JSONL of {prompt, completion} or {messages}", 0, 0, NULL},
         {CLI_STR, "-o|--out", &out, "FILE", "the adapter to write (llama.cpp's GGUF LoRA format)", 0, 0, NULL},
         {CLI_STR, "--eval", &eval_path, "FILE", "held-out JSONL: loss and exact-match accuracy before and after", 0, 0, NULL},
         {CLI_STR, "--csv", &csv, "FILE", "loss curve CSV (default: OUT with .csv appended)", 0, 0, NULL},
+        {CLI_STR, "--save-tokens", &save_tokens, "FILE", "also write the tokenized set as JSONL {ids, target} "
+                                                       "(to train another framework on the same tokens)", 0, 0, NULL},
         {CLI_BOOL, "--chat", &chat, NULL, "render prompt/completion lines through the chat template as well", 0, 0, NULL},
         {CLI_SECTION, "LoRA", NULL, NULL, "LoRA (q, k, v, o, gate, up, down of every layer)", 0, 0, NULL},
         {CLI_INT, "-r|--rank", &rank, "R", "rank", 1, 1024, NULL},
@@ -266,7 +295,8 @@ int cmd_finetune(int argc, char **argv) {
         {CLI_FLOAT, "--max-minutes", &max_minutes, "M", "stop after this much training time (0 = no limit)", 0, 1e7, NULL},
         {CLI_SECTION, "compute", NULL, NULL, "compute", 0, 0, NULL},
         {CLI_INT, "-t|--threads", &threads, "N", "CPU threads (0 = all)", 0, 4096, NULL},
-        {CLI_BOOL, "--no-checkpoint", &no_ckpt, NULL, "keep every layer's activations instead of recomputing them", 0, 0, NULL},
+        {CLI_BOOL, "--checkpoint", &ckpt, NULL, "keep only each layer's input and recompute the layer in the backward "
+                                               "(activation memory of one layer; a third more compute)", 0, 0, NULL},
         {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
     };
     int rc = cli_parse("finetune", "finetune -m BASE --data FILE.jsonl -o ADAPTER.gguf [options]",
@@ -295,11 +325,12 @@ int cmd_finetune(int argc, char **argv) {
     if (dataset_load("finetune", m, data, chat, max_len, &ds)) goto done;
     if (eval_path && dataset_load("finetune", m, eval_path, chat, max_len, &ev)) goto done;
     if (max_len > micro) micro = max_len; /* a micro-batch holds at least one whole example */
+    if (save_tokens && tokens_write("finetune", save_tokens, &ds)) goto done;
     hx_train_opts to = hx_train_default_opts();
     to.rank = rank;
     to.alpha = alpha;
     to.n_threads = threads;
-    to.checkpoint = !no_ckpt;
+    to.checkpoint = ckpt;
     to.seed = seed;
     double t0 = cli_now();
     if (hx_trainer_new(m, &to, &t, &e)) { fprintf(stderr, "helix-bg finetune: %s\n", e.msg); goto done; }
