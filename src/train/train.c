@@ -164,13 +164,13 @@ void hx_trainer_free(hx_trainer *t) {
     frozen_free(&t->out);
     if (t->mats) for (int i = 0; i < t->m->cfg.n_layer * NSLOT; i++) mat_free(&t->mats[i]);
     free(t->mats); free(t->L); free(t->vec_arena);
+    if (t->acts)
+        for (int l = 0; l < (t->o.checkpoint ? 1 : t->m->cfg.n_layer); l++) free(t->acts[l].P);
     free(t->act_mem); free(t->acts); free(t->xs);
     float *bufs[] = { t->bx, t->bt, t->bh, t->bq, t->bk, t->bv, t->batt, t->bf1, t->bf2, t->bf3, t->attn_scr,
                       t->lt, t->ldt, t->ltT, t->lg, t->pack, t->hrow, t->hr, t->logit };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(t->rows);
-    if (t->acts)
-        for (int l = 0; l < (t->o.checkpoint ? 1 : t->m->cfg.n_layer); l++) free(t->acts[l].P);
     free(t->prow_full); free(t->prow_swa);
     hx_pool_free(t->pool);
     free(t);

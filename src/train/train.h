@@ -33,7 +33,7 @@ typedef struct hx_trainer hx_trainer;
 
 typedef struct hx_train_opts {
     int rank;           /* LoRA rank, default 8 */
-    float alpha;        /* s = alpha / rank; default 2 * rank */
+    float alpha;        /* s = alpha / rank (0: s = 1, as llama.cpp reads it); default 16 */
     unsigned slots;     /* bit (1 << HX_LORA_Q) ... (1 << HX_LORA_DOWN): projections adapted; 0 = all seven */
     int n_threads;      /* 0 = all online CPUs */
     bool checkpoint;    /* recompute each layer in the backward instead of keeping its activations */

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int cmd_finetune(int argc, char **argv);
 int cmd_kb_to_dataset(int argc, char **argv);
@@ -253,6 +254,13 @@ static hx_status evaluate(hx_trainer *t, const hx_model *m, const dataset *d, ev
 
 /* ---- finetune ---- */
 
+/* CPU seconds of the whole process (all threads): throughput on a shared machine. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static uint64_t rng_next(uint64_t *s) {
     *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
     return *s;
@@ -284,7 +292,7 @@ int cmd_finetune(int argc, char **argv) {
         {CLI_FLOAT, "--lr", &lr, "LR", "peak learning rate", 0, 10, NULL},
         {CLI_INT, "--epochs", &epochs, "N", "passes over the data (unless --steps)", 1, 100000, NULL},
         {CLI_INT, "--steps", &steps, "N", "optimizer steps (default: epochs x examples / batch)", 0, 100000000, NULL},
-        {CLI_INT, "--batch", &batch, "N", "examples per optimizer step", 1, 1000000, NULL},
+        {CLI_INT, "--batch", &batch, "N", "examples per optimizer step", 1, 4096, NULL},
         {CLI_INT, "--micro-tokens", &micro, "N", "most tokens per forward/backward (gradient accumulation inside a step)", 16, 65536, NULL},
         {CLI_INT, "--max-len", &max_len, "N", "longest example in tokens (the prompt's start is cut)", 4, 65536, NULL},
         {CLI_INT, "--warmup", &warmup, "N", "warm-up steps (default: 5% of the steps)", -1, 100000000, NULL},
@@ -361,9 +369,9 @@ int cmd_finetune(int argc, char **argv) {
     int cursor = ds.n; /* next index in order; ds.n: reshuffle */
     int epoch = 0;
     long tok_all = 0;
-    double train_s = 0;
+    double train_s = 0, cpu_s = 0;
     for (int step = 0; step < total; step++) {
-        double ts = cli_now();
+        double ts = cli_now(), cs = cpu_now();
         hx_trainer_zero_grad(t);
         /* the step's examples */
         int picked[4096], np = 0;
@@ -411,6 +419,7 @@ int cmd_finetune(int argc, char **argv) {
         double gn = hx_trainer_adamw_step(t, &ao, cur_lr);
         double dt = cli_now() - ts;
         train_s += dt;
+        cpu_s += cpu_now() - cs;
         tok_all += step_tok;
         double mean = ntg ? loss / ntg : 0;
         fprintf(stderr, "step %5d/%d  epoch %d  loss %.4f  lr %.3g  |g| %.3g  %ld tok  %.0f tok/s  %.1f s\n", step + 1,
@@ -430,8 +439,8 @@ int cmd_finetune(int argc, char **argv) {
         }
     }
     if (hx_trainer_save(t, out, &e)) { fprintf(stderr, "helix-bg finetune: %s\n", e.msg); goto done; }
-    fprintf(stderr, "finetune: wrote %s and %s; %ld tokens in %.1f s (%.0f tok/s)\n", out, csv, tok_all, train_s,
-            train_s > 0 ? tok_all / train_s : 0);
+    fprintf(stderr, "finetune: wrote %s and %s; %ld tokens in %.1f s (%.1f tok/s), %.1f CPU s (%.1f tok per CPU s)\n",
+            out, csv, tok_all, train_s, train_s > 0 ? tok_all / train_s : 0, cpu_s, cpu_s > 0 ? tok_all / cpu_s : 0);
     if (ev.n) {
         if (evaluate(t, m, &ev, &after, &e)) { fprintf(stderr, "helix-bg finetune: %s\n", e.msg); goto done; }
         fprintf(stderr, "eval after: loss %.4f, exact match %.1f%% of %d (before: %.4f, %.1f%%)\n", after.loss,
