@@ -6,6 +6,8 @@
 #include "cli_lora.h"
 
 int cmd_serve(int argc, char **argv);   /* cmd_serve.c */
+int cmd_finetune(int argc, char **argv);        /* cmd_finetune.c */
+int cmd_kb_to_dataset(int argc, char **argv);   /* cmd_finetune.c */
 
 typedef struct command {
     const char *name;
@@ -23,6 +25,8 @@ static const command commands[] = {
     {"load-model", cmd_load_model, "FILE [--json]       GGUF metadata, tensors and model config"},
     {"lora-convert", cmd_lora_convert, "PEFT-DIR -m BASE -o OUT   PEFT LoRA folder -> GGUF adapter"},
     {"lora-merge", cmd_lora_merge, "-m BASE --lora A -o OUT   base GGUF with adapters merged in"},
+    {"finetune",   cmd_finetune,   "-m BASE --data F.jsonl -o OUT   train a LoRA adapter (CPU)"},
+    {"kb-to-dataset", cmd_kb_to_dataset, "KB-DIR > train.jsonl   entries -> topic classification set"},
     {"synth",      cmd_synth,      "--preset P --type T -o OUT   random-weight GGUF of a real architecture"},
     {"tokenize",   cmd_tokenize,   "-m FILE -p TEXT     print token ids"},
     {"generate",   cmd_generate,   "-m FILE -p PROMPT   generate text"},
