@@ -65,4 +65,12 @@ hx_status kb_topic_table(const char *const *names, size_t n, int *topic, char **
  * offset that no longer holds an entry line is an HX_ERR_RANGE error. */
 hx_status kb_log_read_at(kb_log *log, const char *path, const uint64_t *offs, size_t n, hx_error *e);
 
+/* The summary people read, from a report object (insights.json's fields):
+ * misfiled entries first, near-duplicate clusters to merge, cross-links,
+ * patterns, topic overlaps; whole titles up to a line, else cut at a word. */
+#include <cjson/cJSON.h>
+void kb_print_report(FILE *f, const kb_log *log, const cJSON *report, size_t n_live, int n_topics);
+/* s fitted into max code points (see insights.c), into out (cap bytes). */
+void kb_fit_title(const char *s, int max, char *out, size_t cap);
+
 #endif
