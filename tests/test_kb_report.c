@@ -116,6 +116,74 @@ int main(void) {
     CHECK(strstr(buf, "cross-links (0): none") != NULL);
     free(buf);
     kb_log_free(&log);
+
+    /* random pairs among 40 entries: dup_clusters equals the components found
+     * by label propagation, members ascending, clusters best first */
+    f = fopen(path, "w");
+    for (int i = 0; i < 40; i++) fprintf(f, "{\"topic\": \"t%d\", \"title\": \"entry %d\", \"text\": \"x\"}\n", i % 3, i);
+    fclose(f);
+    kb_log log2 = {0};
+    CHECK(kb_log_read(&log2, path, &e) == HX_OK && log2.n == 40);
+    hx_rng rng;
+    hx_rng_seed(&rng, 11);
+    for (int round = 0; round < 20; round++) {
+        kb_pair rp[30];
+        int np = 1 + round % 30, lab[40];
+        for (int k = 0; k < np; k++) {
+            int a = (int)(hx_rng_uniform(&rng) * 40) % 40, b = (int)(hx_rng_uniform(&rng) * 40) % 40;
+            if (a == b) b = (b + 1) % 40;
+            rp[k] = (kb_pair){.a = log2.e[a < b ? a : b].offset, .b = log2.e[a < b ? b : a].offset,
+                              .sim = 0.3f + 0.01f * (float)k};
+        }
+        for (int i = 0; i < 40; i++) lab[i] = i;
+        for (bool ch = true; ch;) {
+            ch = false;
+            for (int k = 0; k < np; k++) {
+                int a = -1, b = -1;
+                for (int i = 0; i < 40; i++) { if (log2.e[i].offset == rp[k].a) a = i; if (log2.e[i].offset == rp[k].b) b = i; }
+                int l = lab[a] < lab[b] ? lab[a] : lab[b];
+                if (lab[a] != l || lab[b] != l) { lab[a] = lab[b] = l; ch = true; }
+            }
+        }
+        kb_insights in2 = {.dups = rp, .n_dups = np, .topics = names, .n_topics = 2};
+        CHECK(kb_write_report(rep, &log2, &in2, 40, "lexical-384", &e) == HX_OK);
+        CHECK(hx_read_file(rep, &js, &jn, &e) == HX_OK);
+        r = cJSON_ParseWithLength(js, jn);
+        cJSON *cl, *x;
+        int seen[40] = {0}, n_members = 0;
+        double prev = 2;
+        cJSON_ArrayForEach(cl, cJSON_GetObjectItem(r, "dup_clusters")) {
+            double sim = cJSON_GetObjectItem(cl, "similarity")->valuedouble;
+            CHECK(sim <= prev);
+            prev = sim;
+            int first = -1;
+            double last = -1;
+            cJSON_ArrayForEach(x, cJSON_GetObjectItem(cl, "members")) {
+                int i = 0;
+                while (i < 40 && (double)log2.e[i].offset != x->valuedouble) i++;
+                CHECK(i < 40 && !seen[i] && x->valuedouble > last);
+                if (i == 40) break;
+                seen[i] = 1;
+                last = x->valuedouble;
+                n_members++;
+                if (first < 0) first = i;
+                CHECK(lab[i] == lab[first]);
+            }
+            int size = 0;
+            for (int i = 0; i < 40; i++) size += first >= 0 && lab[i] == lab[first];
+            CHECKF(size == cJSON_GetArraySize(cJSON_GetObjectItem(cl, "members")), "round %d: cluster size", round);
+        }
+        int in_pairs = 0;
+        for (int i = 0; i < 40; i++) {
+            bool any = false;
+            for (int k = 0; k < np; k++) any |= rp[k].a == log2.e[i].offset || rp[k].b == log2.e[i].offset;
+            in_pairs += any;
+        }
+        CHECK(n_members == in_pairs);
+        cJSON_Delete(r);
+        free(js);
+    }
+    kb_log_free(&log2);
     unlink(rep);
     unlink(path);
     rmdir(dir);

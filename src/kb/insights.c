@@ -388,12 +388,17 @@ static cJSON *pair_json(const kb_log *log, const kb_pair *p) {
     return o;
 }
 
-typedef struct dup_member { uint64_t off; int root; } dup_member;
-typedef struct dup_cluster { int first; float best, worst; } dup_cluster; /* first: index into members */
+typedef struct dup_cluster { uint64_t first; float best, worst; int start, n; } dup_cluster;
 
-static int member_cmp(const void *x, const void *y) {
-    const dup_member *a = x, *b = y;
-    return a->root != b->root ? (a->root < b->root ? -1 : 1) : (a->off < b->off ? -1 : a->off > b->off);
+static int u64_cmp(const void *x, const void *y) {
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int cluster_cmp(const void *x, const void *y) {
+    const dup_cluster *a = x, *b = y;
+    if (a->best != b->best) return a->best > b->best ? -1 : 1;
+    return a->first < b->first ? -1 : a->first > b->first;   /* clusters are disjoint */
 }
 
 static int uf_root(int *par, int i) {
@@ -401,60 +406,52 @@ static int uf_root(int *par, int i) {
     return i;
 }
 
+static int off_index(const uint64_t *off, int n, uint64_t o) {
+    const uint64_t *p = bsearch(&o, off, (size_t)n, sizeof *off, u64_cmp);
+    return (int)(p - off);
+}
+
 /* Near-duplicate clusters: connected components of the reported pairs, each
  * {"members": offsets ascending, "similarity": its best pair, "min_similarity":
- * its weakest}, best cluster first (then by first member). */
+ * its weakest}, best cluster first (then by first member). O(p log p) for p pairs. */
 static cJSON *dup_clusters_json(const kb_insights *in) {
     cJSON *arr = cJSON_CreateArray();
-    int n = 2 * in->n_dups, nd = 0;
+    int n = 2 * in->n_dups, nd = 0, nc = 0;
     if (!arr || n == 0) return arr;
-    uint64_t *off = malloc((size_t)n * sizeof *off);
-    int *par = malloc((size_t)n * sizeof *par);
-    dup_member *m = malloc((size_t)n * sizeof *m);
+    uint64_t *off = malloc((size_t)n * sizeof *off), *mem = malloc((size_t)n * sizeof *mem);
+    int *par = malloc((size_t)n * sizeof *par), *cl = malloc((size_t)n * sizeof *cl), *fill = calloc((size_t)n, sizeof *fill);
     dup_cluster *c = malloc((size_t)n * sizeof *c);
-    if (!off || !par || !m || !c) goto done;
-    /* distinct offsets (at most 2 x max_dups: a linear search is fine) */
-    int *ia = malloc((size_t)in->n_dups * 2 * sizeof *ia);
-    if (!ia) goto done;
+    if (!off || !mem || !par || !cl || !fill || !c) goto done;
+    for (int i = 0; i < in->n_dups; i++) { off[2 * i] = in->dups[i].a; off[2 * i + 1] = in->dups[i].b; }
+    qsort(off, (size_t)n, sizeof *off, u64_cmp);
+    for (int i = 0; i < n; i++) if (i == 0 || off[i] != off[nd - 1]) off[nd++] = off[i];   /* distinct, ascending */
+    for (int k = 0; k < nd; k++) par[k] = k;
     for (int i = 0; i < in->n_dups; i++)
-        for (int s = 0; s < 2; s++) {
-            uint64_t o = s ? in->dups[i].b : in->dups[i].a;
-            int k = 0;
-            while (k < nd && off[k] != o) k++;
-            if (k == nd) { off[nd] = o; par[nd] = nd; nd++; }
-            ia[2 * i + s] = k;
-        }
-    for (int i = 0; i < in->n_dups; i++) par[uf_root(par, ia[2 * i])] = uf_root(par, ia[2 * i + 1]);
-    for (int k = 0; k < nd; k++) m[k] = (dup_member){off[k], uf_root(par, k)};
-    qsort(m, (size_t)nd, sizeof *m, member_cmp);
-    int nc = 0;
-    for (int k = 0; k < nd; k++)
-        if (k == 0 || m[k].root != m[k - 1].root) c[nc++] = (dup_cluster){k, 0.0f, 2.0f};
-    for (int i = 0; i < in->n_dups; i++) {
-        int r = uf_root(par, ia[2 * i]), q = 0;
-        while (m[c[q].first].root != r) q++;
-        if (in->dups[i].sim > c[q].best) c[q].best = in->dups[i].sim;
-        if (in->dups[i].sim < c[q].worst) c[q].worst = in->dups[i].sim;
+        par[uf_root(par, off_index(off, nd, in->dups[i].a))] = uf_root(par, off_index(off, nd, in->dups[i].b));
+    /* a cluster per root, in order of its smallest member (members ascend) */
+    for (int k = 0; k < nd; k++) cl[k] = -1;
+    for (int k = 0; k < nd; k++) {
+        int r = uf_root(par, k);
+        if (cl[r] < 0) { cl[r] = nc; c[nc++] = (dup_cluster){off[k], 0.0f, 2.0f, 0, 0}; }
+        c[cl[r]].n++;
     }
-    free(ia);
-    /* best first; ties by the first member's offset (clusters are disjoint) */
-    for (int a = 1; a < nc; a++)
-        for (int b = a; b > 0; b--) {
-            dup_cluster *x = &c[b - 1], *y = &c[b];
-            bool swap = y->best > x->best || (y->best == x->best && m[y->first].off < m[x->first].off);
-            if (!swap) break;
-            dup_cluster t = *x; *x = *y; *y = t;
-        }
+    for (int q = 1; q < nc; q++) c[q].start = c[q - 1].start + c[q - 1].n;
+    for (int k = 0; k < nd; k++) { int q = cl[uf_root(par, k)]; mem[c[q].start + fill[q]++] = off[k]; }
+    for (int i = 0; i < in->n_dups; i++) {
+        dup_cluster *x = &c[cl[uf_root(par, off_index(off, nd, in->dups[i].a))]];
+        if (in->dups[i].sim > x->best) x->best = in->dups[i].sim;
+        if (in->dups[i].sim < x->worst) x->worst = in->dups[i].sim;
+    }
+    qsort(c, (size_t)nc, sizeof *c, cluster_cmp);
     for (int q = 0; q < nc; q++) {
-        cJSON *o = cJSON_CreateObject(), *mem = cJSON_AddArrayToObject(o, "members");
-        for (int k = c[q].first; k < nd && m[k].root == m[c[q].first].root; k++)
-            cJSON_AddItemToArray(mem, cJSON_CreateNumber((double)m[k].off));
+        cJSON *o = cJSON_CreateObject(), *ma = cJSON_AddArrayToObject(o, "members");
+        for (int k = 0; k < c[q].n; k++) cJSON_AddItemToArray(ma, cJSON_CreateNumber((double)mem[c[q].start + k]));
         cJSON_AddNumberToObject(o, "similarity", round(c[q].best * 10000) / 10000);
         cJSON_AddNumberToObject(o, "min_similarity", round(c[q].worst * 10000) / 10000);
         cJSON_AddItemToArray(arr, o);
     }
 done:
-    free(off); free(par); free(m); free(c);
+    free(off); free(mem); free(par); free(cl); free(fill); free(c);
     return arr;
 }
 
@@ -608,7 +605,6 @@ void kb_print_report(FILE *f, const kb_log *log, const cJSON *r, size_t n_live, 
             const cJSON *mem = cJSON_GetObjectItemCaseSensitive(it, "members");
             int nm = cJSON_GetArraySize(mem), q = 0;
             fprintf(f, "  %d entries in", nm);
-            q = 0;
             cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(it, "topics")) fprintf(f, "%s%s", q++ ? ", " : " ",
                                                                                           cJSON_IsString(x) ? x->valuestring : "?");
             if (*str(it, "name")) fprintf(f, ": %s", str(it, "name"));
