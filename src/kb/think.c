@@ -101,6 +101,7 @@ static hx_status ask_batch(think *t, char **prompts, const uint64_t (*keys)[2], 
 static hx_status load(think *t, const char *dir, kb_embedder *em, hx_error *e) {
     char p[4096];
     snprintf(p, sizeof p, "%s/data.log", dir);
+    t->log.quiet_below = UINT64_MAX;  /* the pass before reported malformed lines: count them silently */
     hx_status st = kb_log_read(&t->log, p, e);
     if (st) return st;
     kb_cache c;
