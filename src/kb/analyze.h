@@ -78,5 +78,12 @@ hx_status kb_log_read_at(kb_log *log, const char *path, const uint64_t *offs, si
 hx_status kb_state_save_full(const char *dir, int log_fd, const struct stat *sb, const kb_cache *cur, const kb_opts *o,
                              uint64_t read_to, uint64_t malformed, char **names, int n_topics, const int *topic,
                              const uint64_t *deleted, size_t n_deleted, const kb_klist lists[3], hx_error *e);
+/* The summary people read, from a report object (insights.json's fields):
+ * misfiled entries first, near-duplicate clusters to merge, cross-links,
+ * patterns, topic overlaps; whole titles up to a line, else cut at a word. */
+#include <cjson/cJSON.h>
+void kb_print_report(FILE *f, const kb_log *log, const cJSON *report, size_t n_live, int n_topics);
+/* s fitted into max code points (see insights.c), into out (cap bytes). */
+void kb_fit_title(const char *s, int max, char *out, size_t cap);
 
 #endif

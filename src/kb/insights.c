@@ -15,12 +15,16 @@
 #define TILE KB_TILE
 
 kb_opts kb_default_opts(const kb_embedder *em) {
-    /* MiniLM's thresholds from the design; the lexical embedder's similarities
-     * run lower (shared words only), calibrated on examples/kb */
+    /* Calibrated on the labelled pairs of examples/kb (bench/kb_calibrate.py,
+     * bench/RESULTS.md): the best-F1 cut for near-duplicates, and for
+     * cross-links the best-F0.5 lower bound below it (precision first: a
+     * person reads each one). The lexical embedder's
+     * similarities run far lower (shared words only); any BERT model gets
+     * all-MiniLM-L6-v2's numbers, the one calibrated. */
     if (!strcmp(em->name, "lexical-384"))
-        return (kb_opts){.dup_threshold = 0.88f, .link_low = 0.36f, .link_high = 0.88f, .topic_threshold = 0.45f,
+        return (kb_opts){.dup_threshold = 0.247f, .link_low = 0.234f, .link_high = 0.247f, .topic_threshold = 0.45f,
                          .max_dups = 20, .max_links = 50, .max_overlaps = KB_DEFAULT_MAX_OVERLAPS};
-    return (kb_opts){.dup_threshold = 0.92f, .link_low = 0.75f, .link_high = 0.92f, .topic_threshold = 0.6f,
+    return (kb_opts){.dup_threshold = 0.69f, .link_low = 0.53f, .link_high = 0.69f, .topic_threshold = 0.6f,
                      .max_dups = 20, .max_links = 50, .max_overlaps = KB_DEFAULT_MAX_OVERLAPS};
 }
 
@@ -448,11 +452,77 @@ static cJSON *pair_json(const kb_log *log, const kb_pair *p) {
     return o;
 }
 
-hx_status kb_write_report(const char *path, const kb_log *log, const kb_insights *in, size_t n_live,
-                          const char *embedder, hx_error *e) {
+typedef struct dup_cluster { uint64_t first; float best, worst; int start, n; } dup_cluster;
+
+static int u64_cmp(const void *x, const void *y) {
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int cluster_cmp(const void *x, const void *y) {
+    const dup_cluster *a = x, *b = y;
+    if (a->best != b->best) return a->best > b->best ? -1 : 1;
+    return a->first < b->first ? -1 : a->first > b->first;   /* clusters are disjoint */
+}
+
+static int uf_root(int *par, int i) {
+    while (par[i] != i) i = par[i] = par[par[i]];
+    return i;
+}
+
+static int off_index(const uint64_t *off, int n, uint64_t o) {
+    const uint64_t *p = bsearch(&o, off, (size_t)n, sizeof *off, u64_cmp);
+    return (int)(p - off);
+}
+
+/* Near-duplicate clusters: connected components of the reported pairs, each
+ * {"members": offsets ascending, "similarity": its best pair, "min_similarity":
+ * its weakest}, best cluster first (then by first member). O(p log p) for p pairs. */
+static cJSON *dup_clusters_json(const kb_insights *in) {
+    cJSON *arr = cJSON_CreateArray();
+    int n = 2 * in->n_dups, nd = 0, nc = 0;
+    if (!arr || n == 0) return arr;
+    uint64_t *off = malloc((size_t)n * sizeof *off), *mem = malloc((size_t)n * sizeof *mem);
+    int *par = malloc((size_t)n * sizeof *par), *cl = malloc((size_t)n * sizeof *cl), *fill = calloc((size_t)n, sizeof *fill);
+    dup_cluster *c = malloc((size_t)n * sizeof *c);
+    if (!off || !mem || !par || !cl || !fill || !c) goto done;
+    for (int i = 0; i < in->n_dups; i++) { off[2 * i] = in->dups[i].a; off[2 * i + 1] = in->dups[i].b; }
+    qsort(off, (size_t)n, sizeof *off, u64_cmp);
+    for (int i = 0; i < n; i++) if (i == 0 || off[i] != off[nd - 1]) off[nd++] = off[i];   /* distinct, ascending */
+    for (int k = 0; k < nd; k++) par[k] = k;
+    for (int i = 0; i < in->n_dups; i++)
+        par[uf_root(par, off_index(off, nd, in->dups[i].a))] = uf_root(par, off_index(off, nd, in->dups[i].b));
+    /* a cluster per root, in order of its smallest member (members ascend) */
+    for (int k = 0; k < nd; k++) cl[k] = -1;
+    for (int k = 0; k < nd; k++) {
+        int r = uf_root(par, k);
+        if (cl[r] < 0) { cl[r] = nc; c[nc++] = (dup_cluster){off[k], 0.0f, 2.0f, 0, 0}; }
+        c[cl[r]].n++;
+    }
+    for (int q = 1; q < nc; q++) c[q].start = c[q - 1].start + c[q - 1].n;
+    for (int k = 0; k < nd; k++) { int q = cl[uf_root(par, k)]; mem[c[q].start + fill[q]++] = off[k]; }
+    for (int i = 0; i < in->n_dups; i++) {
+        dup_cluster *x = &c[cl[uf_root(par, off_index(off, nd, in->dups[i].a))]];
+        if (in->dups[i].sim > x->best) x->best = in->dups[i].sim;
+        if (in->dups[i].sim < x->worst) x->worst = in->dups[i].sim;
+    }
+    qsort(c, (size_t)nc, sizeof *c, cluster_cmp);
+    for (int q = 0; q < nc; q++) {
+        cJSON *o = cJSON_CreateObject(), *ma = cJSON_AddArrayToObject(o, "members");
+        for (int k = 0; k < c[q].n; k++) cJSON_AddItemToArray(ma, cJSON_CreateNumber((double)mem[c[q].start + k]));
+        cJSON_AddNumberToObject(o, "similarity", round(c[q].best * 10000) / 10000);
+        cJSON_AddNumberToObject(o, "min_similarity", round(c[q].worst * 10000) / 10000);
+        cJSON_AddItemToArray(arr, o);
+    }
+done:
+    free(off); free(mem); free(par); free(cl); free(fill); free(c);
+    return arr;
+}
+
+static cJSON *report_json(const kb_log *log, const kb_insights *in, size_t n_live, const char *embedder) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddNumberToObject(r, "entries", (double)n_live);
-    cJSON_AddStringToObject(r, "embedder", embedder);
+    if (embedder) cJSON_AddStringToObject(r, "embedder", embedder);
     cJSON *d = cJSON_AddArrayToObject(r, "near_duplicates"), *l = cJSON_AddArrayToObject(r, "cross_links");
     cJSON *t = cJSON_AddArrayToObject(r, "topic_overlaps");
     for (int i = 0; i < in->n_dups; i++) cJSON_AddItemToArray(d, pair_json(log, &in->dups[i]));
@@ -464,7 +534,14 @@ hx_status kb_write_report(const char *path, const kb_log *log, const kb_insights
         cJSON_AddNumberToObject(o, "similarity", round(in->overlaps[i].sim * 10000) / 10000);
         cJSON_AddItemToArray(t, o);
     }
-    char *s = cJSON_Print(r);
+    cJSON_AddItemToObject(r, "dup_clusters", dup_clusters_json(in));
+    return r;
+}
+
+hx_status kb_write_report(const char *path, const kb_log *log, const kb_insights *in, size_t n_live,
+                          const char *embedder, hx_error *e) {
+    cJSON *r = report_json(log, in, n_live, embedder);
+    char *s = r ? cJSON_Print(r) : NULL;
     cJSON_Delete(r);
     if (!s) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
     size_t n = strlen(s);
@@ -478,23 +555,146 @@ hx_status kb_write_report(const char *path, const kb_log *log, const kb_insights
     return st;
 }
 
-static const char *label(const kb_entry *en) { return en->title ? en->title : en->text; }
+/* ---- the summary people read ---- */
 
-void kb_print_summary(FILE *f, const kb_log *log, const kb_insights *in, size_t n_live) {
-    fprintf(f, "%zu entries in %d topics\n", n_live, in->n_topics);
-    fprintf(f, "\nnear-duplicates (%d):\n", in->n_dups);
-    for (int i = 0; i < in->n_dups; i++) {
-        const kb_entry *a = kb_log_find(log, in->dups[i].a), *b = kb_log_find(log, in->dups[i].b);
-        fprintf(f, "  %.3f  @%llu \"%.50s\"  ~  @%llu \"%.50s\"\n", in->dups[i].sim, (unsigned long long)a->offset,
-                label(a), (unsigned long long)b->offset, label(b));
+#define TITLE_COLS 72  /* a title longer than this (in code points) is cut at a word */
+#define SHOW_LINKS 12
+#define SHOW_MISFILED 10
+#define SHOW_PATTERNS 8
+#define SHOW_MEMBERS 5
+#define SHOW_OVERLAPS 8
+
+/* s in at most max code points: whole when it fits, else cut after the last
+ * whole word that fits (at a code point when that would keep less than half)
+ * and ended with "…"; only the first line of a multi-line s. Never splits a
+ * UTF-8 sequence; out (cap bytes) always ends in NUL. */
+void kb_fit_title(const char *s, int max, char *out, size_t cap) {
+    if (cap == 0) return;
+    if (max < 2) max = 2;
+    size_t n = strcspn(s, "\n\r"), cut = n, word_cut = 0;
+    bool ellipsis = s[n] != 0;   /* more lines follow */
+    int cps = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (((unsigned char)s[i] & 0xC0) == 0x80) continue;  /* inside a code point */
+        if (cps == max - 1) cut = i;                         /* the first max-1 code points end here */
+        if (++cps > max) { ellipsis = true; break; }
+        if (s[i] == ' ' && cps - 1 <= max - 1 && cps - 1 >= max / 2) word_cut = i;
     }
-    fprintf(f, "\ncross-links (%d):\n", in->n_links);
-    for (int i = 0; i < in->n_links; i++) {
-        const kb_entry *a = kb_log_find(log, in->links[i].a), *b = kb_log_find(log, in->links[i].b);
-        fprintf(f, "  %.3f  [%s] \"%.40s\"  <->  [%s] \"%.40s\"\n", in->links[i].sim, a->topic, label(a), b->topic, label(b));
+    if (cps <= max) cut = n;
+    else if (word_cut) cut = word_cut;
+    while (ellipsis && cut > 0 && strchr(" ,;:-", s[cut - 1])) cut--;
+    size_t room = cap - 1 - (ellipsis && cap > 4 ? 3 : 0);
+    if (cut > room) { /* a small buffer: back off to a code point start */
+        cut = room;
+        while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80) cut--;
     }
-    fprintf(f, "\ntopic overlaps (%d):\n", in->n_overlaps);
-    for (int i = 0; i < in->n_overlaps; i++)
-        fprintf(f, "  %.3f  %s  <->  %s\n", in->overlaps[i].sim, in->topics[in->overlaps[i].a], in->topics[in->overlaps[i].b]);
+    memcpy(out, s, cut);
+    if (ellipsis && cap > 4) { memcpy(out + cut, "\xE2\x80\xA6", 3); cut += 3; }
+    out[cut] = 0;
 }
 
+static const char *label(const kb_entry *en) { return en && en->title ? en->title : en ? en->text : "?"; }
+
+static void put_entry(FILE *f, const char *lead, const kb_entry *en) {
+    char t[TITLE_COLS * 4 + 8];
+    kb_fit_title(label(en), TITLE_COLS, t, sizeof t);
+    fprintf(f, "%s[%s] %s\n", lead, en ? en->topic : "?", t);
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static const char *str(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static void more(FILE *f, int shown, int total) {
+    if (total > shown) fprintf(f, "  ... %d more in insights.json\n", total - shown);
+}
+
+void kb_print_report(FILE *f, const kb_log *log, const cJSON *r, size_t n_live, int n_topics) {
+    fprintf(f, "%zu entries in %d topics\n", n_live, n_topics);
+    const cJSON *it, *x;
+    /* 1. entries to move */
+    const cJSON *mis = cJSON_GetObjectItemCaseSensitive(r, "misfiled");
+    if (cJSON_IsArray(mis)) {
+        int n = cJSON_GetArraySize(mis), k = 0;
+        fprintf(f, "\nlikely misfiled (%d, by %s):%s\n", n,
+                strcmp(str(r, "classifier"), "llm") ? "nearest topic centroid" : "the LLM", n ? "" : " none");
+        cJSON_ArrayForEach(it, mis) {
+            if (k++ == SHOW_MISFILED) break;
+            const kb_entry *en = kb_log_find(log, (uint64_t)num(it, "id"));
+            char t[TITLE_COLS * 4 + 8];
+            kb_fit_title(en ? label(en) : str(it, "title"), TITLE_COLS, t, sizeof t);
+            fprintf(f, "  %.3f  %s\n         filed under %s, reads like %s\n", num(it, "probability"), t,
+                    str(it, "topic"), str(it, "predicted"));
+        }
+        more(f, SHOW_MISFILED, n);
+    }
+    /* 2. entries to merge: one block per cluster */
+    const cJSON *dc = cJSON_GetObjectItemCaseSensitive(r, "dup_clusters");
+    int n_pairs = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "near_duplicates"));
+    fprintf(f, "\nnear-duplicates to merge (%d clusters, %d pairs):%s\n", cJSON_GetArraySize(dc), n_pairs,
+            n_pairs ? "" : " none");
+    cJSON_ArrayForEach(it, dc) {
+        int k = 0;
+        char lead[32];
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(it, "members")) {
+            if (k == 0) snprintf(lead, sizeof lead, "  %.3f  ", num(it, "similarity"));
+            put_entry(f, k++ ? "         " : lead, kb_log_find(log, (uint64_t)x->valuedouble));
+        }
+    }
+    /* 3. related entries across topics */
+    const cJSON *cl = cJSON_GetObjectItemCaseSensitive(r, "cross_links");
+    int nl = cJSON_GetArraySize(cl), k = 0;
+    fprintf(f, "\ncross-links (%d):%s\n", nl, nl ? "" : " none");
+    cJSON_ArrayForEach(it, cl) {
+        if (k++ == SHOW_LINKS) break;
+        char lead[32];
+        snprintf(lead, sizeof lead, "  %.3f  ", num(it, "similarity"));
+        put_entry(f, lead, kb_log_find(log, (uint64_t)num(it, "a")));
+        put_entry(f, "    <->  ", kb_log_find(log, (uint64_t)num(it, "b")));
+    }
+    more(f, SHOW_LINKS, nl);
+    const cJSON *pa = cJSON_GetObjectItemCaseSensitive(r, "patterns");
+    if (cJSON_IsArray(pa) && cJSON_GetArraySize(pa)) {
+        int np = cJSON_GetArraySize(pa);
+        fprintf(f, "\npatterns across topics (%d):\n", np);
+        k = 0;
+        cJSON_ArrayForEach(it, pa) {
+            if (k++ == SHOW_PATTERNS) break;
+            const cJSON *mem = cJSON_GetObjectItemCaseSensitive(it, "members");
+            int nm = cJSON_GetArraySize(mem), q = 0;
+            fprintf(f, "  %d entries in", nm);
+            cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(it, "topics")) fprintf(f, "%s%s", q++ ? ", " : " ",
+                                                                                          cJSON_IsString(x) ? x->valuestring : "?");
+            if (*str(it, "name")) fprintf(f, ": %s", str(it, "name"));
+            fprintf(f, "\n");
+            q = 0;
+            cJSON_ArrayForEach(x, mem) {
+                if (q++ == SHOW_MEMBERS) { fprintf(f, "         ... %d more\n", nm - SHOW_MEMBERS); break; }
+                put_entry(f, "         ", kb_log_find(log, (uint64_t)x->valuedouble));
+            }
+        }
+        more(f, SHOW_PATTERNS, np);
+    }
+    const cJSON *ov = cJSON_GetObjectItemCaseSensitive(r, "topic_overlaps");
+    int no = cJSON_GetArraySize(ov);
+    fprintf(f, "\ntopic overlaps (%d):%s\n", no, no ? "" : " none");
+    k = 0;
+    cJSON_ArrayForEach(it, ov) {
+        if (k++ == SHOW_OVERLAPS) break;
+        fprintf(f, "  %.3f  %s <-> %s\n", num(it, "similarity"), str(it, "a"), str(it, "b"));
+    }
+    more(f, SHOW_OVERLAPS, no);
+}
+
+void kb_print_summary(FILE *f, const kb_log *log, const kb_insights *in, size_t n_live) {
+    cJSON *r = report_json(log, in, n_live, NULL);
+    if (!r) { fprintf(f, "%zu entries in %d topics (out of memory for the summary)\n", n_live, in->n_topics); return; }
+    kb_print_report(f, log, r, n_live, in->n_topics);
+    cJSON_Delete(r);
+}

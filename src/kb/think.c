@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/core.h"
+#include "kb/analyze.h"
 #include "kb/classify.h"
 
 kb_think_opts kb_think_defaults(void) {
@@ -100,6 +101,7 @@ static hx_status ask_batch(think *t, char **prompts, const uint64_t (*keys)[2], 
 static hx_status load(think *t, const char *dir, kb_embedder *em, hx_error *e) {
     char p[4096];
     snprintf(p, sizeof p, "%s/data.log", dir);
+    t->log.quiet_below = UINT64_MAX;  /* the pass before reported malformed lines: count them silently */
     hx_status st = kb_log_read(&t->log, p, e);
     if (st) return st;
     kb_cache c;
@@ -557,26 +559,7 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
         s = hx_write_file_atomic(ipath, out, strlen(out), e);
         free(out);
     }
-    if (!s && print) {
-        if (nm) printf("\nlikely misfiled (%zu, by %s):\n", nm, method);
-        for (size_t k = 0; k < nm && k < 10; k++) {
-            size_t i = mis[k];
-            printf("  %.3f  @%llu \"%s\"  filed under %s, reads like %s\n", cls[i].prob,
-                   (unsigned long long)ent(&t, i)->offset, ent(&t, i)->title ? ent(&t, i)->title : "(untitled)",
-                   t.topics[t.topic[i]], t.topics[cls[i].predicted]);
-        }
-        cJSON *pa2 = cJSON_GetObjectItem(root, "patterns"), *it;
-        if (st->patterns) printf("\npatterns across topics (%zu):\n", st->patterns);
-        int shown = 0;
-        cJSON_ArrayForEach(it, pa2) {
-            if (shown++ == 10) break;
-            cJSON *nm2 = cJSON_GetObjectItem(it, "name"), *tp = cJSON_GetObjectItem(it, "topics"), *x;
-            printf("  %d entries in", cJSON_GetArraySize(cJSON_GetObjectItem(it, "members")));
-            cJSON_ArrayForEach(x, tp) printf(" %s", x->valuestring);
-            if (cJSON_IsString(nm2) && *nm2->valuestring) printf(": %s", nm2->valuestring);
-            printf("\n");
-        }
-    }
+    if (!s && print) kb_print_report(stdout, &t.log, root, t.n, t.n_topics);
 out:
     st->seconds = hx_now_s() - t0;
     free(central);

@@ -304,7 +304,10 @@ hx_status hx_tok_load_vocab_txt(const char *path, hx_tok **out, hx_error *e) {
     for (int32_t i = 0; i < t->n; i++) {
         char *nl = strchr(line, '\n'); size_t l = nl ? (size_t)(nl - line) : strlen(line);
         if (l && line[l - 1] == '\r') l--;
-        bool ctl = l >= 2 && line[0] == '[' && line[l - 1] == ']';
+        /* only BERT's five special tokens are specials (HF's added tokens);
+         * [unused0] and the like are ordinary vocabulary entries */
+        bool ctl = (l == 5 && (!memcmp(line, "[UNK]", 5) || !memcmp(line, "[CLS]", 5) || !memcmp(line, "[SEP]", 5) ||
+                               !memcmp(line, "[PAD]", 5))) || (l == 6 && !memcmp(line, "[MASK]", 6));
         char *p = malloc(l + 4);
         if (!p) { st = hx_err(e, HX_ERR_NOMEM, "oom"); break; }
         size_t pl = 0;
@@ -764,7 +767,9 @@ hx_status hx_tok_encode(const hx_tok *t, const char *text, size_t n, bool add_sp
         if (i < n && t->spec_first[(unsigned char)text[i]])
             for (size_t k = 0; k < t->n_specials; k++) {
                 int32_t id = t->specials[k];
-                if (!parse_special && t->type[id] == HX_TT_CONTROL) continue;
+                /* WordPiece: special tokens in the text are always specials, as in
+                 * transformers' BertTokenizerFast (added tokens are matched first) */
+                if (!parse_special && t->type[id] == HX_TT_CONTROL && t->kind != HX_TOK_WPM) continue;
                 if (t->plen[id] <= n - i && !memcmp(text + i, t->piece[id], t->plen[id])) { hit = id; break; }
             }
         if (hit < 0 && i < n) { i++; continue; }

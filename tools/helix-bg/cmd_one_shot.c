@@ -173,7 +173,9 @@ int cmd_one_shot(int argc, char **argv) {
     kb_pass_stats st = {0};
     hx_error e = {0};
     rc = 0;
-    if (kb_run_pass(c.dir, em, pool, &o, !c.quiet, true, NULL, &st, &e) != HX_OK) {
+    /* the summary comes after the think stage (it leads with misfiled entries)
+     * unless there is none */
+    if (kb_run_pass(c.dir, em, pool, &o, !c.quiet && c.no_think, true, NULL, &st, &e) != HX_OK) {
         fprintf(stderr, "helix-bg one-shot: %s\n", e.msg);
         rc = 1;
     } else if (!c.quiet) {

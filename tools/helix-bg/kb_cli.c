@@ -8,8 +8,8 @@ void kb_cli_usage(FILE *f, const char *cmd, bool daemon) {
     fprintf(f, "usage: helix-bg %s [KB-DIR] [options]        (KB-DIR holds data.log; default .)\n", cmd);
     fprintf(f, "  --embed-model M   BERT .gguf or Hugging Face folder (default: built-in lexical-384)\n"
                "  -t N              threads (default: all CPUs)\n"
-               "  --dup X           near-duplicate threshold (lexical 0.88, MiniLM 0.92)\n"
-               "  --link-low X --link-high X   cross-link band (lexical 0.36-0.88, MiniLM 0.75-0.92)\n"
+               "  --dup X           near-duplicate threshold (lexical 0.247, BERT 0.69)\n"
+               "  --link-low X --link-high X   cross-link band (lexical 0.234-0.247, BERT 0.53-0.69)\n"
                "  --topic X         topic-overlap threshold (lexical 0.45, MiniLM 0.60)\n"
                "  --max-dups N --max-links N   how many to keep (20, 50)\n"
                "  --max-overlaps N  topic overlaps to keep, the best (100)\n"
