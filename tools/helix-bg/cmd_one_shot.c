@@ -103,7 +103,8 @@ static int one_shot_mpi(int argc, char **argv) {
     if (!kb_mpi_all(pool != NULL)) { fprintf(stderr, "helix-bg one-shot --mpi: rank %d: out of memory\n", rank); goto out; }
     kb_opts o = kb_cli_opts(&c, em);
     kb_mpi_stats st = {0};
-    if (kb_mpi_pass(c.dir, em, pool, &o, !c.quiet && rank == 0, !c.quiet, &st, &e) != HX_OK) {
+    /* as the single-process pass: the summary comes from the think stage unless --no-think */
+    if (kb_mpi_pass(c.dir, em, pool, &o, !c.quiet && rank == 0 && c.no_think, !c.quiet, &st, &e) != HX_OK) {
         if (rank == 0 || strcmp(e.msg, KB_MPI_OTHER_RANK)) fprintf(stderr, "helix-bg one-shot --mpi: rank %d: %s\n", rank, e.msg);
         goto out;
     }
