@@ -19,18 +19,30 @@
  * (greedy decoding reproduces the whole completion, checked in one teacher-
  * forced pass) before and after training. */
 #include "cli.h"
-#include "core/core.h"
 #include "helix_kb.h"
-#include "model/model.h"
-#include "train/train.h"
+#include "helix_train.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* An error value with a message (the library's hx_err is private to it). */
+static hx_status ft_err(hx_error *e, hx_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static hx_status ft_err(hx_error *e, hx_status s, const char *fmt, ...) {
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+        e->status = s;
+    }
+    return s;
+}
 
 int cmd_finetune(int argc, char **argv);
 int cmd_kb_to_dataset(int argc, char **argv);
@@ -58,12 +70,12 @@ static void dataset_free(dataset *d) {
 static hx_status tokenize_alloc(const hx_model *m, const char *text, bool special, int32_t **out, int *n, hx_error *e) {
     int cap = (int)strlen(text) + 8;
     *out = malloc(sizeof(int32_t) * (size_t)cap);
-    if (!*out) return hx_err(e, HX_ERR_NOMEM, "out of memory");
+    if (!*out) return ft_err(e, HX_ERR_NOMEM, "out of memory");
     hx_status st = hx_tokenize(m, text, -1, special, special, *out, cap, n, e);
     if (st == HX_ERR_RANGE) {
         cap = *n;
         int32_t *p = realloc(*out, sizeof(int32_t) * (size_t)cap);
-        if (!p) return hx_err(e, HX_ERR_NOMEM, "out of memory");
+        if (!p) return ft_err(e, HX_ERR_NOMEM, "out of memory");
         *out = p;
         st = hx_tokenize(m, text, -1, special, special, *out, cap, n, e);
     }
@@ -85,11 +97,11 @@ static int line_texts(const hx_model *m, cJSON *j, bool chat, char **prompt, con
         return 0;
     }
     if (!cJSON_IsArray(msgs)) {
-        hx_err(e, HX_ERR_FORMAT, "neither \"prompt\" + \"completion\" strings nor a \"messages\" array");
+        ft_err(e, HX_ERR_FORMAT, "neither \"prompt\" + \"completion\" strings nor a \"messages\" array");
         return -1;
     }
     int nm = cJSON_GetArraySize(msgs);
-    if (nm < 2 || nm > 256) { hx_err(e, HX_ERR_FORMAT, "\"messages\" needs 2..256 messages, has %d", nm); return -1; }
+    if (nm < 2 || nm > 256) { ft_err(e, HX_ERR_FORMAT, "\"messages\" needs 2..256 messages, has %d", nm); return -1; }
     hx_chat_message *ms = calloc((size_t)nm, sizeof *ms);
     if (!ms) return -1;
     for (int i = 0; i < nm; i++) {
@@ -97,13 +109,13 @@ static int line_texts(const hx_model *m, cJSON *j, bool chat, char **prompt, con
         cJSON *r = cJSON_GetObjectItem(it, "role"), *ct = cJSON_GetObjectItem(it, "content");
         if (!cJSON_IsString(r) || !cJSON_IsString(ct)) {
             free(ms);
-            hx_err(e, HX_ERR_FORMAT, "message %d lacks a \"role\" or \"content\" string", i);
+            ft_err(e, HX_ERR_FORMAT, "message %d lacks a \"role\" or \"content\" string", i);
             return -1;
         }
         ms[i] = (hx_chat_message){ r->valuestring, ct->valuestring };
     }
     if (strcmp(ms[nm - 1].role, "assistant")) {
-        hx_err(e, HX_ERR_FORMAT, "the last message is '%s', not the assistant's (the completion)", ms[nm - 1].role);
+        ft_err(e, HX_ERR_FORMAT, "the last message is '%s', not the assistant's (the completion)", ms[nm - 1].role);
         free(ms);
         return -1;
     }
@@ -135,7 +147,7 @@ static int dataset_load(const char *cmd, const hx_model *m, const char *path, bo
         bool is_chat = false;
         int32_t *pt = NULL, *ct = NULL;
         int np = 0, nc = 0;
-        if (!j) hx_err(&e, HX_ERR_FORMAT, "not valid JSON");
+        if (!j) ft_err(&e, HX_ERR_FORMAT, "not valid JSON");
         if (!j || line_texts(m, j, chat, &prompt, &completion, &is_chat, &e) ||
             tokenize_alloc(m, prompt, true, &pt, &np, &e) || tokenize_alloc(m, completion, false, &ct, &nc, &e)) {
             fprintf(stderr, "helix-bg %s: %s:%d: %s\n", cmd, path, lineno, e.msg[0] ? e.msg : "out of memory");
@@ -217,11 +229,11 @@ typedef struct eval_result { double loss; double acc; long n_tok; } eval_result;
 /* Mean target cross-entropy and the fraction of examples whose every target
  * token is the argmax (greedy decoding would reproduce the completion). */
 static hx_status evaluate(hx_trainer *t, const hx_model *m, const dataset *d, eval_result *r, hx_error *e) {
-    int V = m->cfg.n_vocab, maxn = 0;
+    int V = hx_model_n_vocab(m), maxn = 0;
     for (int i = 0; i < d->n; i++) if (d->ex[i].n > maxn) maxn = d->ex[i].n;
     float *lg = malloc(sizeof(float) * (size_t)maxn * V);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)maxn);
-    if (!lg || !pos) { free(lg); free(pos); return hx_err(e, HX_ERR_NOMEM, "eval: out of memory"); }
+    if (!lg || !pos) { free(lg); free(pos); return ft_err(e, HX_ERR_NOMEM, "eval: out of memory"); }
     for (int i = 0; i < maxn; i++) pos[i] = i;
     double loss = 0;
     long ntok = 0, right = 0;

@@ -4,7 +4,7 @@
 #include "cli.h"
 #include "kb_cli.h"
 #ifdef HX_HAVE_MPI
-#include "kb/mpi.h"
+#include "helix_kb.h"
 #endif
 
 #include <stdlib.h>
