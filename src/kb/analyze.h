@@ -57,6 +57,11 @@ hx_status kb_klist_union(kb_klist *kept, const kb_klist *add, int depth, hx_erro
 bool kb_klist_fills(const kb_klist *l, int k);
 void kb_klist_free(kb_klist *l);
 void kb_klist_sort(kb_klist *l); /* best first, by kb_pair_better */
+/* The texts of log->e[which[q]] embedded into rows at[q] of vec (n rows of
+ * em->dim), 256 a call. progress: NULL, or a suffix for the "embedding i/n"
+ * line on a terminal ("" for none). */
+hx_status kb_embed_rows(kb_embedder *em, const kb_log *log, const size_t *which, const size_t *at, size_t n,
+                        float *vec, const char *progress, hx_error *e);
 /* Report the lists: the best max_* of each into out (topics named by names). */
 hx_status kb_insights_from(const kb_klist *dups, const kb_klist *links, const kb_klist *over, const kb_opts *o,
                            char **names, int n_topics, kb_insights *out, hx_error *e);

@@ -146,30 +146,6 @@ static bool displs_of(const int *cnt, int R, int *dis) {
     return true;
 }
 
-/* The texts of log->e[which[q]] embedded into rows at[q] of vec, 256 at a time
- * (as the single-process pass batches them). */
-static hx_status embed_rows(kb_embedder *em, const kb_log *log, const size_t *which, const size_t *at, size_t n,
-                            float *vec, bool progress, hx_error *e) {
-    char **texts = calloc(256, sizeof *texts);
-    float *tmp = malloc(256 * (size_t)em->dim * sizeof(float));
-    hx_status st = HX_OK;
-    if (!texts || !tmp) { free(texts); free(tmp); return hx_err(e, HX_ERR_NOMEM, "out of memory"); }
-    bool tty = progress && isatty(2);
-    for (size_t b = 0; b < n && !st; b += 256) {
-        size_t nb = n - b < 256 ? n - b : 256;
-        for (size_t q = 0; q < nb; q++) texts[q] = kb_entry_text(&log->e[which[b + q]]);
-        for (size_t q = 0; q < nb; q++) if (!texts[q]) st = hx_err(e, HX_ERR_NOMEM, "out of memory");
-        if (!st) st = em->embed(em, (const char *const *)texts, (int)nb, tmp, e);
-        for (size_t q = 0; q < nb; q++) { free(texts[q]); texts[q] = NULL; }
-        for (size_t q = 0; q < nb && !st; q++)
-            memcpy(vec + at[b + q] * (size_t)em->dim, tmp + q * (size_t)em->dim, sizeof(float) * (size_t)em->dim);
-        if (tty) fprintf(stderr, "\rembedding %zu/%zu (rank 0's share)", b + nb, n);
-    }
-    if (tty && n) fputc('\n', stderr);
-    free(texts); free(tmp);
-    return st;
-}
-
 /* A kept list's header on the wire. */
 typedef struct wire_hdr { int32_t n, has_cut; kb_pair cut; } wire_hdr;
 
@@ -320,7 +296,7 @@ hx_status kb_mpi_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
         k++;
     }
     kb_cache_free(&old); /* the vectors are held once: each rank's own rows now, all rows after the exchange */
-    st = embed_rows(em, &log, which, at, n_todo, my_vec, progress && rank == 0, e);
+    st = kb_embed_rows(em, &log, which, at, n_todo, my_vec, progress && rank == 0 ? " (rank 0's share)" : NULL, e);
     t_embed = hx_now_s() - t;
     AGREE();
 

@@ -248,9 +248,8 @@ static bool rowset_alloc(rowset *r, size_t n, int dim) {
     return r->cur.offset && r->cur.hash && r->cur.vec && r->topic;
 }
 
-/* Embed the entries log->e[which[q]] into rows at[q] of vec. */
-static hx_status embed_rows(kb_embedder *em, const kb_log *log, const size_t *which, const size_t *at, size_t n,
-                            float *vec, bool progress, hx_error *e) {
+hx_status kb_embed_rows(kb_embedder *em, const kb_log *log, const size_t *which, const size_t *at, size_t n,
+                       float *vec, const char *progress, hx_error *e) {
     char **texts = calloc(256, sizeof *texts);
     float *tmp = malloc(256 * (size_t)em->dim * sizeof(float));
     hx_status st = HX_OK;
@@ -264,7 +263,7 @@ static hx_status embed_rows(kb_embedder *em, const kb_log *log, const size_t *wh
         for (size_t q = 0; q < nb; q++) { free(texts[q]); texts[q] = NULL; }
         for (size_t q = 0; q < nb && !st; q++)
             memcpy(vec + at[b + q] * (size_t)em->dim, tmp + q * (size_t)em->dim, sizeof(float) * (size_t)em->dim);
-        if (tty) fprintf(stderr, "\rembedding %zu/%zu", b + nb, n);
+        if (tty) fprintf(stderr, "\rembedding %zu/%zu%s", b + nb, n, progress);
     }
     if (tty && n) fputc('\n', stderr);
     free(texts); free(tmp);
@@ -313,7 +312,7 @@ static hx_status read_full(const char *log_path, kb_embedder *em, const kb_cache
         k++;
     }
     st = rowset_topics(r, names, e);
-    if (!st) st = embed_rows(em, log, which, at, n_todo, r->cur.vec, progress, e);
+    if (!st) st = kb_embed_rows(em, log, which, at, n_todo, r->cur.vec, progress ? "" : NULL, e);
     *embedded = n_todo;
     free(which); free(at); free(names);
     return st;
@@ -407,7 +406,7 @@ static hx_status read_incremental(const char *log_path, kb_embedder *em, kb_cach
         free(cnt); free(remap);
     }
     free(tab);
-    if (!st) st = embed_rows(em, log, which, at, m, r->cur.vec, progress, e);
+    if (!st) st = kb_embed_rows(em, log, which, at, m, r->cur.vec, progress ? "" : NULL, e);
     *embedded = m;
     free(names); free(tid); free(which); free(at);
     return st;
