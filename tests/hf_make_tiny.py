@@ -53,39 +53,47 @@ def cases():
     ]
 
 
+def make_folder(c, seed, out, shared, shard=True):
+    """Case c as a folder OUT/<name>: random weights (generator seeded with seed) rounded to the
+    case's dtype, save_pretrained (sharded when the case says so and shard), the family's real
+    tokenizer files copied in. Returns (folder, config, vocabulary size, the generator, to draw
+    more weights from it)."""
+    tok_json = os.path.join(shared, "tokenizers", c["family"] + ".tokenizer.json")
+    tok_cfg = os.path.join(shared, "tokenizers", c["family"] + ".tokenizer_config.json")
+    tj = json.load(open(tok_json))
+    vocab = max([max(tj["model"]["vocab"].values()) + 1] + [t["id"] + 1 for t in tj.get("added_tokens", [])])
+    cfg = c["cls"](vocab_size=vocab, **c["cfg"])
+    cfg._attn_implementation = "eager"
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("norm.weight"):  # gemma: the weight is an offset from 1; others: the scale
+                p.copy_((0.0 if c["family"] == "gemma3" else 1.0) + 0.2 * torch.randn(p.shape, generator=g))
+            elif n.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.08 * torch.randn(p.shape, generator=g))
+    # round the weights to the stored dtype; references are computed from the saved folder as
+    # transformers loads it (a model cast to f16 and back would keep f16 rope frequencies,
+    # which a fresh load recomputes in f32)
+    model = model.to(c["dtype"])
+    d = os.path.join(out, c["name"])
+    shutil.rmtree(d, ignore_errors=True)
+    kw = {"max_shard_size": c["shard"]} if shard and "shard" in c else {}
+    model.save_pretrained(d, **kw)
+    shutil.copy(tok_json, os.path.join(d, "tokenizer.json"))
+    shutil.copy(tok_cfg, os.path.join(d, "tokenizer_config.json"))
+    return d, cfg, vocab, g
+
+
 def main():
     out = sys.argv[1]
     shared = sys.argv[2] if len(sys.argv) > 2 else "../shared"
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(1234)
     for ci, c in enumerate(cases()):
-        tok_json = os.path.join(shared, "tokenizers", c["family"] + ".tokenizer.json")
-        tok_cfg = os.path.join(shared, "tokenizers", c["family"] + ".tokenizer_config.json")
-        vocab = max(json.load(open(tok_json))["model"]["vocab"].values()) + 1
-        added = [t["id"] for t in json.load(open(tok_json)).get("added_tokens", [])]
-        vocab = max([vocab] + [i + 1 for i in added])
-        cfg = c["cls"](vocab_size=vocab, **c["cfg"])
-        cfg._attn_implementation = "eager"
-        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-        g = torch.Generator().manual_seed(100 + ci)
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                if n.endswith("norm.weight"):  # gemma: the weight is an offset from 1; others: the scale
-                    p.copy_((0.0 if c["family"] == "gemma3" else 1.0) + 0.2 * torch.randn(p.shape, generator=g))
-                elif n.endswith("bias"):
-                    p.copy_(0.1 * torch.randn(p.shape, generator=g))
-                else:
-                    p.copy_(0.08 * torch.randn(p.shape, generator=g))
-        # round the weights to the stored dtype, then compute the reference in float64 from the saved
-        # folder as transformers loads it (a model cast to f16 and back would keep f16 rope frequencies,
-        # which a fresh load recomputes in f32)
-        model = model.to(c["dtype"])
-        d = os.path.join(out, c["name"])
-        shutil.rmtree(d, ignore_errors=True)
-        kw = {"max_shard_size": c["shard"]} if "shard" in c else {}
-        model.save_pretrained(d, **kw)
-        shutil.copy(tok_json, os.path.join(d, "tokenizer.json"))
-        shutil.copy(tok_cfg, os.path.join(d, "tokenizer_config.json"))
+        d, cfg, vocab, _ = make_folder(c, 100 + ci, out, shared)
         model = transformers.AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager")
         model = model.to(torch.float64).eval()
 

@@ -33,27 +33,7 @@ def main():
     shared = sys.argv[2] if len(sys.argv) > 2 else "../shared"
     os.makedirs(out, exist_ok=True)
     for ci, c in enumerate(hf_make_tiny.cases()):
-        tok_json = os.path.join(shared, "tokenizers", c["family"] + ".tokenizer.json")
-        tok_cfg = os.path.join(shared, "tokenizers", c["family"] + ".tokenizer_config.json")
-        tj = json.load(open(tok_json))
-        vocab = max([max(tj["model"]["vocab"].values()) + 1] + [t["id"] + 1 for t in tj.get("added_tokens", [])])
-        cfg = c["cls"](vocab_size=vocab, **c["cfg"])
-        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-        g = torch.Generator().manual_seed(300 + ci)
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                if n.endswith("norm.weight"):
-                    p.copy_((0.0 if c["family"] == "gemma3" else 1.0) + 0.2 * torch.randn(p.shape, generator=g))
-                elif n.endswith("bias"):
-                    p.copy_(0.1 * torch.randn(p.shape, generator=g))
-                else:
-                    p.copy_(0.08 * torch.randn(p.shape, generator=g))
-        model = model.to(c["dtype"])
-        d = os.path.join(out, c["name"])
-        shutil.rmtree(d, ignore_errors=True)
-        model.save_pretrained(d)
-        shutil.copy(tok_json, os.path.join(d, "tokenizer.json"))
-        shutil.copy(tok_cfg, os.path.join(d, "tokenizer_config.json"))
+        d, cfg, vocab, g = hf_make_tiny.make_folder(c, 300 + ci, out, shared, shard=False)
 
         targets = [s for _, s in SLOTS]
         base = transformers.AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager")
