@@ -19,20 +19,8 @@ TH="${HX_TEST_HF:-}"
 if [ -z "$TH" ] && [ -n "${HX_BIN:-}" ]; then TH="$(dirname "$HX_BIN")/tests/test_hf"; fi
 [ -n "$TH" ] && [ -x "$TH" ] || { echo "SKIP: test_hf binary not found (set HX_BIN or HX_TEST_HF)"; exit 77; }
 
-VENV="${HX_HF_VENV:-$HOME/.cache/helix/hf-venv}"
-PY="${HX_HF_PYTHON:-}"
-if [ -z "$PY" ] && [ -x "$VENV/bin/python" ]; then PY="$VENV/bin/python"; fi
-if [ -z "$PY" ] && [ "${HX_HF_INSTALL:-0}" = 1 ]; then
-  command -v python3 >/dev/null || { echo "SKIP: python3 not found"; exit 77; }
-  python3 -m venv "$VENV" || { echo "SKIP: python3 -m venv $VENV failed (python3-venv missing?)"; exit 77; }
-  echo "hf_decoders: pip install torch transformers safetensors numpy into $VENV (PyPI; several GB)"
-  "$VENV/bin/pip" install -q torch transformers safetensors numpy ||
-    { echo "SKIP: pip install into $VENV failed (no network?)"; exit 77; }
-  PY="$VENV/bin/python"
-fi
-[ -n "$PY" ] || { echo "SKIP: no python with torch + transformers (set HX_HF_PYTHON, or HX_HF_INSTALL=1 to pip-install them into $VENV)"; exit 77; }
-"$PY" -c "import torch, transformers, numpy" 2>/dev/null ||
-  { echo "SKIP: $PY cannot import torch, transformers and numpy"; exit 77; }
+. tests/hf_python.bash
+hf_python hf_decoders
 
 if [ -n "${HX_HF_KEEP:-}" ]; then out="$HX_HF_KEEP"; mkdir -p "$out"
 else out="$(mktemp -d /tmp/hx_hf_tiny.XXXXXX)"; trap 'rm -rf "$out"' EXIT; fi
