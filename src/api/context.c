@@ -266,23 +266,17 @@ hx_status hx_get_argmax(hx_context *c, int n, const int *idx, int32_t *ids, hx_e
         if (r < 0) return hx_err(e, HX_ERR_ARG, "hx_get_argmax: batch token %d has no logits", idx[j]);
         if (!c->deferred || c->fetched[r]) { /* on the host already */
             ids[j] = hx_argmax(c->logits + (size_t)r * (size_t)c->n_vocab, c->n_vocab);
-            continue;
+        } else {
+            rows[m] = r;
+            at[m++] = j;
         }
-        rows[m] = r;
-        at[m++] = j;
-        if (m == GROUP) { /* the rows still on the device, GROUP per call */
+        if (m == GROUP || (m > 0 && j == n - 1)) { /* the rows still on the device, GROUP per call */
             int32_t got[GROUP];
             hx_status st = c->be->logits_argmax(c->bctx, m, rows, got, e);
             if (st) return st;
             for (int q = 0; q < m; q++) ids[at[q]] = got[q];
             m = 0;
         }
-    }
-    if (m > 0) {
-        int32_t got[GROUP];
-        hx_status st = c->be->logits_argmax(c->bctx, m, rows, got, e);
-        if (st) return st;
-        for (int q = 0; q < m; q++) ids[at[q]] = got[q];
     }
     return HX_OK;
 }
