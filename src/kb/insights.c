@@ -202,82 +202,87 @@ static void sink_cut(void *ctx, float cut[KB_KINDS]) {
 }
 #endif
 
+/* What both entry-pair passes set up: per-thread top-k heaps for the three
+ * kinds, the single-entry-topic flags and the tile scratch, in a job over
+ * rows [row0, n_rows) (incremental: against every row; else against the
+ * rows after each). */
+typedef struct pairs_run {
+    int nt, kd, kl, ko;
+    topk *hd, *hl, *ho;
+    uint8_t *single;
+    float *scratch;
+    job j;
+} pairs_run;
+
+static hx_status pairs_begin(pairs_run *P, hx_pool *pool, const kb_rows *r, size_t row0, size_t n_rows,
+                             bool incremental, const kb_opts *o, hx_error *e) {
+    memset(P, 0, sizeof *P);
+    P->nt = hx_pool_threads(pool);
+    P->kd = kb_keep_depth(o->max_dups), P->kl = kb_keep_depth(o->max_links), P->ko = kb_keep_depth(kb_max_overlaps(o));
+    P->hd = heaps(P->nt, P->kd), P->hl = heaps(P->nt, P->kl), P->ho = heaps(P->nt, P->ko);
+    P->single = malloc(r->n ? r->n : 1);
+    P->scratch = malloc((size_t)P->nt * (TILE * TILE + (size_t)r->dim * TILE) * sizeof(float));
+    if (!P->hd || !P->hl || !P->ho || !P->single || !P->scratch) return hx_err(e, HX_ERR_NOMEM, "insights: out of memory");
+    for (size_t i = 0; i < r->n; i++) P->single[i] = r->count[r->topic[i]] == 1;
+    P->j = (job){.vec = r->vec, .row0 = row0, .n_rows = n_rows, .n = r->n, .incremental = incremental, .dim = r->dim,
+                 .o = o, .key = r->offset, .topic = r->topic, .single = P->single, .dups = P->hd, .links = P->hl,
+                 .over = P->ho, .scratch = P->scratch, .kernel = tile_kernel()};
+    return HX_OK;
+}
+
+/* The heaps into the three lists when st is HX_OK; frees the run either way
+ * (and the lists on failure). */
+static hx_status pairs_end(pairs_run *P, hx_status st, kb_klist *dups, kb_klist *links, kb_klist *over1,
+                           hx_error *e) {
+    if (!st && !(st = heaps_to_klist(P->hd, P->nt, P->kd, dups, e)) && !(st = heaps_to_klist(P->hl, P->nt, P->kl, links, e)))
+        st = heaps_to_klist(P->ho, P->nt, P->ko, over1, e);
+    heaps_free(P->hd, P->nt); heaps_free(P->hl, P->nt); heaps_free(P->ho, P->nt);
+    free(P->single); free(P->scratch);
+    if (st) { kb_klist_free(dups); kb_klist_free(links); kb_klist_free(over1); }
+    return st;
+}
+
 hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_opts *o, kb_klist *dups,
                          kb_klist *links, kb_klist *over1, hx_error *e) {
     memset(dups, 0, sizeof *dups); memset(links, 0, sizeof *links); memset(over1, 0, sizeof *over1);
-    int nt = hx_pool_threads(pool);
-    int kd = kb_keep_depth(o->max_dups), kl = kb_keep_depth(o->max_links), ko = kb_keep_depth(kb_max_overlaps(o));
-    topk *hd = heaps(nt, kd), *hl = heaps(nt, kl), *ho = heaps(nt, ko);
-    uint8_t *single = malloc(r->n ? r->n : 1);
-    float *scratch = malloc((size_t)nt * (TILE * TILE + (size_t)r->dim * TILE) * sizeof(float));
-    hx_status st = HX_OK;
-    if (!hd || !hl || !ho || !single || !scratch) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-    for (size_t i = 0; i < r->n; i++) single[i] = r->count[r->topic[i]] == 1;
-    job j = {.vec = r->vec, .row0 = row0, .n_rows = r->n, .n = r->n, .incremental = row0 > 0, .dim = r->dim, .o = o,
-             .key = r->offset, .topic = r->topic, .single = single, .dups = hd, .links = hl, .over = ho,
-             .scratch = scratch, .kernel = tile_kernel()};
+    pairs_run P;
+    hx_status st = pairs_begin(&P, pool, r, row0, r->n, row0 > 0, o, e);
+    if (st) return pairs_end(&P, st, dups, links, over1, e);
     char why[200] = ""; /* for the log line: why the GPU did not take it */
 #ifdef HX_HAVE_CUDA
     if (r->n > row0 && o->allpairs_device != HX_DEVICE_CPU) {
-        kb_pair_sink sink = {&j, sink_visit, sink_cut};
+        kb_pair_sink sink = {&P.j, sink_visit, sink_cut};
         hx_error ce = {0};
-        hx_status cs = kb_allpairs_cuda(r, row0, o, o->allpairs_device, j.kernel == kb_tile_avx2, o->allpairs_log,
+        hx_status cs = kb_allpairs_cuda(r, row0, o, o->allpairs_device, P.j.kernel == kb_tile_avx2, o->allpairs_log,
                                         &sink, &ce);
-        if (cs == HX_OK) goto lists;
-        if (o->allpairs_device == HX_DEVICE_CUDA) { st = hx_err(e, cs, "%s", ce.msg); goto done; }
+        if (cs == HX_OK) return pairs_end(&P, HX_OK, dups, links, over1, e);
+        if (o->allpairs_device == HX_DEVICE_CUDA) return pairs_end(&P, hx_err(e, cs, "%s", ce.msg), dups, links, over1, e);
         if (cs != HX_ERR_UNSUPPORTED) HX_WARN("%s: on the cpu instead", ce.msg);
         snprintf(why, sizeof why, "; not on cuda: %s", ce.msg);
-        hd[0].n = hl[0].n = ho[0].n = 0; /* a failed device pass may have visited some */
+        P.hd[0].n = P.hl[0].n = P.ho[0].n = 0; /* a failed device pass may have visited some */
     }
 #else
-    if (o->allpairs_device == HX_DEVICE_CUDA) {
-        st = hx_err(e, HX_ERR_UNSUPPORTED, "all-pairs on cuda: this build has no CUDA");
-        goto done;
-    }
+    if (o->allpairs_device == HX_DEVICE_CUDA)
+        return pairs_end(&P, hx_err(e, HX_ERR_UNSUPPORTED, "all-pairs on cuda: this build has no CUDA"), dups, links,
+                         over1, e);
 #endif
     double t0 = hx_now_s();
-    if (r->n > row0) hx_pool_run(pool, (int64_t)((r->n - row0 + TILE - 1) / TILE), tile_task, &j);
+    if (r->n > row0) hx_pool_run(pool, (int64_t)((r->n - row0 + TILE - 1) / TILE), tile_task, &P.j);
     if (o->allpairs_log && r->n > row0)
         fprintf(stderr, "all-pairs: cpu (%s f32 tiles, %d threads), %zu new of %zu rows x %d, %.3f s%s\n",
-                j.kernel == kb_tile_avx2 ? "avx2" : "scalar", nt, r->n - row0, r->n, r->dim, hx_now_s() - t0, why);
-#ifdef HX_HAVE_CUDA
-lists:
-#endif
-    if ((st = heaps_to_klist(hd, nt, kd, dups, e)) || (st = heaps_to_klist(hl, nt, kl, links, e)) ||
-        (st = heaps_to_klist(ho, nt, ko, over1, e)))
-        goto done;
-done:
-    heaps_free(hd, nt); heaps_free(hl, nt); heaps_free(ho, nt);
-    free(single); free(scratch);
-    if (st) { kb_klist_free(dups); kb_klist_free(links); kb_klist_free(over1); }
-    return st;
+                P.j.kernel == kb_tile_avx2 ? "avx2" : "scalar", P.nt, r->n - row0, r->n, r->dim, hx_now_s() - t0, why);
+    return pairs_end(&P, HX_OK, dups, links, over1, e);
 }
 
 hx_status kb_entry_pairs_rows(hx_pool *pool, const kb_rows *r, size_t row_lo, size_t row_hi, const kb_opts *o,
                               kb_klist *dups, kb_klist *links, kb_klist *over1, hx_error *e) {
     memset(dups, 0, sizeof *dups); memset(links, 0, sizeof *links); memset(over1, 0, sizeof *over1);
     if (row_hi > r->n) row_hi = r->n;
-    int nt = hx_pool_threads(pool);
-    int kd = kb_keep_depth(o->max_dups), kl = kb_keep_depth(o->max_links), ko = kb_keep_depth(kb_max_overlaps(o));
-    topk *hd = heaps(nt, kd), *hl = heaps(nt, kl), *ho = heaps(nt, ko);
-    uint8_t *single = malloc(r->n ? r->n : 1);
-    float *scratch = malloc((size_t)nt * (TILE * TILE + (size_t)r->dim * TILE) * sizeof(float));
-    hx_status st = HX_OK;
-    if (!hd || !hl || !ho || !single || !scratch) { st = hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); goto done; }
-    for (size_t i = 0; i < r->n; i++) single[i] = r->count[r->topic[i]] == 1;
     /* full mode over rows [row_lo, row_hi): each row against the rows after it */
-    job j = {.vec = r->vec, .row0 = row_lo, .n_rows = row_hi, .n = r->n, .incremental = false, .dim = r->dim, .o = o,
-             .key = r->offset, .topic = r->topic, .single = single, .dups = hd, .links = hl, .over = ho,
-             .scratch = scratch, .kernel = tile_kernel()};
-    if (row_hi > row_lo) hx_pool_run(pool, (int64_t)((row_hi - row_lo + TILE - 1) / TILE), tile_task, &j);
-    if ((st = heaps_to_klist(hd, nt, kd, dups, e)) || (st = heaps_to_klist(hl, nt, kl, links, e)) ||
-        (st = heaps_to_klist(ho, nt, ko, over1, e)))
-        goto done;
-done:
-    heaps_free(hd, nt); heaps_free(hl, nt); heaps_free(ho, nt);
-    free(single); free(scratch);
-    if (st) { kb_klist_free(dups); kb_klist_free(links); kb_klist_free(over1); }
-    return st;
+    pairs_run P;
+    hx_status st = pairs_begin(&P, pool, r, row_lo, row_hi, false, o, e);
+    if (!st && row_hi > row_lo) hx_pool_run(pool, (int64_t)((row_hi - row_lo + TILE - 1) / TILE), tile_task, &P.j);
+    return pairs_end(&P, st, dups, links, over1, e);
 }
 
 hx_status kb_multi_overlaps(hx_pool *pool, const kb_rows *r, const kb_opts *o, kb_klist *over, hx_error *e) {
