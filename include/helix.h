@@ -122,6 +122,9 @@ typedef struct hx_model_params {
     int n_gpu_layers;        /* -1 (default): all layers on the GPU when the device is CUDA; 0: CPU.
                                 There is no partial offload: 1..n_layer-1 is HX_ERR_UNSUPPORTED. */
     int gpu_index;           /* CUDA device ordinal, default 0 */
+    int tensor_parallel;     /* GPUs that share every layer, from gpu_index on (tensor parallelism over NCCL:
+                                each holds its part of the heads, the FFN and the vocabulary); default 1.
+                                n must divide the heads, KV heads and FFN size; needs libnccl.so.2 */
     const char *quantize;    /* Hugging Face folders only: NULL (default, weights as stored), "q8_0" or
                                 "q4_k_m": quantize on load */
     hx_progress_fn progress; /* NULL: none */

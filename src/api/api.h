@@ -14,6 +14,7 @@ struct hx_model_api {
     hx_chat_kind chat_kind; /* the family hx_chat_apply renders (fallback by architecture) */
     hx_device device;       /* HX_DEVICE_CPU or HX_DEVICE_CUDA */
     int gpu_index;
+    int tp;                 /* tensor parallelism: GPUs per context (1: one) */
     char device_note[256];
     char fingerprint[320];
     char type_name[16];

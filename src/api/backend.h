@@ -49,7 +49,9 @@ typedef struct hx_backend_params {
     int n_threads;        /* CPU threads, 0 = all */
     bool kv_f32;          /* CPU only */
     bool exact;           /* CPU: plain f32; false = llama.cpp's rounding (ggml_compat) */
-    int gpu_index;        /* CUDA ordinal */
+    int gpu_index;        /* CUDA ordinal (the first, with tp > 1) */
+    int tp;               /* tensor parallelism: GPUs gpu_index.. that share every layer (hx_backend_cuda_tp);
+                             0 or 1: one */
     hx_progress_fn progress; /* weight upload (CUDA), fraction 0..1; may be NULL; false cancels
                                 (ctx_new then fails with HX_ERR_CANCELLED) */
     void *progress_user;
@@ -141,6 +143,9 @@ hx_status hx_cpu_set_probe(void *ctx, hx_attn_probe *probe, hx_error *e);
 extern const hx_backend hx_backend_cpu;
 #ifdef HX_HAVE_CUDA
 extern const hx_backend hx_backend_cuda;
+/* Tensor parallelism over tp GPUs (backend/cuda/tp.cu): the same contract,
+ * every call run on every GPU's share of the model; no LoRA adapters. */
+extern const hx_backend hx_backend_cuda_tp;
 /* The same for a CUDA backend context (backend/cuda/forward.cu): the
  * adapters go to the device as f16 (lora.cuh); the same list with other
  * scales is applied without uploading it again. */

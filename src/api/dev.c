@@ -33,7 +33,7 @@ hx_status hx_dev_context_new(hx_model *m, const hx_context_params *p, const hx_d
     c->bctx = NULL;
     hx_backend_params bp = {.n_seq = c->n_seq, .n_ctx_seq = c->n_ctx_seq, .n_ubatch = c->p.n_ubatch,
                             .n_threads = c->p.n_threads, .kv_f32 = c->p.kv_f32, .exact = c->p.exact,
-                            .gpu_index = m->api->gpu_index,
+                            .gpu_index = m->api->gpu_index, .tp = m->api->tp,
                             .dev = {dp->dump_dir, dp->dump_positions, dp->n_dump_positions, dp->cuda}};
     if ((st = c->be->ctx_new(m, &bp, &c->bctx, e))) {
         c->bctx = NULL;

@@ -3,6 +3,7 @@
  * metadata getters. */
 #include "api/api.h"
 #include "core/core.h"
+#include "model/shard.h"
 #include "quant/quant.h"
 #ifdef HX_HAVE_CUDA
 #include "backend/cuda/cuda.h"
@@ -16,7 +17,7 @@
 #include <unistd.h>
 
 hx_model_params hx_model_default_params(void) {
-    return (hx_model_params){.device = HX_DEVICE_AUTO, .n_gpu_layers = -1, .gpu_index = 0};
+    return (hx_model_params){.device = HX_DEVICE_AUTO, .n_gpu_layers = -1, .gpu_index = 0, .tensor_parallel = 1};
 }
 
 void hx_model_api_free(struct hx_model_api *a) {
@@ -106,6 +107,9 @@ static hx_status choose_device(hx_model *m, const hx_model_params *mp, const cha
     int ngl = mp->n_gpu_layers;
     a->device = HX_DEVICE_CPU;
     a->gpu_index = mp->gpu_index;
+    a->tp = mp->tensor_parallel > 1 ? mp->tensor_parallel : 1;
+    if (a->tp > 1 && (mp->device == HX_DEVICE_CPU || ngl == 0))
+        return hx_err(e, HX_ERR_ARG, "%s: tensor_parallel %d needs the CUDA device (not the CPU)", path, a->tp);
     if (ngl > 0 && ngl < m->cfg.n_layer)
         return hx_err(e, HX_ERR_UNSUPPORTED, "%s: n_gpu_layers %d of %d: there is no partial offload (use 0 or -1)",
                       path, ngl, m->cfg.n_layer);
@@ -118,6 +122,7 @@ static hx_status choose_device(hx_model *m, const hx_model_params *mp, const cha
     if (mp->device == HX_DEVICE_AUTO && ngl == 0) return HX_OK;
     bool want = mp->device == HX_DEVICE_CUDA;
     if (m->cfg.arch == HX_ARCH_BERT) {
+        if (a->tp > 1) return hx_err(e, HX_ERR_UNSUPPORTED, "%s: tensor_parallel: bert runs on one device", path);
         if (want) return hx_err(e, HX_ERR_UNSUPPORTED, "%s: bert runs through hx_embedder (hx_embedder_set_device)", path);
         return HX_OK;
     }
@@ -127,8 +132,11 @@ static hx_status choose_device(hx_model *m, const hx_model_params *mp, const cha
     char why[200] = "";
     if (hx_cuda_device_count(&n, &ce) != HX_OK || n <= 0)
         snprintf(why, sizeof why, "no CUDA device: %s", ce.msg[0] ? ce.msg : "none found");
-    else if (mp->gpu_index < 0 || mp->gpu_index >= n)
-        snprintf(why, sizeof why, "gpu_index %d: this machine has %d CUDA device%s", mp->gpu_index, n, n == 1 ? "" : "s");
+    else if (mp->gpu_index < 0 || mp->gpu_index + a->tp > n)
+        snprintf(why, sizeof why, "gpu_index %d%s%.0d: this machine has %d CUDA device%s", mp->gpu_index,
+                 a->tp > 1 ? " with tensor_parallel " : "", a->tp > 1 ? a->tp : 0, n, n == 1 ? "" : "s");
+    else if (a->tp > 1 && hx_shard_check(m, a->tp, &ce) != HX_OK)
+        return hx_err(e, ce.status, "%s: %s", path, ce.msg);
     else {
         size_t per_layer = sizeof(hx_layer_weights) / sizeof(hx_tensor);
         for (int l = 0; l < m->cfg.n_layer && !why[0]; l++)
@@ -142,11 +150,11 @@ static hx_status choose_device(hx_model *m, const hx_model_params *mp, const cha
             }
     }
     if (!why[0]) { a->device = HX_DEVICE_CUDA; return HX_OK; }
-    if (want) return hx_err(e, HX_ERR_DEVICE, "%s: device cuda: %s", path, why);
+    if (want || a->tp > 1) return hx_err(e, HX_ERR_DEVICE, "%s: device cuda: %s", path, why);
     snprintf(a->device_note, sizeof a->device_note, "%s", why);
     return HX_OK;
 #else
-    if (want)
+    if (want || a->tp > 1)
         return hx_err(e, HX_ERR_UNSUPPORTED, "%s: device cuda: this build has no CUDA backend (nvcc was not found at "
                       "configure time)", path);
     return HX_OK;
@@ -160,6 +168,8 @@ hx_status hx_model_open(const char *path, const hx_model_params *p, hx_model **o
     hx_model_params mp = p ? *p : hx_model_default_params();
     if ((unsigned)mp.device > HX_DEVICE_CUDA) return hx_err(e, HX_ERR_ARG, "%s: device %d is not auto, cpu or cuda", path, (int)mp.device);
     if (mp.n_gpu_layers < -1) return hx_err(e, HX_ERR_ARG, "%s: n_gpu_layers %d (-1: all, 0: none)", path, mp.n_gpu_layers);
+    if (mp.tensor_parallel < 0 || mp.tensor_parallel > HX_SHARD_MAX)
+        return hx_err(e, HX_ERR_ARG, "%s: tensor_parallel %d (1..%d GPUs)", path, mp.tensor_parallel, HX_SHARD_MAX);
     struct stat sb;
     if (stat(path, &sb) != 0) return hx_err(e, HX_ERR_IO, "%s: %s", path, strerror(errno));
     bool dir = S_ISDIR(sb.st_mode);

@@ -18,6 +18,7 @@ static const hx_preset k_presets[] = {
     {"llama-3.2-1b",   HX_ARCH_LLAMA, 2048, 16, 32, 8,  64,  8192, 128256, 131072, 500000.f, 0, 1e-5f, true, 0, "llama-bpe"},
     {"tinyllama-1.1b", HX_ARCH_LLAMA, 2048, 22, 32, 4,  64,  5632,  32000,   2048, 10000.f,  0, 1e-5f, false, 0, "default"},
     {"llama-3.1-8b",   HX_ARCH_LLAMA, 4096, 32, 32, 8, 128, 14336, 128256, 131072, 500000.f, 0, 1e-5f, false, 0, "llama-bpe"},
+    {"llama-3.1-70b",  HX_ARCH_LLAMA, 8192, 80, 64, 8, 128, 28672, 128256, 131072, 500000.f, 0, 1e-5f, false, 0, "llama-bpe"},
     {"gemma-3-1b",     HX_ARCH_GEMMA3, 1152, 26, 4, 1, 256,  6912, 262144,  32768, 1000000.f, 10000.f, 1e-6f, true, 512, "default"},
     {"minilm-l6",      HX_ARCH_BERT,   384,  6, 12, 12, 32,  1536,  30522,    512, 0, 0, 1e-12f, false, 0, NULL},
 };

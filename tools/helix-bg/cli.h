@@ -33,6 +33,7 @@ int cli_not_built(const char *cmd, const char *issue);
 typedef struct cli_device {
     int device;       /* index into cli_device_names: auto, cpu, cuda */
     int ngl;          /* -ngl N; -2 when not given */
+    int tp;           /* -tp N: GPUs that share every layer (tensor parallelism); 0 or 1: one */
 } cli_device;
 extern const char *const cli_device_names[]; /* {"auto", "cpu", "cuda", NULL} */
 

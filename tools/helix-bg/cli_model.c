@@ -70,6 +70,10 @@ hx_model *cli_model_open(const char *cmd, const char *path, const cli_device *d,
         mp.device = d->ngl > 0 ? HX_DEVICE_CUDA : HX_DEVICE_CPU;
         mp.n_gpu_layers = d->ngl;
     }
+    if (d->tp > 1) { /* -tp N: the GPUs, whatever --device said */
+        mp.tensor_parallel = d->tp;
+        if (d->ngl != 0) mp.device = HX_DEVICE_CUDA;
+    }
     g_progress = (progress){cmd, -1};
     if (isatty(2) && path_bytes(path) > 100ull * 1000 * 1000) {
         mp.progress = on_progress;

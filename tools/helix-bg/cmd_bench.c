@@ -205,6 +205,8 @@ int cmd_bench(int argc, char **argv) {
         {CLI_CHOICE, "--device", &dev.device, NULL, "backend; auto takes CUDA when usable", 0, 0, cli_device_names},
         {CLI_INT, "-ngl|--n-gpu-layers", &dev.ngl, "N", "0 = cpu, more = cuda (default: as --device)", 0, 1 << 20,
          NULL},
+        {CLI_INT, "-tp|--tensor-split", &dev.tp, "N", "split every layer over N GPUs (tensor parallelism over NCCL; "
+         "heads, FFN and vocabulary cut N ways) (default 1)", 1, 8, NULL},
         {CLI_BOOL, "--json", &json, NULL, "one JSON object per test on stdout (with stddev, size, threads)", 0, 0, NULL},
         {CLI_BOOL, "--jsonl", &jsonl, NULL, "one line per test for bench/results.jsonl: date, commit, device, engine, "
          "model, mix, test, tokens_per_s", 0, 0, NULL},
@@ -298,6 +300,10 @@ int cmd_bench(int argc, char **argv) {
     double copy_gbps = 0; /* the GPU's device-to-device copy bandwidth: the ceiling for tg */
     if (gpu) {
         if (hx_dev_cuda_device_name(0, device, sizeof device, &e)) snprintf(device, sizeof device, "cuda");
+        if (dev.tp > 1) { /* tensor parallel: the label says over how many */
+            size_t l = strlen(device);
+            snprintf(device + l, sizeof device - l, " x%d (tensor parallel)", dev.tp);
+        }
         if (!jsonl && !json && hx_dev_cuda_copy_bandwidth((size_t)256 << 20, 10, &copy_gbps, &e)) copy_gbps = 0;
     } else {
         char cpu[256];
@@ -308,7 +314,8 @@ int cmd_bench(int argc, char **argv) {
     time_t now = time(NULL);
     struct tm tm;
     if (gmtime_r(&now, &tm)) strftime(date, sizeof date, "%Y-%m-%d", &tm);
-    double wgb = (double)hx_dev_model_decode_bytes(m) / 1e9;
+    /* weights each GPU reads per decode step (tensor parallel: its share) */
+    double wgb = (double)hx_dev_model_decode_bytes(m) / 1e9 / (dev.tp > 1 ? dev.tp : 1);
     uint64_t size = hx_model_size_bytes(m);
     if (!json && !jsonl) {
         printf("| %-20s | %-6s | %10s | %6s | %-11s | %20s | %8s | %18s |\n", "model", "mix", "size", "thr", "test",
@@ -320,8 +327,8 @@ int cmd_bench(int argc, char **argv) {
         const row *w = &rows[k];
         if (jsonl)
             printf("{\"date\": \"%s\", \"commit\": \"%s\", \"device\": \"%s\", \"engine\": \"helix\", "
-                   "\"model\": \"%s\", \"mix\": \"%s\", \"test\": \"%s\", \"tokens_per_s\": %.2f}\n",
-                   date, HX_GIT_COMMIT, device, name, mix, w->test, w->mean);
+                   "\"model\": \"%s\", \"mix\": \"%s\", \"test\": \"%s\", \"tokens_per_s\": %.2f, \"tp\": %d}\n",
+                   date, HX_GIT_COMMIT, device, name, mix, w->test, w->mean, dev.tp > 1 ? dev.tp : 1);
         else if (json)
             printf("{\"engine\": \"helix\", \"device\": \"%s\", \"model\": \"%s\", \"mix\": \"%s\", \"size_bytes\": %llu, "
                    "\"threads\": %d, \"test\": \"%s\", \"batch\": %d, \"reps\": %d, \"tokens_per_s\": %.3f, "

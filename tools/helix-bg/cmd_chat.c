@@ -111,6 +111,8 @@ int cmd_chat(int argc, char **argv) {
          cli_device_names},
         {CLI_INT, "-ngl|--n-gpu-layers", &dev.ngl, "N", "0 = cpu, more = cuda (default: as --device)", 0, 1 << 20,
          NULL},
+        {CLI_INT, "-tp|--tensor-split", &dev.tp, "N", "split every layer over N GPUs (tensor parallelism over NCCL; "
+         "heads, FFN and vocabulary cut N ways) (default 1)", 1, 8, NULL},
         CLI_SAMPLING_OPTS(sp),
         {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
     };

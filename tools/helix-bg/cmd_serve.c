@@ -48,6 +48,7 @@ static void usage(FILE *f) {
         "  -np, --parallel N        sequence slots: requests decoded together (default 4)\n"
         "  -t, --threads N          CPU threads (default: all)\n"
         "      --device D           auto, cpu or cuda (default auto)\n"
+        "  -tp, --tensor-split N    split every layer over N GPUs (tensor parallelism over NCCL; default 1)\n"
         "  -b, --batch N            most tokens in one decode step (default 512)\n"
         "      --prefill-chunk N    prompt tokens per step while other requests decode (default 256)\n"
         "      --step-ms MS         ... fewer when such a step would take longer (default 150; 0: off)\n"
@@ -243,6 +244,7 @@ int cmd_serve(int argc, char **argv) {
         else if ((!strcmp(a, "-b") || !strcmp(a, "--batch")) && more) { if (!parse_int(a, argv[++i], 1, 1 << 16, &v)) goto out_cfg; c.n_batch = (int)v; }
         else if (!strcmp(a, "--step-ms") && more) { if (!parse_int(a, argv[++i], 0, 100000, &v)) goto out_cfg; c.step_target_s = v / 1e3; }
         else if (!strcmp(a, "--prefill-chunk") && more) { if (!parse_int(a, argv[++i], 1, 1 << 16, &v)) goto out_cfg; c.prefill_chunk = (int)v; }
+        else if ((!strcmp(a, "-tp") || !strcmp(a, "--tensor-split")) && more) { if (!parse_int(a, argv[++i], 1, 8, &v)) goto out_cfg; c.tensor_parallel = (int)v; }
         else if (!strcmp(a, "--device") && more) {
             const char *d = argv[++i];
             if (!strcmp(d, "auto")) c.device = HX_DEVICE_AUTO;
@@ -344,6 +346,7 @@ int cmd_serve(int argc, char **argv) {
     if (c.model_path) {
         hx_model_params mp = hx_model_default_params();
         mp.device = c.device;
+        mp.tensor_parallel = c.tensor_parallel > 1 ? c.tensor_parallel : 1;
         mp.progress = load_progress;
         mp.progress_user = s;
         if (hx_model_open(c.model_path, &mp, &s->model, &e) != HX_OK) {

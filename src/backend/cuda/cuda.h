@@ -51,6 +51,12 @@ typedef struct hx_cuda_opts {
                                 window + n_ubatch cache rows (as on the CPU) */
     int n_seq;               /* sequence slots, 0 = 1 */
     const hx_cuda_dev_opts *dev; /* developer switches (dev_opts.h), NULL: production; copied */
+    /* Tensor parallelism (tp.cu): this context is rank tp_rank of tp_size and
+     * holds that share of every layer (model/shard.h); tp_comm carries the
+     * collectives. tp_size 0 or 1: the whole model. */
+    int tp_size, tp_rank;
+    const struct hx_tp_comm *tp_comm;
+    bool tp_mute;            /* a follower rank: no logits or hidden states copied to the host */
 } hx_cuda_opts;
 
 /* Loads the model onto the device. Fails with HX_ERR_DEVICE (no GPU, too little

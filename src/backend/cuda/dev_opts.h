@@ -67,6 +67,9 @@ typedef struct hx_cuda_dev_opts {
     bool lora_preload;       /* (results) HX_CUDA_LORA_PRELOAD: LoRA decode kernels copy A and B to shared memory
                                 before their PDL wait instead of reading them (prefetched to L2) after it;
                                 slower on the H100 (bench/RESULTS.md) */
+    /* ---- tensor parallelism ---- */
+    bool tp_nccl;            /* HX_CUDA_TP_NCCL: every all-reduce through NCCL (no one-shot peer-to-peer kernel
+                                for the small ones) */
 } hx_cuda_dev_opts;
 
 #ifdef __cplusplus

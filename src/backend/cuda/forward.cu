@@ -34,10 +34,12 @@
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/lora.cuh"
+#include "backend/cuda/tp.h"
 extern "C" {
 #include "api/backend.h"
 #include "core/core.h"
 #include "model/lora.h"
+#include "model/shard.h"
 #include "quant/quant.h"
 }
 
@@ -137,6 +139,16 @@ struct hx_cuda_ctx {
     std::vector<float> ls_host;
     float *ls_dev;
     std::vector<const struct hx_adapter *> lad;
+    // Tensor parallelism (tp.cu): this context is rank tp.rank of tp.n and
+    // holds that share of every layer (model/shard.h); cfg's n_head,
+    // n_head_kv and n_ff are the share's. tpc: the ranks' collectives. With the
+    // output head cut (tp.output), this rank's logits (rows, vocab_n) land in
+    // lpart and are gathered (through lgath when rows > 1) into logits.
+    hx_shard tp;
+    const hx_tp_comm *tpc;
+    int vocab_n;
+    float *lpart, *lgath;
+    bool mute;                     // a follower rank: forward copies no logits or hidden states to the host
 };
 
 static bool skipped(const char *list, const char *label) {
@@ -178,12 +190,15 @@ static void prof_report(hx_cuda_ctx *c) {
 
 // ---- upload ----
 
-// Norm / bias vector of n elements as f32 on the device (NULL when absent).
-static hx_status upload_vec(hx_cuda_ctx *c, const hx_tensor *t, int64_t n, float **out, hx_error *e) {
+// Norm / bias vector of n elements as f32 on the device (NULL when absent),
+// from element `first` on (a tensor-parallel share of a bias).
+static hx_status upload_vec(hx_cuda_ctx *c, const hx_tensor *t, int64_t n, float **out, hx_error *e,
+                            int64_t first = 0) {
     *out = NULL;
     if (!t->data) return HX_OK;
-    std::vector<float> tmp((size_t)n);
-    hx_dequantize_row(t->type, t->data, tmp.data(), n);
+    std::vector<float> tmp((size_t)(first + n));
+    hx_dequantize_row(t->type, t->data, tmp.data(), first + n);
+    if (first) memmove(tmp.data(), tmp.data() + first, sizeof(float) * n);
     void *d = NULL;
     CK(cudaMalloc(&d, sizeof(float) * n));
     c->small.push_back(d);
@@ -192,27 +207,33 @@ static hx_status upload_vec(hx_cuda_ctx *c, const hx_tensor *t, int64_t n, float
     return HX_OK;
 }
 
-struct pending { const hx_tensor *t; hx_dmat *dst; size_t off, bytes; };
+struct pending { const hx_tensor *t; hx_dmat *dst; size_t off, bytes; hx_shard_cut cut; };
 
-static hx_status plan_mat(const hx_tensor *t, hx_dmat *dst, std::vector<pending> &plan, size_t *total, hx_error *e) {
+// A weight matrix (or its tensor-parallel cut) placed in the weight buffer.
+static hx_status plan_mat(const hx_tensor *t, hx_dmat *dst, std::vector<pending> &plan, size_t *total, hx_error *e,
+                          hx_shard_cut cut = hx_shard_cut{HX_CUT_NONE, 0, 0}) {
     if (!t->data) return hx_err(e, HX_ERR_FORMAT, "cuda: weight '%s' missing", t->name ? t->name : "?");
     if (!hx_k_type_supported(t->type))
         return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: tensor '%s' has type %s, which the GPU kernels do not handle",
                       t->name ? t->name : "?", hx_type_name(t->type));
     bool plain = t->type == HX_TYPE_F32 || t->type == HX_TYPE_F16 || t->type == HX_TYPE_BF16;
-    if (t->ne[0] % 32 != 0 && !plain)
+    int64_t cols = hx_shard_cut_cols(t, &cut);
+    if (cols % 32 != 0 && !plain)
         return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: tensor '%s' rows of %lld elements (the GPU kernels need a multiple of 32)",
-                      t->name ? t->name : "?", (long long)t->ne[0]);
+                      t->name ? t->name : "?", (long long)cols);
     dst->type = t->type;
-    dst->cols = (int)t->ne[0];
-    dst->rows = (int)(t->ne[1] * (t->ne[2] > 0 ? t->ne[2] : 1) * (t->ne[3] > 0 ? t->ne[3] : 1));
-    dst->row_bytes = hx_row_size(t->type, t->ne[0]);
+    dst->cols = (int)cols;
+    dst->rows = (int)hx_shard_cut_rows(t, &cut);
+    dst->row_bytes = hx_shard_cut_row_bytes(t, &cut);
     size_t bytes = dst->row_bytes * (size_t)dst->rows;
-    // tied output: the same tensor already planned
+    // tied output: the same tensor, cut the same way, already planned
     for (auto &p : plan)
-        if (p.t->data == t->data) { plan.push_back({t, dst, p.off, 0}); return HX_OK; }
+        if (p.t->data == t->data && p.cut.dim == cut.dim && p.cut.lo == cut.lo && p.cut.hi == cut.hi) {
+            plan.push_back({t, dst, p.off, 0, cut});
+            return HX_OK;
+        }
     size_t off = (*total + 255) & ~(size_t)255;
-    plan.push_back({t, dst, off, bytes});
+    plan.push_back({t, dst, off, bytes, cut});
     *total = off + bytes;
     return HX_OK;
 }
@@ -233,10 +254,13 @@ static hx_status upload_all(hx_cuda_ctx *c, std::vector<pending> &plan, hx_error
     int k = 0;
     for (auto &p : plan) {
         p.dst->d = c->wbuf + p.off;
-        for (size_t o = 0; o < p.bytes && s == HX_OK; o += CH) {
-            size_t len = p.bytes - o < CH ? p.bytes - o : CH;
+        // whole rows per chunk, so a column cut copies the same bytes of every row
+        size_t rb = p.dst->row_bytes, per = rb ? (CH / rb > 0 ? CH / rb * rb : rb) : CH;
+        if (per > CH) { s = hx_err(e, HX_ERR_UNSUPPORTED, "cuda: '%s': rows of %zu bytes", p.t->name, rb); break; }
+        for (size_t o = 0; o < p.bytes && s == HX_OK; o += per) {
+            size_t len = p.bytes - o < per ? p.bytes - o : per;
             if (used[k]) cudaEventSynchronize(done[k]);
-            memcpy(stage[k], (const uint8_t *)p.t->data + o, len);
+            hx_shard_copy(p.t, &p.cut, (int64_t)(o / rb), (int64_t)((o + len) / rb), stage[k]);
             rc = cudaMemcpyAsync(c->wbuf + p.off + o, stage[k], len, cudaMemcpyHostToDevice, c->st);
             if (rc == cudaSuccess) rc = cudaEventRecord(done[k], c->st);
             if (rc != cudaSuccess) s = cfail(e, rc, __FILE__, __LINE__, "upload");
@@ -270,7 +294,7 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     for (auto p : c->small) cudaFree(p);
     for (auto p : c->kc) cudaFree(p);
     for (auto p : c->vc) cudaFree(p);
-    float *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->o, c->gate, c->up, c->logits};
+    float *bufs[] = {c->x, c->h, c->q, c->k, c->v, c->att, c->o, c->gate, c->up, c->logits, c->lpart, c->lgath};
     for (float *b : bufs) if (b) cudaFree(b);
     if (c->d_tok) cudaFree(c->d_tok);
     for (int *p : {c->d_tpos, c->d_tslot, c->d_gidx}) if (p) cudaFree(p);
@@ -409,6 +433,8 @@ static cudaError_t mvq_runs(hx_cuda_ctx *c, int count, const hx_dmat *const *Ws,
     return cudaSuccess;
 }
 
+static hx_status ensure_logits(hx_cuda_ctx *c, int rows, hx_error *e);
+
 extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts, hx_cuda_ctx **out, hx_error *e) {
     *out = NULL;
     const hx_model_config *cfg = &m->cfg;
@@ -428,9 +454,27 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     hx_cuda_device dev;
     hx_status s = hx_cuda_init(o.device, &dev, e);
     if (s) return s;
+    const int tpn = o.tp_size > 1 ? o.tp_size : 1;
+    if (tpn > 1) {
+        if ((s = hx_shard_check(m, tpn, e))) return s;
+        if (o.tp_rank < 0 || o.tp_rank >= tpn || !o.tp_comm)
+            return hx_err(e, HX_ERR_ARG, "cuda: tensor parallel rank %d of %d without its collectives", o.tp_rank, tpn);
+        if (o.dump_dir && *o.dump_dir)
+            return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: per-layer dumps are of one GPU (run without tensor parallelism)");
+    }
     hx_cuda_ctx *c = new hx_cuda_ctx();
     c->m = m;
     c->cfg = *cfg;
+    c->tp = hx_shard_make(m, tpn, tpn > 1 ? o.tp_rank : 0);
+    c->tpc = tpn > 1 ? o.tp_comm : NULL;
+    c->mute = tpn > 1 && o.tp_mute;
+    if (tpn > 1) { // this rank's share of the heads and of the FFN
+        c->cfg.n_head = c->tp.n_head;
+        c->cfg.n_head_kv = c->tp.n_head_kv;
+        c->cfg.n_ff = c->tp.n_ff;
+    }
+    c->vocab_n = c->tp.output.dim == HX_CUT_ROWS ? (int)(c->tp.output.hi - c->tp.output.lo) : cfg->n_vocab;
+    cfg = &c->cfg; // from here on: this rank's share
     if (o.dev) c->dv = *o.dev;
     if (c->dv.skip) { c->skip_s = c->dv.skip; c->dv.skip = c->skip_s.c_str(); }
     if (c->dv.mvq_wpr_rules && c->dv.n_mvq_wpr_rules > 0)
@@ -469,18 +513,20 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     std::vector<pending> plan;
     size_t total = 0;
     c->L.resize(cfg->n_layer);
+    const hx_shard *sh = &c->tp; // (whole tensors when tpn == 1: every cut is HX_CUT_NONE)
+    const hx_shard_cut whole = {HX_CUT_NONE, 0, 0};
     FAIL(plan_mat(&m->tok_embd, &c->tok_embd, plan, &total, e));
-    FAIL(plan_mat(&m->output, &c->output, plan, &total, e));
+    FAIL(plan_mat(&m->output, &c->output, plan, &total, e, tpn > 1 ? sh->output : whole));
     for (int l = 0; l < cfg->n_layer; l++) {
         const hx_layer_weights *W = &m->layers[l];
         dlayer *D = &c->L[l];
-        FAIL(plan_mat(&W->wq, &D->wq, plan, &total, e));
-        FAIL(plan_mat(&W->wk, &D->wk, plan, &total, e));
-        FAIL(plan_mat(&W->wv, &D->wv, plan, &total, e));
-        FAIL(plan_mat(&W->wo, &D->wo, plan, &total, e));
-        FAIL(plan_mat(&W->ffn_gate, &D->gate, plan, &total, e));
-        FAIL(plan_mat(&W->ffn_up, &D->up, plan, &total, e));
-        FAIL(plan_mat(&W->ffn_down, &D->down, plan, &total, e));
+        FAIL(plan_mat(&W->wq, &D->wq, plan, &total, e, tpn > 1 ? sh->q : whole));
+        FAIL(plan_mat(&W->wk, &D->wk, plan, &total, e, tpn > 1 ? sh->kv : whole));
+        FAIL(plan_mat(&W->wv, &D->wv, plan, &total, e, tpn > 1 ? sh->kv : whole));
+        FAIL(plan_mat(&W->wo, &D->wo, plan, &total, e, tpn > 1 ? sh->o : whole));
+        FAIL(plan_mat(&W->ffn_gate, &D->gate, plan, &total, e, tpn > 1 ? sh->gate_up : whole));
+        FAIL(plan_mat(&W->ffn_up, &D->up, plan, &total, e, tpn > 1 ? sh->gate_up : whole));
+        FAIL(plan_mat(&W->ffn_down, &D->down, plan, &total, e, tpn > 1 ? sh->down : whole));
     }
     size_t free_b = 0, total_b = 0;
     FAILC(cudaMemGetInfo(&free_b, &total_b));
@@ -520,12 +566,16 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
             hx_cuda_ctx_free(c);
             return hx_err(e, HX_ERR_FORMAT, "cuda: layer %d: post norms missing", l);
         }
-        FAIL(upload_vec(c, &W->bq, Dl->wq.rows, &Dl->bq, e));
-        FAIL(upload_vec(c, &W->bk, Dl->wk.rows, &Dl->bk, e));
-        FAIL(upload_vec(c, &W->bv, Dl->wv.rows, &Dl->bv, e));
-        FAIL(upload_vec(c, &W->bo, Dl->wo.rows, &Dl->bo, e));
-        FAIL(upload_vec(c, &W->ffn_up_b, Dl->up.rows, &Dl->up_b, e));
-        FAIL(upload_vec(c, &W->ffn_down_b, Dl->down.rows, &Dl->down_b, e));
+        // a share's bias rows; wo's and down's biases are added once, by rank 0
+        int64_t q0 = tpn > 1 ? sh->q.lo : 0, kv0 = tpn > 1 ? sh->kv.lo : 0, f0 = tpn > 1 ? sh->gate_up.lo : 0;
+        FAIL(upload_vec(c, &W->bq, Dl->wq.rows, &Dl->bq, e, q0));
+        FAIL(upload_vec(c, &W->bk, Dl->wk.rows, &Dl->bk, e, kv0));
+        FAIL(upload_vec(c, &W->bv, Dl->wv.rows, &Dl->bv, e, kv0));
+        FAIL(upload_vec(c, &W->ffn_up_b, Dl->up.rows, &Dl->up_b, e, f0));
+        if (sh->rank == 0) {
+            FAIL(upload_vec(c, &W->bo, Dl->wo.rows, &Dl->bo, e));
+            FAIL(upload_vec(c, &W->ffn_down_b, Dl->down.rows, &Dl->down_b, e));
+        }
     }
     // KV cache
     c->kc.assign(cfg->n_layer, NULL);
@@ -571,8 +621,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     FAILC(cudaMallocHost((void **)&c->h_amax, HX_ROWS_MAX * sizeof(int)));
     for (cudaEvent_t &ev : c->kev) FAILC(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     c->ahead_pos = -1;
-    FAILC(cudaMalloc((void **)&c->logits, sizeof(float) * cfg->n_vocab));
-    c->logits_rows = 1;
+    FAIL(ensure_logits(c, 1, e));
     FAIL(ensure_scratch(c, 1, e));
     const char *dd = o.dump_dir;
     if (dd && *dd) {
@@ -710,6 +759,12 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         }
         return lora1(l, slot, x, NULL, n, c->x);
     };
+    // Tensor parallelism: wo and down give this rank's partial sum of the
+    // layer's output. part(site): where to write it for the one-shot
+    // all-reduce (NULL: into the destination, summed in place by NCCL);
+    // lead: this rank adds the residual (in place) and the biases once.
+    const bool tpar = c->tpc != NULL, lead = c->tp.rank == 0;
+    auto part = [&](int site) -> float * { return tpar ? hx_tp_partial(c->tpc, (size_t)n * D, site) : NULL; };
     bool xq_ready = false; // c->xq holds the next q/k/v matvec's input (a layer's down delta made it)
     bool out_have = false; // ... the output head's (the last layer's down delta made it)
     hx_k_pdl_set(c->pdl);
@@ -769,19 +824,27 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             PK("attention", hx_k_attention(st, c->q, kc, vc, c->kv_rows[l], c->att, c->d_pos, n, nh, nkvh, hd, scale,
                               cfg->attn_logit_softcap, window, c->n_ctx, dv));
         }
+        float *pa = part(2 * l); // (tensor parallel: this rank's partial sum of wo)
         if (cfg->post_norms || dump) {
-            float *ys[1] = {c->o};
+            float *wy = pa ? pa : c->o;
+            float *ys[1] = {wy};
             if (wo_q) PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, false, -1, att_q8));
-            else PK("wo", linear(&L->wo, c->att, n, c->o, L->bo, false));
+            else PK("wo", linear(&L->wo, c->att, n, wy, L->bo, false));
+            if (tpar) PK("all-reduce (attention)", hx_tp_sum(c->tpc, c->o, pa, (size_t)n * D, 2 * l, false, st));
             PK("lora wo", lora1(l, HX_LORA_O, c->att, NULL, n, c->o));
             if (cfg->post_norms) PK("post norm + add", hx_k_rmsnorm_add(st, c->o, L->post_attn, c->o, c->x, n, D, eps));
             else PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
             if (dump) { hx_status s = dump_rows(c, pos0, n, l, "attn", c->o, e); if (s) return s; }
-        } else if (wo_q) {
-            float *ys[1] = {c->x};
-            PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, true, -1, att_q8));
         } else {
-            PK("wo", linear(&L->wo, c->att, n, c->x, L->bo, true));
+            // x += Wo a; tensor parallel: x += the sum of the ranks' Wo a (one-shot: every rank's
+            // partial into pa, then summed into x; NCCL: rank 0 adds into x, the others write
+            // their term over x, and the all-reduce sums in place)
+            float *wy = pa ? pa : c->x;
+            bool acc = !pa && lead;
+            float *ys[1] = {wy};
+            if (wo_q) PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, acc, -1, att_q8));
+            else PK("wo", linear(&L->wo, c->att, n, wy, L->bo, acc));
+            if (tpar) PK("all-reduce (attention)", hx_tp_sum(c->tpc, c->x, pa, (size_t)n * D, 2 * l, true, st));
         }
         const hx_dmat *gu[2] = {&L->gate, &L->up};
         int act = cfg->act == HX_ACT_SILU ? 0 : 1;
@@ -826,19 +889,24 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             PK("lora gate/up+glu", hx_k_lora(st, 2, lm, c->x, L->ffn_norm, eps, n, ys, act, c->lt,
                                              dn_have ? c->xq : NULL, c->xd, pre));
         }
+        float *pf = part(2 * l + 1); // (tensor parallel: this rank's partial sum of down)
         if (cfg->post_norms || dump) {
-            float *ys[1] = {c->o};
+            float *dy = pf ? pf : c->o;
+            float *ys[1] = {dy};
             if (dn_q) PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, false, -1, dn_have));
-            else PK("down", linear(&L->down, c->gate, n, c->o, L->down_b, false));
+            else PK("down", linear(&L->down, c->gate, n, dy, L->down_b, false));
+            if (tpar) PK("all-reduce (ffn)", hx_tp_sum(c->tpc, c->o, pf, (size_t)n * D, 2 * l + 1, false, st));
             PK("lora down", lora1(l, HX_LORA_DOWN, c->gate, NULL, n, c->o));
             if (cfg->post_norms) PK("post norm + add", hx_k_rmsnorm_add(st, c->o, L->post_ffn, c->o, c->x, n, D, eps));
             else PK("residual add", hx_k_add(st, c->x, c->o, (size_t)n * D));
             if (dump) { hx_status s = dump_rows(c, pos0, n, l, "ffn", c->o, e); if (s) return s; }
-        } else if (dn_q) {
-            float *ys[1] = {c->x};
-            PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, true, -1, dn_have));
         } else {
-            PK("down", linear(&L->down, c->gate, n, c->x, L->down_b, true));
+            float *dy = pf ? pf : c->x; // (as wo above)
+            bool acc = !pf && lead;
+            float *ys[1] = {dy};
+            if (dn_q) PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, acc, -1, dn_have));
+            else PK("down", linear(&L->down, c->gate, n, dy, L->down_b, acc));
+            if (tpar) PK("all-reduce (ffn)", hx_tp_sum(c->tpc, c->x, pf, (size_t)n * D, 2 * l + 1, true, st));
         }
         if (!(cfg->post_norms || dump)) {
             // the next matvec that quantizes x: the next layer's q/k/v, or the output head
@@ -869,21 +937,30 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
     const hx_dmat *outm[1] = {&c->output};
     // the hidden states on their own: the logits below take the same kernels with or without them
     if (want_hidden) PK("output_norm (hidden)", hx_k_rmsnorm(st, xs, c->out_norm, c->h, out_rows, D, eps));
+    // tensor parallel with the head cut by vocabulary: this rank's columns of the logits first
+    const bool vsplit = tpar && c->tp.output.dim == HX_CUT_ROWS;
+    float *lg = vsplit ? c->lpart : c->logits;
     // the norm is fused only for small vocabularies: every block recomputes it
     if (out_rows == 1 && !dump && mvq_ok(c, 2, 1, outm)) {
-        float *ys[1] = {c->logits};
+        float *ys[1] = {lg};
         PK("output (q8 + norm)", mvq_runs(c, 1, outm, xs, c->out_norm, eps, ys, NULL, false, -1, out_have));
     } else if (out_rows == 1 && !dump && c->output.rows < 16384 && hx_k_mv_fusable(outm, 1)) {
-        float *ys[1] = {c->logits};
+        float *ys[1] = {lg};
         PK("output (norm fused)", hx_k_mv_fused(st, 1, outm, xs, c->out_norm, eps, ys, NULL, false, -1, dv));
     } else {
         PK("output_norm", hx_k_rmsnorm(st, xs, c->out_norm, c->h, out_rows, D, eps));
         if (dump) { hx_status s = dump_rows(c, pos0 + n - out_rows, out_rows, -1, "final", c->h, e); if (s) return s; }
-        PK("output", linear(&c->output, c->h, out_rows, c->logits, NULL, false));
+        PK("output", linear(&c->output, c->h, out_rows, lg, NULL, false));
     }
-    PK("lora output", lora1(-1, 0, xs, c->out_norm, out_rows, c->logits));
+    PK("lora output", lora1(-1, 0, xs, c->out_norm, out_rows, lg));
     if (cfg->final_logit_softcap > 0)
-        PK("softcap", hx_k_softcap(st, c->logits, (size_t)out_rows * cfg->n_vocab, cfg->final_logit_softcap));
+        PK("softcap", hx_k_softcap(st, lg, (size_t)out_rows * c->vocab_n, cfg->final_logit_softcap));
+    if (vsplit && out_rows == 1) { // one row: the ranks' pieces in rank order are the row
+        PK("gather logits", hx_tp_gather(c->tpc, c->lpart, c->logits, (size_t)c->vocab_n, st));
+    } else if (vsplit) {
+        PK("gather logits", hx_tp_gather(c->tpc, c->lpart, c->lgath, (size_t)out_rows * c->vocab_n, st));
+        PK("interleave logits", hx_tp_interleave(c->lgath, c->logits, c->tp.n, out_rows, c->vocab_n, st));
+    }
     return HX_OK;
 }
 
@@ -907,10 +984,16 @@ static hx_status check_args(hx_cuda_ctx *c, int slot, const int32_t *tokens, int
 static hx_status ensure_logits(hx_cuda_ctx *c, int rows, hx_error *e) {
     if (rows <= c->logits_rows) return HX_OK;
     CK(cudaStreamSynchronize(c->st));
-    cudaFree(c->logits);
-    c->logits = NULL;
+    for (float **p : {&c->logits, &c->lpart, &c->lgath}) {
+        if (*p) cudaFree(*p);
+        *p = NULL;
+    }
     c->logits_rows = 0;
     CK(cudaMalloc((void **)&c->logits, sizeof(float) * c->cfg.n_vocab * rows));
+    if (c->tp.output.dim == HX_CUT_ROWS) { // split output head: this rank's rows, and the gathered ones
+        CK(cudaMalloc((void **)&c->lpart, sizeof(float) * c->vocab_n * rows));
+        if (rows > 1) CK(cudaMalloc((void **)&c->lgath, sizeof(float) * c->cfg.n_vocab * rows));
+    }
     c->logits_rows = rows;
     drop_graphs(c);
     return HX_OK;
@@ -1175,6 +1258,7 @@ static void be_ctx_free(void *ctx) { hx_cuda_ctx_free((hx_cuda_ctx *)ctx); }
 // host rows out[first..] (runs of consecutive out indices in one copy).
 static hx_status copy_out_rows(hx_cuda_ctx *c, const float *dev, size_t row, const int32_t *out_idx, int count,
                                float *host, hx_error *e) {
+    if (c->mute) return HX_OK; // a follower rank: rank 0 hands out the (identical) rows
     for (int k = 0; k < count;) {
         if (out_idx[k] < 0) { k++; continue; }
         int j = k + 1;
@@ -1439,7 +1523,7 @@ static hx_status be_decode_sample(void *ctx, int seq, int32_t token, int pos, co
         if ((s = sample_on_device(c, &p, bs->hist, bs->n_hist, bs->u, next, picked, e))) return s;
     }
     if ((s = prof_collect(c, e))) return s;
-    if (!*picked) {
+    if (!*picked && !c->mute) {
         CK(cudaMemcpyAsync(logits, c->logits, sizeof(float) * c->cfg.n_vocab, cudaMemcpyDeviceToHost, c->st));
         CK(cudaStreamSynchronize(c->st));
     }

@@ -62,6 +62,8 @@ bool hx_k_type_supported(int type);
 // context sets its own choice before it enqueues anything.
 cudaError_t hx_k_pdl_init(bool allow, bool *on);
 void hx_k_pdl_set(bool on);
+// Launches fn (arguments as for cudaLaunchKernel) with the PDL attribute when this thread has it on.
+cudaError_t hx_k_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t st, void **args);
 
 // Greedy picks of up to HX_ROWS_MAX rows of V logits on the device (rows.cu):
 // out[b] = the lowest index among the maxima of row rows->r[b] (hx_argmax's

@@ -141,9 +141,6 @@ k_mvq_rows(const uint8_t *__restrict__ w, size_t rb, int rows, int cols, const i
     y[r] = accumulate ? y[r] + a : a;
 }
 
-// The launch helper of kernels.cu (PDL attribute when enabled).
-cudaError_t hx_k_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t st, void **args);
-
 cudaError_t hx_k_quant_q8(cudaStream_t st, const float *x, const float *norm_w, float eps, int cols, int8_t *xq,
                           float *xd) {
     if (cols % 32) return cudaErrorInvalidValue;

@@ -59,6 +59,7 @@ typedef struct srv_config {
     int prefill_chunk;         /* prompt tokens per step over all prefilling slots (while others decode) */
     double step_target_s;      /* ... fewer when a step would take longer than this */
     hx_device device;
+    int tensor_parallel;          /* -tp N: GPUs sharing every layer (1: one) */
     size_t max_body;           /* bytes; larger bodies get 413 */
     int max_tokens;            /* ceiling on generated tokens per request (0: the context) */
     int max_prompt;            /* ceiling on prompt tokens (0: the context) */

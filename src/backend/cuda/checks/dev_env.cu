@@ -81,6 +81,7 @@ extern "C" hx_status hx_cuda_dev_opts_from_env(hx_cuda_dev_opts *o, hx_error *e)
     memset(o, 0, sizeof *o);
     o->no_graph = env_on("HX_CUDA_NO_GRAPH");
     o->no_ahead = env_on("HX_CUDA_NO_AHEAD");
+    o->tp_nccl = env_on("HX_CUDA_TP_NCCL");
     o->no_pdl = env_on("HX_CUDA_NO_PDL");
     o->profile = env_on("HX_CUDA_PROFILE");
     o->no_fuse_attn = env_on("HX_CUDA_NO_FUSE_ATTN");
