@@ -8,7 +8,8 @@
 #   B=build-cuda LLAMA_BENCH=/path/llama-bench bash bench/tp_bench.sh [PRESET:MIX ...]
 #
 # Defaults: qwen3-0.6b:q4_k_m llama-3.1-8b:q4_k_m. B: the folder holding
-# helix-bg. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
+# helix-bg. ONLY=helix or ONLY=llama runs one engine. NVLink multicast stays
+# off (NCCL_NVLS_ENABLE=0).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 B=${B:-build-cuda}
@@ -27,6 +28,7 @@ for spec in "${SPECS[@]}"; do
   preset=${spec%%:*}; mix=${spec##*:}
   f=/tmp/tp-$preset-$mix.gguf
   [ -f "$f" ] || "$B/helix-bg" synth --preset "$preset" --type "$mix" -o "$f" >/dev/null || exit 1
+  if [ "${ONLY:-}" != llama ]; then
   files=()
   for tp in "${TPS[@]}"; do
     o="$OUTDIR/greedy-$preset-$mix-tp$tp.json"
@@ -39,12 +41,14 @@ for spec in "${SPECS[@]}"; do
     timeout 300 "$B/helix-bg" bench -m "$f" --device cuda -tp "$tp" -p 512 -n 128 -r 3 --jsonl \
       | tee -a "$OUTDIR/tp.jsonl"
   done
-  if [ -n "${LLAMA_BENCH:-}" ]; then
+  fi
+  if [ -n "${LLAMA_BENCH:-}" ] && [ "${ONLY:-}" != helix ]; then
     for tp in "${TPS[@]}"; do
       vis=$(seq -s, 0 $((tp - 1)))
       for sm in layer row; do
         [ "$tp" = 1 ] && [ "$sm" = row ] && continue
-        r=$(CUDA_VISIBLE_DEVICES=$vis timeout 300 "$LLAMA_BENCH" -m "$f" -ngl 99 -fa 1 -sm "$sm" -p 512 -n 128 -r 3 -o jsonl 2>/dev/null)
+        r=$(CUDA_VISIBLE_DEVICES=$vis timeout 300 "$LLAMA_BENCH" -m "$f" -ngl 99 -fa 1 -sm "$sm" -p 512 -n 128 -r 3 -o jsonl \
+            2>"$OUTDIR/llama-$preset-$mix-tp$tp-$sm.err") || { echo "llama-bench -sm $sm on $tp GPUs failed:"; tail -5 "$OUTDIR/llama-$preset-$mix-tp$tp-$sm.err"; }
         echo "$r" | python3 -c '
 import json, sys
 for line in sys.stdin:

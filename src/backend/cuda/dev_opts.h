@@ -70,6 +70,9 @@ typedef struct hx_cuda_dev_opts {
     /* ---- tensor parallelism ---- */
     bool tp_nccl;            /* HX_CUDA_TP_NCCL: every all-reduce through NCCL (no one-shot peer-to-peer kernel
                                 for the small ones) */
+    int tp_ar_blocks;        /* HX_CUDA_TP_AR_BLOCKS: blocks of the one-shot all-reduce, 1..64; 0: default */
+    bool tp_no_fuse;         /* HX_CUDA_TP_NO_FUSE: decode's one-shot all-reduces leave the next matvec's norm and
+                                quantization to its own launch */
 } hx_cuda_dev_opts;
 
 #ifdef __cplusplus

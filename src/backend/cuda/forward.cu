@@ -824,7 +824,16 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             PK("attention", hx_k_attention(st, c->q, kc, vc, c->kv_rows[l], c->att, c->d_pos, n, nh, nkvh, hd, scale,
                               cfg->attn_logit_softcap, window, c->n_ctx, dv));
         }
+        const hx_dmat *gu[2] = {&L->gate, &L->up};
+        int act = cfg->act == HX_ACT_SILU ? 0 : 1;
+        // with deltas on gate or up the GLU waits for them (it runs in the LoRA kernel)
+        const bool lgu = lora_at(l, HX_LORA_GATE, 2, lm);
+        const bool gu_q8 = n == 1 && mvq_ok(c, 1, 2, gu) && (lgu || L->gate.type == L->up.type);
         float *pa = part(2 * l); // (tensor parallel: this rank's partial sum of wo)
+        // one token, one-shot: the all-reduce also norms and quantizes gate/up's input. A single block
+        // does it, which pays for narrow models only (bench/RESULTS.md: faster at 1,024, slower at 4,096)
+        const bool tp_q8 = pa && n == 1 && gu_q8 && !lgu && !dump && !cfg->post_norms && D % 32 == 0 &&
+                           D <= HX_TP_FUSE_MAX && !c->dv.tp_no_fuse;
         if (cfg->post_norms || dump) {
             float *wy = pa ? pa : c->o;
             float *ys[1] = {wy};
@@ -844,15 +853,13 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             float *ys[1] = {wy};
             if (wo_q) PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, acc, -1, att_q8));
             else PK("wo", linear(&L->wo, c->att, n, wy, L->bo, acc));
-            if (tpar) PK("all-reduce (attention)", hx_tp_sum(c->tpc, c->x, pa, (size_t)n * D, 2 * l, true, st));
+            if (tp_q8) PK("all-reduce (attention) + norm + q8", hx_tp_sum_q8(c->tpc, c->x, pa, D, 2 * l, L->ffn_norm, eps,
+                                                                           c->xq, c->xd, st));
+            else if (tpar) PK("all-reduce (attention)", hx_tp_sum(c->tpc, c->x, pa, (size_t)n * D, 2 * l, true, st));
         }
-        const hx_dmat *gu[2] = {&L->gate, &L->up};
-        int act = cfg->act == HX_ACT_SILU ? 0 : 1;
-        // with deltas on gate or up the GLU waits for them (it runs in the LoRA kernel)
-        const bool lgu = lora_at(l, HX_LORA_GATE, 2, lm);
-        const bool gu_q8 = n == 1 && mvq_ok(c, 1, 2, gu) && (lgu || L->gate.type == L->up.type);
         bool gu_have = false; // c->xq holds gate/up's input (the wo delta's kernel made it)
         if (!(cfg->post_norms || dump)) PK("lora wo", lora_res(l, HX_LORA_O, c->att, gu_q8, L->ffn_norm, &gu_have));
+        gu_have = gu_have || tp_q8;
         if (lgu && n == 1 && mvq_ok(c, 1, 2, gu)) {
             float *ys[2] = {c->gate, c->up};
             const float *bs[2] = {NULL, L->up_b};
@@ -889,7 +896,22 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             PK("lora gate/up+glu", hx_k_lora(st, 2, lm, c->x, L->ffn_norm, eps, n, ys, act, c->lt,
                                              dn_have ? c->xq : NULL, c->xd, pre));
         }
+        // the next matvec that quantizes x: the next layer's q/k/v, or the output head
+        bool next_q8;
+        const float *next_norm;
+        if (l + 1 < cfg->n_layer) {
+            const dlayer *N = &c->L[l + 1];
+            const hx_dmat *nq[3] = {&N->wq, &N->wk, &N->wv};
+            next_q8 = n == 1 && mvq_ok(c, 1, 3, nq);
+            next_norm = N->attn_norm;
+        } else {
+            const hx_dmat *om[1] = {&c->output};
+            next_q8 = n == 1 && out_rows == 1 && mvq_ok(c, 2, 1, om);
+            next_norm = c->out_norm;
+        }
         float *pf = part(2 * l + 1); // (tensor parallel: this rank's partial sum of down)
+        const bool tpn_q8 = pf && n == 1 && next_q8 && !dump && !cfg->post_norms && !c->lw.size() && D % 32 == 0 &&
+                            D <= HX_TP_FUSE_MAX && !c->dv.tp_no_fuse; // (as tp_q8: the next matvec's input)
         if (cfg->post_norms || dump) {
             float *dy = pf ? pf : c->o;
             float *ys[1] = {dy};
@@ -906,24 +928,14 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             float *ys[1] = {dy};
             if (dn_q) PK("down (q8)", mvq_runs(c, 1, dn, c->gate, NULL, eps, ys, db, acc, -1, dn_have));
             else PK("down", linear(&L->down, c->gate, n, dy, L->down_b, acc));
-            if (tpar) PK("all-reduce (ffn)", hx_tp_sum(c->tpc, c->x, pf, (size_t)n * D, 2 * l + 1, true, st));
+            if (tpn_q8) PK("all-reduce (ffn) + norm + q8", hx_tp_sum_q8(c->tpc, c->x, pf, D, 2 * l + 1, next_norm, eps,
+                                                                     c->xq, c->xd, st));
+            else if (tpar) PK("all-reduce (ffn)", hx_tp_sum(c->tpc, c->x, pf, (size_t)n * D, 2 * l + 1, true, st));
         }
         if (!(cfg->post_norms || dump)) {
-            // the next matvec that quantizes x: the next layer's q/k/v, or the output head
-            bool next_q8;
-            const float *next_norm;
-            if (l + 1 < cfg->n_layer) {
-                const dlayer *N = &c->L[l + 1];
-                const hx_dmat *nq[3] = {&N->wq, &N->wk, &N->wv};
-                next_q8 = n == 1 && mvq_ok(c, 1, 3, nq);
-                next_norm = N->attn_norm;
-            } else {
-                const hx_dmat *om[1] = {&c->output};
-                next_q8 = n == 1 && out_rows == 1 && mvq_ok(c, 2, 1, om);
-                next_norm = c->out_norm;
-            }
             bool have = false;
             PK("lora down", lora_res(l, HX_LORA_DOWN, c->gate, next_q8, next_norm, &have));
+            have = have || tpn_q8;
             if (l + 1 < cfg->n_layer) xq_ready = have;
             else out_have = have;
         }
@@ -939,7 +951,9 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
     if (want_hidden) PK("output_norm (hidden)", hx_k_rmsnorm(st, xs, c->out_norm, c->h, out_rows, D, eps));
     // tensor parallel with the head cut by vocabulary: this rank's columns of the logits first
     const bool vsplit = tpar && c->tp.output.dim == HX_CUT_ROWS;
-    float *lg = vsplit ? c->lpart : c->logits;
+    // one row between one-shot all-reduces: straight into the one-shot gather's buffer
+    float *gb = vsplit && out_rows == 1 && part(0) ? hx_tp_gather_buf(c->tpc, (size_t)c->vocab_n) : NULL;
+    float *lg = gb ? gb : vsplit ? c->lpart : c->logits;
     // the norm is fused only for small vocabularies: every block recomputes it
     if (out_rows == 1 && !dump && mvq_ok(c, 2, 1, outm)) {
         float *ys[1] = {lg};
@@ -956,7 +970,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
     if (cfg->final_logit_softcap > 0)
         PK("softcap", hx_k_softcap(st, lg, (size_t)out_rows * c->vocab_n, cfg->final_logit_softcap));
     if (vsplit && out_rows == 1) { // one row: the ranks' pieces in rank order are the row
-        PK("gather logits", hx_tp_gather(c->tpc, c->lpart, c->logits, (size_t)c->vocab_n, st));
+        PK("gather logits", hx_tp_gather(c->tpc, lg, c->logits, (size_t)c->vocab_n, st));
     } else if (vsplit) {
         PK("gather logits", hx_tp_gather(c->tpc, c->lpart, c->lgath, (size_t)out_rows * c->vocab_n, st));
         PK("interleave logits", hx_tp_interleave(c->lgath, c->logits, c->tp.n, out_rows, c->vocab_n, st));

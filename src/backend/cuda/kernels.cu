@@ -1,4 +1,5 @@
 // kernels.cu — the decoder's GPU kernels (see kernels.cuh for layouts).
+#include <atomic>
 #include <math.h>
 #include <mma.h>
 #include <stdlib.h>
@@ -979,12 +980,18 @@ static cudaError_t launch_attn_prefill_tc(cudaStream_t st, const float *q, const
                                           float *out, const int *d_pos, int n, int nh, int nkvh, float scale,
                                           float softcap, int window) {
     const size_t smem = tc_shape<HD>::BYTES;
-    static bool opted_in = false; // above 48 KiB: the kernel's attribute, set once (helix drives one device)
-    if (smem > 48 * 1024 && !opted_in) {
+    // above 48 KiB: the kernel's attribute, set once per device (tensor parallelism drives several, one
+    // thread each)
+    static std::atomic<unsigned long long> opted_in{0};
+    int dev = 0;
+    cudaError_t rc0 = cudaGetDevice(&dev);
+    if (rc0 != cudaSuccess) return rc0;
+    unsigned long long bit = 1ull << (dev & 63);
+    if (smem > 48 * 1024 && !(opted_in.load() & bit)) {
         cudaError_t rc = cudaFuncSetAttribute(k_attn_prefill_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               (int)smem);
         if (rc != cudaSuccess) return rc;
-        opted_in = true;
+        opted_in.fetch_or(bit);
     }
     dim3 grid(nh, (n + TC_QT - 1) / TC_QT);
     LAUNCH(k_attn_prefill_tc<HD>, grid, TC_WARPS * WARP, smem, st, q, kc, vc, rows, out, d_pos, n, nh, nkvh, scale,

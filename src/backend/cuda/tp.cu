@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -33,6 +34,7 @@
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/tp.h"
 #include "backend/cuda/warp.cuh"
+#include "backend/cuda/decode.cuh"
 extern "C" {
 #include "api/backend.h"
 #include "core/core.h"
@@ -98,16 +100,20 @@ static const nccl_api *nccl_get(hx_error *e) {
 
 // ---- one rank's collectives (tp.h) ----
 
-#define AR_BLOCKS 32   // blocks of the one-shot all-reduce: each waits only for the same block of its peers
+#define AR_BLOCKS 32   // blocks of the one-shot all-reduce (default): each waits only for the same block of its peers
+#define AR_BLOCKS_MAX 64
 #define AR_THREADS 512
-#define AR_CAP (1 << 16) // floats per partial buffer: sums up to this size take the one-shot kernel
+#define AR_CAP (1 << 17) // floats per buffer: sums and gathers up to this size take the one-shot kernel
 
 struct hx_tp_comm {
     const nccl_api *nc;
     nccl_comm comm;
     int n, rank;
     bool oneshot;                       // peers' memory reachable and the one-shot kernel allowed
+    int blocks;                         // the one-shot kernel's grid (the same on every rank, every call)
     float *buf[2][HX_SHARD_MAX];        // [site parity][rank]: every rank's partial buffer (AR_CAP floats)
+    float *gbuf[HX_SHARD_MAX];          // every rank's gather buffer (AR_CAP floats): rewritten one forward later,
+                                        // after the all-reduces in between, so one is enough
     unsigned *flags[HX_SHARD_MAX];      // every rank's flags: [block][rank] = that rank's last epoch there
     unsigned *epoch;                    // this rank's per-block count of one-shot all-reduces
 };
@@ -119,6 +125,10 @@ static cudaError_t nccl_fail(const hx_tp_comm *t, int rc, const char *what) {
 
 float *hx_tp_partial(const hx_tp_comm *t, size_t count, int site) {
     return t->oneshot && count <= AR_CAP ? t->buf[site & 1][t->rank] : NULL;
+}
+
+float *hx_tp_gather_buf(const hx_tp_comm *t, size_t count) {
+    return t->oneshot && count <= AR_CAP ? t->gbuf[t->rank] : NULL;
 }
 
 struct ar_args {
@@ -137,14 +147,15 @@ static __device__ __forceinline__ void st_release_sys(unsigned *p, unsigned v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-// dst[i] = [dst[i] +] sum over ranks q (in order) of buf[q][i]. Block b first
+// mode 0: dst[i] = sum over ranks q (in order) of buf[q][i]; 1: dst[i] += it;
+// 2 (gather): dst[q * count + i] = buf[q][i]. Block b first
 // tells every peer it has started (its partial, written by the kernel before
 // on its stream, is complete), then waits until each peer's block b has said
 // the same; it then reads the slice of every partial it sums. Buffers
 // alternate by site parity: a rank writes a buffer again only two all-reduces
 // later, when every peer has started the one in between and so finished
 // reading it. Spinning more than ~10 s (a peer gone) traps.
-__global__ void __launch_bounds__(AR_THREADS) k_tp_allreduce(ar_args a, float *dst, size_t count, int add) {
+__global__ void __launch_bounds__(AR_THREADS) k_tp_allreduce(ar_args a, float *dst, size_t count, int mode) {
     pdl_trigger();
     pdl_wait();
     __shared__ unsigned ep;
@@ -152,7 +163,6 @@ __global__ void __launch_bounds__(AR_THREADS) k_tp_allreduce(ar_args a, float *d
     __syncthreads();
     int q = threadIdx.x;
     if (q < a.n && q != a.rank) {
-        __threadfence_system();
         st_release_sys(&a.flags[q][blockIdx.x * HX_SHARD_MAX + a.rank], ep);
         const unsigned *f = &a.flags[a.rank][blockIdx.x * HX_SHARD_MAX + q];
         long long t0 = clock64();
@@ -162,19 +172,62 @@ __global__ void __launch_bounds__(AR_THREADS) k_tp_allreduce(ar_args a, float *d
     if (threadIdx.x == 0) a.epoch[blockIdx.x] = ep;
     __syncthreads();
     size_t step = (size_t)gridDim.x * blockDim.x;
+    if (mode == 2) {
+        for (int r = 0; r < a.n; r++)
+            for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += step)
+                dst[r * count + i] = a.buf[r][i];
+        return;
+    }
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += step) {
         float s = a.buf[0][i];
         for (int r = 1; r < a.n; r++) s += a.buf[r][i];
-        dst[i] = add ? dst[i] + s : s;
+        dst[i] = mode ? dst[i] + s : s;
     }
 }
 
-cudaError_t hx_tp_sum(const hx_tp_comm *t, float *dst, const float *partial, size_t count, int site, bool add,
-                      cudaStream_t st) {
-    if (!partial) {
-        int rc = t->nc->all_reduce(dst, dst, count, NCCL_FLOAT32, NCCL_SUM, t->comm, st);
-        return rc == NCCL_OK ? cudaSuccess : nccl_fail(t, rc, "ncclAllReduce");
+// hx_tp_sum_q8: one block (block 0's flags and epoch: every rank launches
+// the same kernels in the same order, so each block index's epochs stay in
+// step). The new x is kept in shared memory for the norm and the quantization.
+#define ARQ_THREADS 1024
+__global__ void __launch_bounds__(ARQ_THREADS) k_tp_allreduce_q8(ar_args a, float *x, int count, const float *g,
+                                                                float eps, int8_t *xq, float *xd) {
+    pdl_trigger();
+    pdl_wait();
+    extern __shared__ float xs[];
+    __shared__ float red[32];
+    __shared__ unsigned ep;
+    if (threadIdx.x == 0) ep = a.epoch[0] + 1;
+    __syncthreads();
+    int q = threadIdx.x;
+    if (q < a.n && q != a.rank) {
+        st_release_sys(&a.flags[q][a.rank], ep);
+        const unsigned *f = &a.flags[a.rank][q];
+        long long t0 = clock64();
+        while ((int)(ld_acquire_sys(f) - ep) < 0)
+            if (clock64() - t0 > 20000000000ll) __trap();
     }
+    if (threadIdx.x == 0) a.epoch[0] = ep;
+    __syncthreads();
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+        float s = a.buf[0][i];
+        for (int r = 1; r < a.n; r++) s += a.buf[r][i];
+        float v = x[i] + s;
+        xs[i] = v;
+        x[i] = v;
+        ss += v * v;
+    }
+    float scale = rsqrtf(block_sum(ss, red) / count + eps); // (block_sum's barriers also publish xs)
+    int lane = threadIdx.x & 31;
+    for (int gi = threadIdx.x >> 5; gi < count / 32; gi += blockDim.x >> 5) {
+        int i = gi * 32 + lane;
+        warp_q8(xs[i] * scale * g[i], xq + i, xd + gi);
+    }
+}
+
+cudaError_t hx_tp_sum_q8(const hx_tp_comm *t, float *dst, const float *partial, int count, int site, const float *g,
+                         float eps, int8_t *xq, float *xd, cudaStream_t st) {
+    if (!partial || count > 8192 || count % 32) return cudaErrorInvalidValue;
     ar_args a = {};
     for (int r = 0; r < t->n; r++) {
         a.buf[r] = t->buf[site & 1][r];
@@ -183,12 +236,37 @@ cudaError_t hx_tp_sum(const hx_tp_comm *t, float *dst, const float *partial, siz
     a.epoch = t->epoch;
     a.n = t->n;
     a.rank = t->rank;
-    int add_i = add;
-    void *args[] = {&a, &dst, &count, &add_i};
-    return hx_k_launch_pdl((const void *)k_tp_allreduce, dim3(AR_BLOCKS), dim3(AR_THREADS), 0, st, args);
+    void *args[] = {&a, &dst, &count, &g, &eps, &xq, &xd};
+    return hx_k_launch_pdl((const void *)k_tp_allreduce_q8, dim3(1), dim3(ARQ_THREADS), sizeof(float) * count, st,
+                           args);
+}
+
+// The one-shot kernel over the given buffers (one per rank).
+static cudaError_t oneshot(const hx_tp_comm *t, float *const *bufs, float *dst, size_t count, int mode,
+                           cudaStream_t st) {
+    ar_args a = {};
+    for (int r = 0; r < t->n; r++) {
+        a.buf[r] = bufs[r];
+        a.flags[r] = t->flags[r];
+    }
+    a.epoch = t->epoch;
+    a.n = t->n;
+    a.rank = t->rank;
+    void *args[] = {&a, &dst, &count, &mode};
+    return hx_k_launch_pdl((const void *)k_tp_allreduce, dim3(t->blocks), dim3(AR_THREADS), 0, st, args);
+}
+
+cudaError_t hx_tp_sum(const hx_tp_comm *t, float *dst, const float *partial, size_t count, int site, bool add,
+                      cudaStream_t st) {
+    if (!partial) {
+        int rc = t->nc->all_reduce(dst, dst, count, NCCL_FLOAT32, NCCL_SUM, t->comm, st);
+        return rc == NCCL_OK ? cudaSuccess : nccl_fail(t, rc, "ncclAllReduce");
+    }
+    return oneshot(t, t->buf[site & 1], dst, count, add ? 1 : 0, st);
 }
 
 cudaError_t hx_tp_gather(const hx_tp_comm *t, const float *send, float *recv, size_t count, cudaStream_t st) {
+    if (t->oneshot && send == t->gbuf[t->rank] && count <= AR_CAP) return oneshot(t, t->gbuf, recv, count, 2, st);
     int rc = t->nc->all_gather(send, recv, count, NCCL_FLOAT32, t->comm, st);
     return rc == NCCL_OK ? cudaSuccess : nccl_fail(t, rc, "ncclAllGather");
 }
@@ -228,14 +306,32 @@ struct tp_ctx {
     unsigned long gen;
     int left;
     bool quit;
+    // gen and left as seen without the lock: a decode step is a few hundred microseconds, so a
+    // worker spins briefly for the next call (and the caller for the last rank) before it sleeps
+    std::atomic<unsigned long> agen;
+    std::atomic<int> aleft;
     std::function<hx_status(int, hx_error *)> job;
     bool broken;    // a rank failed on the device: its peers' collectives were aborted
     hx_error why;
 };
 
+// Frees every communicator, ending collectives that wait for a rank that
+// failed; called only once every rank has enqueued its work (the ranks still
+// busy are waiting on their streams), and the handles are forgotten.
 static void abort_comms(tp_ctx *t) {
     for (int i = 0; i < t->n; i++)
-        if (t->r[i].comm.comm) t->nc->comm_abort(t->r[i].comm.comm);
+        if (t->r[i].comm.comm) {
+            t->nc->comm_abort(t->r[i].comm.comm);
+            t->r[i].comm.comm = NULL;
+        }
+}
+
+static inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
 }
 
 static void worker(tp_ctx *t, int i) {
@@ -243,6 +339,7 @@ static void worker(tp_ctx *t, int i) {
     unsigned long seen = 0;
     for (;;) {
         std::function<hx_status(int, hx_error *)> f;
+        for (int k = 0; k < 20000 && t->agen.load(std::memory_order_acquire) == seen; k++) cpu_relax();
         {
             std::unique_lock<std::mutex> lk(t->mu);
             t->go.wait(lk, [&] { return t->quit || t->gen != seen; });
@@ -255,6 +352,7 @@ static void worker(tp_ctx *t, int i) {
         std::lock_guard<std::mutex> lk(t->mu);
         t->r[i].err = err;
         t->r[i].st = st;
+        t->aleft.store(t->left - 1, std::memory_order_release);
         if (--t->left == 0) t->done.notify_all();
     }
 }
@@ -270,21 +368,24 @@ static hx_status run_all(tp_ctx *t, std::function<hx_status(int, hx_error *)> f,
         std::lock_guard<std::mutex> lk(t->mu);
         t->job = f;
         t->left = t->n - 1;
+        t->aleft.store(t->n - 1);
         t->gen++;
         for (int i = 1; i < t->n; i++) t->r[i].st = HX_OK;
+        t->agen.store(t->gen, std::memory_order_release);
     }
     t->go.notify_all();
     cudaSetDevice(t->r[0].dev);
     t->r[0].err = hx_error{};
     t->r[0].st = f(0, &t->r[0].err);
+    for (int k = 0; k < 20000 && t->aleft.load(std::memory_order_acquire) > 0; k++) cpu_relax();
     {
         std::unique_lock<std::mutex> lk(t->mu);
-        if (t->r[0].st == HX_ERR_DEVICE && t->left > 0) { lk.unlock(); abort_comms(t); lk.lock(); }
         while (t->left > 0) {
-            if (t->done.wait_for(lk, std::chrono::milliseconds(50)) == std::cv_status::timeout) {
-                // a follower that failed on the device may leave the others in a collective
+            if (t->done.wait_for(lk, std::chrono::milliseconds(200)) == std::cv_status::timeout) {
+                // a rank that failed on the device may leave the others in a collective (NCCL's: the
+                // one-shot kernel gives up by itself)
                 bool dev_fail = false;
-                for (int i = 1; i < t->n; i++) dev_fail |= t->r[i].st == HX_ERR_DEVICE;
+                for (int i = 0; i < t->n; i++) dev_fail |= t->r[i].st == HX_ERR_DEVICE;
                 if (dev_fail && !t->broken) { t->broken = true; lk.unlock(); abort_comms(t); lk.lock(); }
             }
         }
@@ -329,8 +430,10 @@ static void tp_free(void *ctx) {
         cudaSetDevice(r.dev);
         if (r.c) hx_cuda_ctx_free(r.c); // (a broken context: freed here)
         if (r.comm.comm) (t->broken ? t->nc->comm_abort : t->nc->comm_destroy)(r.comm.comm);
+        r.comm.comm = NULL;
         for (int p = 0; p < 2; p++)
             if (r.comm.buf[p][i]) cudaFree(r.comm.buf[p][i]);
+        if (r.comm.gbuf[i]) cudaFree(r.comm.gbuf[i]);
         if (r.comm.flags[i]) cudaFree(r.comm.flags[i]);
         if (r.comm.epoch) cudaFree(r.comm.epoch);
     }
@@ -383,8 +486,19 @@ static hx_status tp_new(const hx_model *m, const hx_backend_params *p, void **ou
             c.comm = NULL;
             return hx_err(re, HX_ERR_DEVICE, "tensor parallel: GPU %d: ncclCommInitRank: %s", r.dev, nc->error_string(rc2));
         }
-        if (!p2p) return HX_OK;
         hx_error *e = re; // (CK reports through e)
+        // NCCL connects on first use: here, not inside the capture of a decode graph (where that fails)
+        float *tmp = NULL;
+        CK(cudaMalloc((void **)&tmp, sizeof(float) * 2 * n));
+        CK(cudaMemset(tmp, 0, sizeof(float) * 2 * n));
+        rc2 = nc->all_reduce(tmp, tmp, 1, NCCL_FLOAT32, NCCL_SUM, c.comm, 0);
+        if (rc2 == NCCL_OK) rc2 = nc->all_gather(tmp, tmp + n, 1, NCCL_FLOAT32, c.comm, 0);
+        cudaError_t se = cudaDeviceSynchronize();
+        cudaFree(tmp);
+        if (rc2 != NCCL_OK)
+            return hx_err(re, HX_ERR_DEVICE, "tensor parallel: GPU %d: first all-reduce: %s", r.dev, nc->error_string(rc2));
+        CK(se);
+        if (!p2p) return HX_OK;
         for (int j = 0; j < n; j++)
             if (j != i) {
                 cudaError_t pe = cudaDeviceEnablePeerAccess(t->r[j].dev, 0);
@@ -392,11 +506,13 @@ static hx_status tp_new(const hx_model *m, const hx_backend_params *p, void **ou
                 else CK(pe);
             }
         for (int par = 0; par < 2; par++) CK(cudaMalloc((void **)&c.buf[par][i], sizeof(float) * AR_CAP));
-        size_t fb = sizeof(unsigned) * AR_BLOCKS * HX_SHARD_MAX;
+        CK(cudaMalloc((void **)&c.gbuf[i], sizeof(float) * AR_CAP));
+        c.blocks = dv && dv->tp_ar_blocks > 0 ? dv->tp_ar_blocks : AR_BLOCKS;
+        size_t fb = sizeof(unsigned) * AR_BLOCKS_MAX * HX_SHARD_MAX;
         CK(cudaMalloc((void **)&c.flags[i], fb));
         CK(cudaMemset(c.flags[i], 0, fb));
-        CK(cudaMalloc((void **)&c.epoch, sizeof(unsigned) * AR_BLOCKS));
-        CK(cudaMemset(c.epoch, 0, sizeof(unsigned) * AR_BLOCKS));
+        CK(cudaMalloc((void **)&c.epoch, sizeof(unsigned) * AR_BLOCKS_MAX));
+        CK(cudaMemset(c.epoch, 0, sizeof(unsigned) * AR_BLOCKS_MAX));
         CK(cudaDeviceSynchronize());
         return HX_OK;
     }, e);
@@ -408,6 +524,7 @@ static hx_status tp_new(const hx_model *m, const hx_backend_params *p, void **ou
             for (int j = 0; j < n; j++) {
                 c.buf[0][j] = t->r[j].comm.buf[0][j];
                 c.buf[1][j] = t->r[j].comm.buf[1][j];
+                c.gbuf[j] = t->r[j].comm.gbuf[j];
                 c.flags[j] = t->r[j].comm.flags[j];
             }
         }

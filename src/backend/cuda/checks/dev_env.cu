@@ -82,6 +82,7 @@ extern "C" hx_status hx_cuda_dev_opts_from_env(hx_cuda_dev_opts *o, hx_error *e)
     o->no_graph = env_on("HX_CUDA_NO_GRAPH");
     o->no_ahead = env_on("HX_CUDA_NO_AHEAD");
     o->tp_nccl = env_on("HX_CUDA_TP_NCCL");
+    o->tp_no_fuse = env_on("HX_CUDA_TP_NO_FUSE");
     o->no_pdl = env_on("HX_CUDA_NO_PDL");
     o->profile = env_on("HX_CUDA_PROFILE");
     o->no_fuse_attn = env_on("HX_CUDA_NO_FUSE_ATTN");
@@ -99,6 +100,7 @@ extern "C" hx_status hx_cuda_dev_opts_from_env(hx_cuda_dev_opts *o, hx_error *e)
     if ((s = env_zero_means("HX_CUDA_MVQ_MIX", &o->mvq_no_mix, e))) return s;
     if ((s = env_zero_means("HX_CUDA_MVQ_ROWS", &o->mvq_no_rows, e))) return s;
     if ((s = env_int("HX_CUDA_ATT_CHUNK", 32, 4096, &o->att_chunk, e))) return s;
+    if ((s = env_int("HX_CUDA_TP_AR_BLOCKS", 1, 64, &o->tp_ar_blocks, e))) return s;
     if ((s = env_int("HX_CUDA_WPR", 1, 4, &o->wpr, e))) return s;
     if (o->wpr == 3) return hx_err(e, HX_ERR_ARG, "HX_CUDA_WPR=3: expected 1, 2 or 4");
     if ((s = env_int("HX_CUDA_CUBLAS_MIN_N", 1, 1 << 20, &o->cublas_min_n, e))) return s;
