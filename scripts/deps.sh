@@ -3,7 +3,7 @@
 # Used by the README commands and by .ci/run. Safe to run repeatedly.
 set -euo pipefail
 need=()
-for p in build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libedit-dev libmicrohttpd-dev clang libsimde-dev openmpi-bin libopenmpi-dev; do
+for p in build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libedit-dev libmicrohttpd-dev libgnutls28-dev openssl clang libsimde-dev openmpi-bin libopenmpi-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if ((${#need[@]})); then

@@ -17,10 +17,15 @@
  * cosine decay). Each step prints a progress line and rewrites the CSV loss
  * curve; --eval FILE reports the held-out loss and exact-match accuracy
  * (greedy decoding reproduces the whole completion, checked in one teacher-
- * forced pass) before and after training. */
+ * forced pass) before and after training, and every --eval-every steps. The
+ * curve is also drawn as a PNG (plot.c): the train loss of every step and the
+ * held-out loss where measured (step 0 = before), written before the first
+ * step (so a bad path fails at once), every --plot-every steps and at the end,
+ * each time atomically. */
 #include "cli.h"
 #include "helix_kb.h"
 #include "helix_train.h"
+#include "plot.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -282,9 +287,27 @@ static hx_status csv_write(const char *path, const char *buf, size_t n, hx_error
     return hx_write_file_atomic(path, buf, n, e);
 }
 
+/* The loss curve so far: steps 1..n_step of train loss, and the held-out
+ * loss at the steps it was measured (0: before training). */
+typedef struct curve {
+    double *step, *loss;      /* n_step, step[i] = i + 1 */
+    int n_step;
+    double *ev_step, *ev_loss;
+    int n_ev;
+} curve;
+
+static hx_status curve_png(const char *path, const curve *c, hx_error *e) {
+    plot_series s[2] = {
+        {c->step, c->loss, c->n_step, {31, 119, 180}, false, "train loss (mean per target token)"},
+        {c->ev_step, c->ev_loss, c->n_ev, {230, 110, 20}, true, "held-out loss (--eval)"},
+    };
+    return plot_png(path, "helix-bg finetune: loss per step", "optimizer step", "loss", s, c->n_ev ? 2 : 1, e);
+}
+
 int cmd_finetune(int argc, char **argv) {
-    const char *model = NULL, *data = NULL, *out = NULL, *csv = NULL, *eval_path = NULL, *save_tokens = NULL;
+    const char *model = NULL, *data = NULL, *out = NULL, *csv = NULL, *png = NULL, *eval_path = NULL, *save_tokens = NULL;
     int rank = 8, epochs = 1, steps = 0, batch = 8, micro = 512, warmup = -1, threads = 0, max_len = 512;
+    int plot_every = 10, eval_every = 0;
     float alpha = 0, lr = 1e-3f, wd = 0.01f, clip = 1.0f, min_ratio = 0.1f, max_minutes = 0;
     uint64_t seed = 1;
     bool chat = false, ckpt = false;
@@ -293,7 +316,13 @@ int cmd_finetune(int argc, char **argv) {
         {CLI_STR, "--data", &data, "FILE", "training set: JSONL of {prompt, completion} or {messages}", 0, 0, NULL},
         {CLI_STR, "-o|--out", &out, "FILE", "the adapter to write (llama.cpp's GGUF LoRA format)", 0, 0, NULL},
         {CLI_STR, "--eval", &eval_path, "FILE", "held-out JSONL: loss and exact-match accuracy before and after", 0, 0, NULL},
-        {CLI_STR, "--csv", &csv, "FILE", "loss curve CSV (default: OUT with .csv appended)", 0, 0, NULL},
+        {CLI_INT, "--eval-every", &eval_every, "N", "also measure the held-out set every N steps (0 = before and after only)",
+         0, 100000000, NULL},
+        {CLI_STR, "--csv", &csv, "FILE", "loss curve CSV, rewritten each step (default: OUT with .csv appended)", 0, 0, NULL},
+        {CLI_STR, "--png", &png, "FILE", "loss curve plot: train loss per step, held-out loss where measured "
+                                         "(default: OUT with .png appended)", 0, 0, NULL},
+        {CLI_INT, "--plot-every", &plot_every, "N", "rewrite the plot every N steps (it is also written before the "
+                                                  "first and after the last; 0 = only then)", 0, 100000000, NULL},
         {CLI_STR, "--save-tokens", &save_tokens, "FILE", "also write the tokenized set as JSONL {ids, target} "
                                                        "(to train another framework on the same tokens)", 0, 0, NULL},
         {CLI_BOOL, "--chat", &chat, NULL, "render prompt/completion lines through the chat template as well", 0, 0, NULL},
@@ -322,13 +351,16 @@ int cmd_finetune(int argc, char **argv) {
     int rc = cli_parse("finetune", "finetune -m BASE --data FILE.jsonl -o ADAPTER.gguf [options]",
                        "Trains a LoRA adapter on the CPU (the base stays frozen; f32 math, 8 bytes per base\n"
                        "matrix parameter for its dequantized copies). Prints one line per step and writes the\n"
-                       "loss curve as CSV. Load the result with --lora ADAPTER.gguf (helix or llama.cpp).",
+                       "loss curve as CSV and PNG. Load the result with --lora ADAPTER.gguf (helix or llama.cpp).",
                        opts, argc, argv);
     if (rc) return rc == 1 ? 0 : rc;
     if (!model || !data || !out) return cli_usage_error("finetune", "-m BASE, --data FILE and -o OUT are required (see --help)");
     if (alpha == 0) alpha = 2.0f * rank;
     char csv_default[4096];
     if (!csv) { snprintf(csv_default, sizeof csv_default, "%s.csv", out); csv = csv_default; }
+    char png_default[4096];
+    if (!png) { snprintf(png_default, sizeof png_default, "%s.png", out); png = png_default; }
+    if (eval_every && !eval_path) return cli_usage_error("finetune", "--eval-every needs --eval FILE");
 
     hx_error e = {0};
     hx_model *m = NULL;
@@ -338,6 +370,7 @@ int cmd_finetune(int argc, char **argv) {
     dataset ds = {0}, ev = {0};
     hx_trainer *t = NULL;
     char *csvbuf = NULL;
+    curve cv = {0};
     int32_t *mtok = NULL, *mpos = NULL;
     uint8_t *mtgt = NULL;
     int *order = NULL;
@@ -366,6 +399,15 @@ int cmd_finetune(int argc, char **argv) {
         if (evaluate(t, m, &ev, &before, &e)) { fprintf(stderr, "helix-bg finetune: %s\n", e.msg); goto done; }
         fprintf(stderr, "eval before: loss %.4f, exact match %.1f%% of %d\n", before.loss, 100 * before.acc, ev.n);
     }
+    int max_ev = 2 + (eval_every ? total / eval_every : 0);
+    cv.step = malloc(sizeof(double) * (size_t)total);
+    cv.loss = malloc(sizeof(double) * (size_t)total);
+    cv.ev_step = malloc(sizeof(double) * (size_t)max_ev);
+    cv.ev_loss = malloc(sizeof(double) * (size_t)max_ev);
+    if (!cv.step || !cv.loss || !cv.ev_step || !cv.ev_loss) { fprintf(stderr, "helix-bg finetune: out of memory\n"); goto done; }
+    if (ev.n) { cv.ev_step[0] = 0; cv.ev_loss[0] = before.loss; cv.n_ev = 1; }
+    /* the plot once before training: an unwritable --png fails now, not after the run */
+    if (curve_png(png, &cv, &e)) { fprintf(stderr, "helix-bg finetune: %s\n", e.msg); goto done; }
     mtok = malloc(sizeof(int32_t) * (size_t)micro);
     mpos = malloc(sizeof(int32_t) * (size_t)micro);
     mtgt = malloc((size_t)micro);
@@ -373,7 +415,7 @@ int cmd_finetune(int argc, char **argv) {
     size_t csv_cap = 256 + (size_t)total * 96, csv_len = 0;
     csvbuf = malloc(csv_cap);
     if (!mtok || !mpos || !mtgt || !order || !csvbuf) { fprintf(stderr, "helix-bg finetune: out of memory\n"); goto done; }
-    csv_len = (size_t)snprintf(csvbuf, csv_cap, "step,epoch,loss,lr,grad_norm,tokens,tokens_per_s,elapsed_s\n");
+    csv_len = (size_t)snprintf(csvbuf, csv_cap, "step,epoch,loss,lr,grad_norm,tokens,tokens_per_s,elapsed_s,eval_loss\n");
     hx_adamw_opts ao = hx_adamw_default_opts();
     ao.weight_decay = wd;
     ao.clip = clip;
@@ -382,6 +424,7 @@ int cmd_finetune(int argc, char **argv) {
     int epoch = 0;
     long tok_all = 0;
     double train_s = 0, cpu_s = 0;
+    int done_steps = 0, last_eval = -1; /* steps taken; the step of the last mid-run eval */
     for (int step = 0; step < total; step++) {
         double ts = cli_now(), cs = cpu_now();
         hx_trainer_zero_grad(t);
@@ -436,31 +479,65 @@ int cmd_finetune(int argc, char **argv) {
         double mean = ntg ? loss / ntg : 0;
         fprintf(stderr, "step %5d/%d  epoch %d  loss %.4f  lr %.3g  |g| %.3g  %ld tok  %.0f tok/s  %.1f s\n", step + 1,
                 total, epoch, mean, cur_lr, gn, step_tok, step_tok / dt, train_s);
+        cv.step[cv.n_step] = step + 1;
+        cv.loss[cv.n_step++] = mean;
+        done_steps = step + 1;
+        /* held-out loss every --eval-every steps (the last step's is the "after" below) */
+        eval_result mid = {0};
+        bool mid_ok = eval_every > 0 && (step + 1) % eval_every == 0 && step + 1 < total;
+        if (mid_ok) {
+            if (evaluate(t, m, &ev, &mid, &e)) { fprintf(stderr, "helix-bg finetune: %s\n", e.msg); goto done; }
+            fprintf(stderr, "eval step %d: loss %.4f, exact match %.1f%% of %d\n", step + 1, mid.loss, 100 * mid.acc, ev.n);
+            cv.ev_step[cv.n_ev] = step + 1;
+            cv.ev_loss[cv.n_ev++] = mid.loss;
+            last_eval = step + 1;
+            after = mid;
+        }
         if (csv_len + 160 > csv_cap) {
             char *nb = realloc(csvbuf, csv_cap * 2);
             if (!nb) { fprintf(stderr, "helix-bg finetune: out of memory\n"); goto done; }
             csvbuf = nb;
             csv_cap *= 2;
         }
-        csv_len += (size_t)snprintf(csvbuf + csv_len, csv_cap - csv_len, "%d,%d,%.6f,%.6g,%.6g,%ld,%.1f,%.3f\n",
+        csv_len += (size_t)snprintf(csvbuf + csv_len, csv_cap - csv_len, "%d,%d,%.6f,%.6g,%.6g,%ld,%.1f,%.3f,",
                                     step + 1, epoch, mean, cur_lr, gn, step_tok, step_tok / dt, train_s);
+        if (mid_ok) csv_len += (size_t)snprintf(csvbuf + csv_len, csv_cap - csv_len, "%.6f", mid.loss);
+        csvbuf[csv_len++] = '\n';
+        csvbuf[csv_len] = 0;
         if (csv_write(csv, csvbuf, csv_len, &e)) { fprintf(stderr, "helix-bg finetune: %s\n", e.msg); goto done; }
+        if (plot_every > 0 && (step + 1) % plot_every == 0 && curve_png(png, &cv, &e)) {
+            fprintf(stderr, "helix-bg finetune: %s\n", e.msg);
+            goto done;
+        }
         if (max_minutes > 0 && train_s > max_minutes * 60.0 && step + 1 < total) {
             fprintf(stderr, "finetune: --max-minutes %g reached after %d of %d steps\n", max_minutes, step + 1, total);
             break;
         }
     }
     if (hx_trainer_save(t, out, &e)) { fprintf(stderr, "helix-bg finetune: %s\n", e.msg); goto done; }
-    fprintf(stderr, "finetune: wrote %s and %s; %ld tokens in %.1f s (%.1f tok/s), %.1f CPU s (%.1f tok per CPU s)\n",
-            out, csv, tok_all, train_s, train_s > 0 ? tok_all / train_s : 0, cpu_s, cpu_s > 0 ? tok_all / cpu_s : 0);
+    fprintf(stderr, "finetune: wrote %s, %s and %s; %ld tokens in %.1f s (%.1f tok/s), %.1f CPU s (%.1f tok per CPU s)\n",
+            out, csv, png, tok_all, train_s, train_s > 0 ? tok_all / train_s : 0, cpu_s, cpu_s > 0 ? tok_all / cpu_s : 0);
     if (ev.n) {
-        if (evaluate(t, m, &ev, &after, &e)) { fprintf(stderr, "helix-bg finetune: %s\n", e.msg); goto done; }
+        /* a mid-run eval at the last step taken (--max-minutes) already measured these weights */
+        if (last_eval != done_steps) {
+            if (evaluate(t, m, &ev, &after, &e)) { fprintf(stderr, "helix-bg finetune: %s\n", e.msg); goto done; }
+            cv.ev_step[cv.n_ev] = done_steps;
+            cv.ev_loss[cv.n_ev++] = after.loss;
+            /* the last CSV row ends "...,elapsed_s," with its eval_loss empty: fill it in */
+            if (csv_len >= 2 && csvbuf[csv_len - 2] == ',' && csv_cap - csv_len > 32) {
+                csv_len--;
+                csv_len += (size_t)snprintf(csvbuf + csv_len, csv_cap - csv_len, "%.6f\n", after.loss);
+                if (csv_write(csv, csvbuf, csv_len, &e)) { fprintf(stderr, "helix-bg finetune: %s\n", e.msg); goto done; }
+            }
+        }
         fprintf(stderr, "eval after: loss %.4f, exact match %.1f%% of %d (before: %.4f, %.1f%%)\n", after.loss,
                 100 * after.acc, ev.n, before.loss, 100 * before.acc);
     }
+    if (curve_png(png, &cv, &e)) { fprintf(stderr, "helix-bg finetune: %s\n", e.msg); goto done; }
     rc = 0;
 done:
     free(mtok); free(mpos); free(mtgt); free(order); free(csvbuf);
+    free(cv.step); free(cv.loss); free(cv.ev_step); free(cv.ev_loss);
     hx_trainer_free(t);
     dataset_free(&ds);
     dataset_free(&ev);

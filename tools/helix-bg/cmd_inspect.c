@@ -10,8 +10,7 @@
  * keeps weak attention visible); cells the mask hides (future tokens, outside
  * a sliding window) are grey; tiles are separated by white lines.
  *
- * The PNG encoder is minimal: 8-bit RGB, filter 0 on every row, zlib stream
- * of stored (uncompressed) deflate blocks, CRC-32 and Adler-32 computed here. */
+ * The PNG encoder is png.c's (shared with finetune's loss curve). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -22,118 +21,20 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "helix_kb.h"   /* hx_write_file_atomic */
+#include "png.h"
 
 #define CMD "inspect"
 
 /* ---- output files ---- */
 
-/* Writes buf[0..n) to path atomically: a temporary file beside it (O_EXCL by
- * mkstemp), fsync, rename. Prints the error and returns false on failure. */
+/* Writes buf[0..n) to path atomically (hx_write_file_atomic); prints the error
+ * and returns false on failure. */
 static bool write_atomic(const char *path, const void *buf, size_t n) {
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 8);
-    if (!tmp) { fprintf(stderr, "helix-bg " CMD ": out of memory\n"); return false; }
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".XXXXXX", 8);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        fprintf(stderr, "helix-bg " CMD ": cannot create a temporary file beside %s: %s\n", path, strerror(errno));
-        free(tmp);
-        return false;
-    }
-    const unsigned char *p = buf;
-    size_t left = n;
-    bool ok = fchmod(fd, 0644) == 0;
-    while (ok && left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) { ok = false; break; }
-        p += w;
-        left -= (size_t)w;
-    }
-    ok = ok && fsync(fd) == 0;
-    int err = errno;
-    if (close(fd) != 0 && ok) { ok = false; err = errno; }
-    if (ok && rename(tmp, path) != 0) { ok = false; err = errno; }
-    if (!ok) {
-        fprintf(stderr, "helix-bg " CMD ": cannot write %s: %s\n", path, strerror(err));
-        unlink(tmp);
-    }
-    free(tmp);
-    return ok;
-}
-
-/* ---- PNG ---- */
-
-static uint32_t crc_table[256];
-
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[i] = c;
-    }
-}
-
-static uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n) {
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-    return ~crc;
-}
-
-static void put_be32(unsigned char *p, uint32_t v) {
-    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
-}
-
-/* One chunk at out (length, type, data, CRC over type and data); returns its size. */
-static size_t png_chunk(unsigned char *out, const char *type, const unsigned char *data, uint32_t n) {
-    put_be32(out, n);
-    memcpy(out + 4, type, 4);
-    if (n) memcpy(out + 8, data, n);
-    put_be32(out + 8 + n, crc32_update(0, out + 4, 4 + (size_t)n));
-    return 12 + (size_t)n;
-}
-
-/* rgb: (h, w, 3) bytes -> a PNG file in memory (*out malloc'ed), NULL-safe on OOM. */
-static unsigned char *png_encode(const unsigned char *rgb, uint32_t w, uint32_t h, size_t *out_n) {
-    size_t row = 1 + (size_t)w * 3, raw_n = row * h;
-    size_t nblk = raw_n / 65535 + 1;
-    size_t z_n = 2 + raw_n + 5 * nblk + 4;
-    unsigned char *raw = malloc(raw_n), *z = malloc(z_n), *png = malloc(8 + 25 + 12 + z_n + 12);
-    if (!raw || !z || !png) { free(raw); free(z); free(png); return NULL; }
-    for (uint32_t y = 0; y < h; y++) {
-        raw[y * row] = 0; /* filter: none */
-        memcpy(raw + y * row + 1, rgb + (size_t)y * w * 3, (size_t)w * 3);
-    }
-    /* zlib: CMF/FLG (deflate, 32K window, no dictionary, check bits), stored blocks, Adler-32 */
-    size_t at = 0;
-    z[at++] = 0x78; z[at++] = 0x01;
-    uint32_t a = 1, b = 0;
-    for (size_t off = 0; off < raw_n || off == 0;) {
-        size_t len = raw_n - off < 65535 ? raw_n - off : 65535;
-        z[at++] = off + len == raw_n ? 1 : 0; /* BFINAL, BTYPE 00 */
-        z[at++] = (unsigned char)len; z[at++] = (unsigned char)(len >> 8);
-        z[at++] = (unsigned char)~len; z[at++] = (unsigned char)(~len >> 8);
-        memcpy(z + at, raw + off, len);
-        for (size_t i = 0; i < len; i++) { a = (a + raw[off + i]) % 65521; b = (b + a) % 65521; }
-        at += len;
-        off += len;
-        if (len == 0) break;
-    }
-    put_be32(z + at, b << 16 | a);
-    at += 4;
-    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-    unsigned char ihdr[13];
-    put_be32(ihdr, w); put_be32(ihdr + 4, h);
-    ihdr[8] = 8; ihdr[9] = 2; ihdr[10] = 0; ihdr[11] = 0; ihdr[12] = 0; /* 8-bit RGB, deflate, filter 0, no interlace */
-    size_t n = 0;
-    memcpy(png, sig, 8); n += 8;
-    n += png_chunk(png + n, "IHDR", ihdr, 13);
-    n += png_chunk(png + n, "IDAT", z, (uint32_t)at);
-    n += png_chunk(png + n, "IEND", NULL, 0);
-    free(raw); free(z);
-    *out_n = n;
-    return png;
+    hx_error e = {0};
+    if (hx_write_file_atomic(path, buf, n, &e) == HX_OK) return true;
+    fprintf(stderr, "helix-bg " CMD ": cannot write %s\n", e.msg);
+    return false;
 }
 
 /* viridis-like ramp, t in [0, 1] */
@@ -180,13 +81,10 @@ static bool write_png(const char *path, const hx_attention *a, int l0, int l1, i
                                    px, 3);
                 }
         }
-    crc_init();
-    size_t n = 0;
-    unsigned char *png = png_encode(rgb, (uint32_t)W, (uint32_t)H, &n);
+    hx_error e = {0};
+    bool ok = png_write(path, rgb, (uint32_t)W, (uint32_t)H, &e) == HX_OK;
     free(rgb);
-    if (!png) { fprintf(stderr, "helix-bg " CMD ": out of memory for the PNG\n"); return false; }
-    bool ok = write_atomic(path, png, n);
-    free(png);
+    if (!ok) fprintf(stderr, "helix-bg " CMD ": cannot write %s\n", e.msg);
     if (ok) fprintf(stderr, "helix-bg " CMD ": wrote %s (%lld x %lld, %d px per cell)\n", path, (long long)W,
                     (long long)H, cell);
     return ok;

@@ -44,6 +44,9 @@ static void usage(FILE *f) {
         "      --api-key KEY        require 'Authorization: Bearer KEY' (repeatable); /health stays open\n"
         "      --api-key-file FILE  keys, one per line ('#' comments)\n"
         "      --cors ORIGIN        send Access-Control-Allow-Origin: ORIGIN and answer preflights (default off)\n"
+        "      --ssl-cert FILE      serve HTTPS with this PEM certificate (a chain: the server's first), with\n"
+        "      --ssl-key FILE       ... its unencrypted PEM private key (default: plain HTTP; llama-server's\n"
+        "                           --ssl-cert-file / --ssl-key-file work too)\n"
         "  -c, --ctx-size N         KV positions in all, shared by the slots (default: parallel x min(train, 4096))\n"
         "  -np, --parallel N        sequence slots: requests decoded together (default 4)\n"
         "  -t, --threads N          CPU threads (default: all)\n"
@@ -238,6 +241,8 @@ int cmd_serve(int argc, char **argv) {
         }
         else if (!strcmp(a, "--api-key-file") && more) { if (!read_keys(argv[++i], &c)) goto out_cfg; }
         else if (!strcmp(a, "--cors") && more) c.cors_origin = argv[++i];
+        else if ((!strcmp(a, "--ssl-cert") || !strcmp(a, "--ssl-cert-file")) && more) c.ssl_cert = argv[++i];
+        else if ((!strcmp(a, "--ssl-key") || !strcmp(a, "--ssl-key-file")) && more) c.ssl_key = argv[++i];
         else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) && more) { if (!parse_int(a, argv[++i], 0, 1 << 24, &v)) goto out_cfg; c.n_ctx = (int)v; }
         else if ((!strcmp(a, "-np") || !strcmp(a, "--parallel")) && more) { if (!parse_int(a, argv[++i], 1, 1024, &v)) goto out_cfg; c.n_parallel = (int)v; }
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && more) { if (!parse_int(a, argv[++i], 0, 1024, &v)) goto out_cfg; c.n_threads = (int)v; }
@@ -268,6 +273,11 @@ int cmd_serve(int argc, char **argv) {
     if (!c.model_path && !c.embed_path && !c.kb_dir) {
         fprintf(stderr, "helix-bg serve: -m MODEL (or -e EMBED_MODEL, or --kb KB-DIR) is required\n");
         usage(stderr);
+        goto out_cfg;
+    }
+    if (!c.ssl_cert != !c.ssl_key) {
+        fprintf(stderr, "helix-bg serve: --ssl-cert and --ssl-key go together (%s is missing)\n",
+                c.ssl_cert ? "--ssl-key" : "--ssl-cert");
         goto out_cfg;
     }
     if (c.kb_embed_path && !c.kb_dir) { fprintf(stderr, "helix-bg serve: --kb-embed-model needs --kb KB-DIR\n"); goto out_cfg; }
@@ -331,8 +341,9 @@ int cmd_serve(int argc, char **argv) {
 
     hx_error e = {0};
     rc = 1;
+    if (srv_tls_load(s, &e)) { fprintf(stderr, "helix-bg serve: %s\n", e.msg); goto out; }
     if (srv_http_start(s, &e)) { fprintf(stderr, "helix-bg serve: %s\n", e.msg); goto out; }
-    fprintf(stderr, "serve: listening on http://%s%s%s:%d\n", strchr(c.host, ':') ? "[" : "", c.host,
+    fprintf(stderr, "serve: listening on %s://%s%s%s:%d\n", s->tls_cert ? "https" : "http", strchr(c.host, ':') ? "[" : "", c.host,
             strchr(c.host, ':') ? "]" : "", s->port);
 
     /* load: the knowledge base first, so an embedder that does not match its cache fails at once */
@@ -420,6 +431,7 @@ out:
         nanosleep(&ts, NULL);
     }
     srv_http_stop(s);
+    srv_tls_free(s);
     hx_embedder_free(s->emb);
     srv_kb_free(s);
     hx_model_free(s->emb_model);

@@ -387,6 +387,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     srv *s = cls;
+    if (s->http_starting) {   /* start-up: keep the reason MHD_start_daemon may fail with (one thread yet) */
+        va_list aq;
+        va_copy(aq, ap);
+        vsnprintf(s->http_err, sizeof s->http_err, fmt, aq);
+        va_end(aq);
+        size_t n = strlen(s->http_err);
+        while (n && (s->http_err[n - 1] == '\n' || s->http_err[n - 1] == '.')) s->http_err[--n] = 0;
+    }
     if (s->cfg.verbose < 1) return;
     fprintf(stderr, "serve: libmicrohttpd: ");
     vfprintf(stderr, fmt, ap);
@@ -420,16 +428,29 @@ int srv_http_start(srv *s, hx_error *e) {
             return 1;
         }
     }
+    /* HTTPS: libmicrohttpd's TLS with both PEM texts from memory (checked by srv_tls_load) */
+    struct MHD_OptionItem tls[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_key},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    if (s->tls_cert) flags |= MHD_USE_TLS;
+    else tls[0].option = MHD_OPTION_END;
+    s->http_err[0] = 0;
+    s->http_starting = 1;
     s->httpd = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s,
+                                MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.idle_timeout_s,
                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+                                MHD_OPTION_ARRAY, tls,
                                 MHD_OPTION_END);
+    s->http_starting = 0;
     if (!s->httpd) {
-        snprintf(e->msg, sizeof e->msg, "cannot listen on %s:%d (address in use, or not allowed)", s->cfg.host, s->cfg.port);
+        snprintf(e->msg, sizeof e->msg, "cannot listen on %s:%d%s: %s", s->cfg.host, s->cfg.port, s->tls_cert ? " with TLS" : "",
+                 s->http_err[0] ? s->http_err : "address in use, or not allowed");
         return 1;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->httpd, MHD_DAEMON_INFO_BIND_PORT);

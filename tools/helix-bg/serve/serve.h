@@ -76,6 +76,8 @@ typedef struct srv_config {
     int verbose;
     char **lora_name, **lora_path; /* --lora NAME=FILE (repeatable): the adapters a request may name */
     int n_lora;
+    const char *ssl_cert;      /* --ssl-cert: PEM certificate (chain, the server's first); NULL: plain HTTP */
+    const char *ssl_key;       /* --ssl-key: its unencrypted PEM private key (given with ssl_cert or not at all) */
 } srv_config;
 
 /* An entry placed in a grounded prompt as [n] (n = index + 1); strings owned. */
@@ -191,6 +193,10 @@ struct srv {
 
     struct MHD_Daemon *httpd;
     int port;
+    char *tls_cert, *tls_key;  /* PEM text of --ssl-cert / --ssl-key (tls.c), alive as long as httpd */
+    size_t tls_key_n;          /* wiped on free */
+    volatile int http_starting; /* mhd_log keeps libmicrohttpd's last message in http_err while 1 */
+    char http_err[256];
 
     /* queues (under mu) */
     srv_req **queue;           /* waiting for a slot, FIFO */
@@ -229,9 +235,18 @@ void srv_sched_stop(srv *s);
 void srv_cancel_all(srv *s);
 
 /* ---- HTTP (http.c) ---- */
+/* Listens on cfg.host:cfg.port; HTTPS when s->tls_cert is set (srv_tls_load first). */
 int srv_http_start(srv *s, hx_error *e);
 void srv_http_quiesce(srv *s);
 void srv_http_stop(srv *s);
+
+/* ---- TLS (tls.c) ---- */
+/* Reads cfg.ssl_cert and cfg.ssl_key into s->tls_cert / tls_key and checks
+ * them (each parses, the key is the certificate's); nothing to do without
+ * ssl_cert. Fails naming the file when one is missing, unreadable or not
+ * what it should be, or when libmicrohttpd has no TLS. */
+int srv_tls_load(srv *s, hx_error *e);
+void srv_tls_free(srv *s);
 
 /* ---- the knowledge base (kb.c) ---- */
 /* Opens cfg.kb_dir with cfg.kb_embed_path's embedder (lexical-384 when NULL);
