@@ -293,14 +293,14 @@ hx_status kb_classify_centroid_rows(hx_pool *pool, const float *vec, int dim, co
         for (uint32_t f = 0; f < x->n_feat; f++) {
             size_t a = cs_start[f], b = cs_start[f + 1];
             int nt = 0;
-            for (size_t q = a; q < b; q++) {
+            for (size_t q = a; q < b; q++) {   /* TF-IDF weights are > 0: a sum is 0 until touched */
+                if (!(cs_v[q] > 0)) continue;
                 if (acc[cs_c[q]] == 0) touched[nt++] = cs_c[q];
                 acc[cs_c[q]] += cs_v[q];
             }
             cs_start[f] = wq;
             for (int k = 0; k < nt; k++) {
                 int c = touched[k];
-                if (acc[c] == 0) continue;   /* listed twice after summing to zero: once is enough */
                 norm2[c] += acc[c] * acc[c];
                 cs_c[wq] = c;
                 cs_v[wq++] = acc[c];
