@@ -1,7 +1,9 @@
 /* test_classify.c — the nearest-centroid classifier (src/kb/classify.c): a
  * planted misfiled entry is found, leave-one-out keeps small topics honest,
- * probabilities against a direct computation, candidate limits, and examples/kb
- * with the lexical embedder. */
+ * probabilities against a direct computation, candidate limits; TF-IDF rows
+ * (weights by hand, the sparse centroids give the dense path's answers) and
+ * the fitted temperature (the likelihood's slope is zero there). The accuracy
+ * on examples/kb is tests/kb_classify_lexical.sh's. */
 #include "kb/classify.h"
 #include "kb/kb.h"
 #include "core/core.h"
@@ -23,6 +25,127 @@ static void make(float *vec, int *topic, size_t n, int dim, int n_topics, hx_rng
         }
         for (int d = 0; d < dim; d++) vec[i * dim + d] /= (float)sqrt(nn);
     }
+}
+
+/* d/dbeta of the mean NLL of the own topics at beta = 1/T, from cosines
+ * computed by hand: (n, nc) */
+static double slope_at(const double *cosv, const int *own, size_t n, int nc, double beta) {
+    double g = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double *c = cosv + i * (size_t)nc;
+        double mx = c[0], z = 0, ez = 0;
+        for (int k = 1; k < nc; k++) if (c[k] > mx) mx = c[k];
+        for (int k = 0; k < nc; k++) { double p = exp(beta * (c[k] - mx)); z += p; ez += p * c[k]; }
+        g += ez / z - c[own[i]];
+    }
+    return g / (double)n;
+}
+
+static void check_tfidf(hx_pool *pool) {
+    static const char *title[] = {"Postgres index", "Vacuum tuning", "Replica lag", "Slow query plan",
+                                  "Sourdough starter", "Tomato sauce", "Roast potatoes", "Pasta water",
+                                  "DNS timeouts", "TLS handshake", "Packet loss", "Postgres index on orders"};
+    static const char *text[] = {
+        "An index on the postgres orders table made the report query fast.",
+        "Autovacuum on the postgres orders table was throttled; raising the cost limit fixed bloat.",
+        "Postgres replicas fell behind while the index was rebuilt.",
+        "The query planner chose a sequential scan of the orders table; analyze fixed the plan.",
+        "Feed the starter with rye flour and warm water twice a day before baking.",
+        "Simmer the tomatoes with olive oil and salt, then stir the butter in.",
+        "Parboil the potatoes, rough them up, roast them in hot fat.",
+        "Salt the pasta water well and keep a cup of it for the sauce.",
+        "Pods failed to resolve names: the DNS resolver dropped UDP packets under load.",
+        "Clients saw TLS handshake errors: the intermediate certificate was missing.",
+        "The uplink dropped packets at peak hours; the router optic was faulty.",
+        "An index on created_at for the postgres orders table made the query fast."};
+    enum { N = 12 };
+    int topic[N] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 1};   /* the last one filed under cooking */
+    kb_tfidf x;
+    hx_error e;
+    CHECK(kb_tfidf_build(title, text, N, &x, &e) == HX_OK);
+    CHECK(x.n == N && x.start[0] == 0 && x.n_feat > 50);
+    /* "postgres": in 4 of 12 rows, twice in row 0 (title and text: tf 2), the
+     * heaviest of row 0's words in 4 rows ("orders" is there once) */
+    {
+        double nn = 0, wp = -1;
+        for (size_t k = x.start[0]; k < x.start[1]; k++) nn += (double)x.w[k] * x.w[k];
+        CHECK_NEAR(nn, 1.0, 1e-5);
+        /* the raw weight of a word once in row 0 and in no other row: 1 * (ln(13/2) + 1) */
+        double unit = -1;
+        for (size_t k = x.start[0]; k < x.start[1]; k++) {
+            uint32_t f = x.feat[k];
+            int df = 0;
+            for (size_t i = 0; i < N; i++)
+                for (size_t q = x.start[i]; q < x.start[i + 1]; q++) df += x.feat[q] == f;
+            if (df == 4 && x.w[k] > wp) wp = x.w[k];
+            if (df == 1) unit = x.w[k];
+        }
+        CHECKF(wp > 0 && unit > 0, "postgres %g, a word of row 0 alone %g", wp, unit);
+        /* ratio of the two raw weights: (1 + ln 2)(ln(13/5) + 1) / (ln(13/2) + 1) */
+        CHECK_NEAR(wp / unit, (1 + log(2.0)) * (log(13.0 / 5) + 1) / (log(13.0 / 2) + 1), 1e-5);
+    }
+    /* the sparse path equals the dense path on the same vectors, densified */
+    float *dense = calloc((size_t)N * x.n_feat, sizeof *dense);
+    for (size_t i = 0; i < N; i++)
+        for (size_t k = x.start[i]; k < x.start[i + 1]; k++) dense[i * x.n_feat + x.feat[k]] = x.w[k];
+    kb_class cs[N], cd[N];
+    int ncs = 0, ncd = 0;
+    float ts = 0, td = 0;
+    kb_classify_opts o = kb_classify_defaults();
+    o.temperature = 0.05f;
+    CHECK(kb_classify_centroid_rows(pool, NULL, 0, &x, N, topic, 3, &o, cs, &ncs, &ts, &e) == HX_OK);
+    CHECK(kb_classify_centroid_rows(pool, dense, (int)x.n_feat, NULL, N, topic, 3, &o, cd, &ncd, &td, &e) == HX_OK);
+    CHECK(ncs == 3 && ncd == 3 && ts == 0.05f && td == 0.05f);
+    for (size_t i = 0; i < N; i++) {
+        CHECKF(cs[i].predicted == cd[i].predicted, "row %zu: sparse %d, dense %d", i, cs[i].predicted, cd[i].predicted);
+        CHECK_NEAR(cs[i].prob, cd[i].prob, 1e-4);
+        CHECK_NEAR(cs[i].prob_current, cd[i].prob_current, 1e-4);
+    }
+    CHECK(cs[11].predicted == 0);   /* the postgres note filed under cooking */
+    /* the fitted temperature: the NLL's slope in 1/T is zero there (by hand from the dense cosines) */
+    o.temperature = 0;
+    CHECK(kb_classify_centroid_rows(pool, NULL, 0, &x, N, topic, 3, &o, cs, &ncs, &ts, &e) == HX_OK);
+    CHECK(ts >= 0.01f && ts <= 1.0f);
+    {
+        double cosv[N * 3];
+        int own[N];
+        for (size_t i = 0; i < N; i++) {
+            own[i] = topic[i];
+            for (int c = 0; c < 3; c++) {
+                double d = 0, nn = 0;
+                for (uint32_t f = 0; f < x.n_feat; f++) {
+                    double s = 0;
+                    for (size_t k = 0; k < N; k++) if (topic[k] == c && k != i) s += dense[k * x.n_feat + f];
+                    d += s * dense[i * x.n_feat + f];
+                    nn += s * s;
+                }
+                cosv[i * 3 + c] = d / sqrt(nn);
+            }
+        }
+        double beta = 1.0 / ts;
+        if (ts > 0.0101f && ts < 0.99f) {
+            CHECKF(slope_at(cosv, own, N, 3, beta * 0.98) < 0 && slope_at(cosv, own, N, 3, beta * 1.02) > 0,
+                   "T %g is not the likelihood's maximum", ts);
+        } else {
+            CHECKF(ts <= 0.0101f ? slope_at(cosv, own, N, 3, 100) <= 0 : slope_at(cosv, own, N, 3, 1) >= 0,
+                   "T %g at a bound while the maximum is inside", ts);
+        }
+        /* the probabilities use it */
+        double mx = -2, z = 0;
+        for (int c = 0; c < 3; c++) if (cosv[11 * 3 + c] > mx) mx = cosv[11 * 3 + c];
+        for (int c = 0; c < 3; c++) z += exp((cosv[11 * 3 + c] - mx) / ts);
+        CHECK_NEAR(cs[11].prob, 1.0 / z, 1e-4);
+    }
+    /* neither or both kinds of rows: refused */
+    CHECK(kb_classify_centroid_rows(pool, NULL, 0, NULL, N, topic, 3, &o, cs, &ncs, &ts, &e) == HX_ERR_ARG);
+    CHECK(kb_classify_centroid_rows(pool, dense, (int)x.n_feat, &x, N, topic, 3, &o, cs, &ncs, &ts, &e) == HX_ERR_ARG);
+    /* rows without words and without titles */
+    kb_tfidf y;
+    const char *blank[3] = {"", "...", NULL};
+    CHECK(kb_tfidf_build(NULL, blank, 3, &y, &e) == HX_OK && y.n_feat == 0 && y.start[3] == 0);
+    kb_tfidf_free(&y);
+    free(dense);
+    kb_tfidf_free(&x);
 }
 
 int main(void) {
@@ -82,6 +205,8 @@ int main(void) {
     static int own[N];
     for (size_t i = 0; i < N; i++) own[i] = (int)i;
     CHECK(kb_classify_centroid(pool, vec, N, DIM, own, N, &o, cls, &nc, &e) == HX_OK && nc == 0);
+
+    check_tfidf(pool);
 
     hx_pool_free(pool);
     printf("classify: %d checks, %d failures\n", t_checks, t_failures);

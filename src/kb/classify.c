@@ -1,6 +1,8 @@
-/* classify.c — nearest topic centroid (see classify.h). */
+/* classify.c — nearest topic centroid over embeddings or TF-IDF rows (see
+ * classify.h). */
 #include "kb/classify.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,37 +13,171 @@ kb_classify_opts kb_classify_defaults(void) {
     return (kb_classify_opts){.temperature = 0.05f, .min_members = 3, .max_topics = 512};
 }
 
+/* ---- TF-IDF rows ---- */
+
+void kb_tfidf_free(kb_tfidf *x) {
+    free(x->start); free(x->feat); free(x->w);
+    memset(x, 0, sizeof *x);
+}
+
+static bool word_byte(unsigned char c) { return isalnum(c) || c == '_' || c >= 0x80; }
+
+/* Appends the FNV-1a hashes of s's lowercased words to h; returns the new count. */
+static size_t word_hashes(const char *s, uint64_t *h, size_t m) {
+    for (const unsigned char *p = (const unsigned char *)s; p && *p;) {
+        while (*p && !word_byte(*p)) p++;
+        if (!*p) break;
+        uint64_t v = 0xcbf29ce484222325ull;
+        for (; *p && word_byte(*p); p++) { v ^= (unsigned char)tolower(*p); v *= 0x100000001b3ull; }
+        h[m++] = v;
+    }
+    return m;
+}
+
+static int u64_cmp(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+hx_status kb_tfidf_build(const char *const *title, const char *const *text, size_t n, kb_tfidf *out, hx_error *e) {
+    memset(out, 0, sizeof *out);
+    /* words per row, sorted: distinct hashes with their tf */
+    size_t cap = 0;
+    for (size_t i = 0; i < n; i++)
+        cap += (title && title[i] ? strlen(title[i]) : 0) / 2 + (text && text[i] ? strlen(text[i]) : 0) / 2 + 2;
+    uint64_t *h = malloc(sizeof *h * (cap + 1)), *vocab = NULL;
+    float *tf = malloc(sizeof *tf * (cap + 1));
+    uint32_t *df = NULL;
+    out->n = n;
+    out->start = calloc(n + 1, sizeof *out->start);
+    if (!h || !tf || !out->start) goto nomem;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t s = m;
+        m = word_hashes(title && title[i] ? title[i] : NULL, h, m);
+        m = word_hashes(text && text[i] ? text[i] : NULL, h, m);
+        qsort(h + s, m - s, sizeof *h, u64_cmp);
+        size_t k = s;
+        for (size_t j = s; j < m;) {
+            size_t r = j;
+            while (r < m && h[r] == h[j]) r++;
+            h[k] = h[j];
+            tf[k++] = (float)(r - j);
+            j = r;
+        }
+        m = k;
+        out->start[i + 1] = m;
+    }
+    /* the vocabulary: distinct hashes of all rows, sorted; df = rows holding one */
+    vocab = malloc(sizeof *vocab * (m + 1));
+    df = calloc(m + 1, sizeof *df);
+    out->feat = malloc(sizeof *out->feat * (m + 1));
+    out->w = malloc(sizeof *out->w * (m + 1));
+    if (!vocab || !df || !out->feat || !out->w) goto nomem;
+    memcpy(vocab, h, sizeof *h * m);
+    qsort(vocab, m, sizeof *vocab, u64_cmp);
+    size_t nv = 0;
+    for (size_t j = 0; j < m; j++) {
+        if (nv == 0 || vocab[nv - 1] != vocab[j]) vocab[nv++] = vocab[j];
+        df[nv - 1]++;
+    }
+    if (nv > UINT32_MAX) { free(h); free(tf); free(vocab); free(df); kb_tfidf_free(out);
+                           return hx_err(e, HX_ERR_ARG, "classify: %zu distinct words", nv); }
+    out->n_feat = (uint32_t)nv;
+    for (size_t i = 0; i < n; i++) {
+        double nn = 0;
+        for (size_t j = out->start[i]; j < out->start[i + 1]; j++) {
+            size_t lo = 0, hi = nv;   /* h[j] is in vocab: binary search */
+            while (lo < hi) { size_t mid = (lo + hi) / 2; if (vocab[mid] < h[j]) lo = mid + 1; else hi = mid; }
+            double w = (1.0 + log(tf[j])) * (log((1.0 + (double)n) / (1.0 + df[lo])) + 1.0);
+            out->feat[j] = (uint32_t)lo;
+            out->w[j] = (float)w;
+            nn += w * w;
+        }
+        float inv = nn > 0 ? (float)(1.0 / sqrt(nn)) : 0.0f;
+        for (size_t j = out->start[i]; j < out->start[i + 1]; j++) out->w[j] *= inv;
+    }
+    free(h); free(tf); free(vocab); free(df);
+    return HX_OK;
+nomem:
+    free(h); free(tf); free(vocab); free(df);
+    kb_tfidf_free(out);
+    return hx_err(e, HX_ERR_NOMEM, "classify: out of memory");
+}
+
+/* ---- scores: leave-one-out cosines to the candidate centroids ---- */
+
 typedef struct cjob {
-    const float *vec;
+    const float *vec;        /* dense rows (n, dim), or NULL */
     int dim;
+    const kb_tfidf *x;       /* sparse rows, or NULL */
     const int *topic;
     const int *cand_of;      /* topic -> candidate index or -1 */
-    const double *sum;       /* (n_cand, dim) member vector sums */
+    const double *sum;       /* dense: (n_cand, dim) member vector sums */
+    const size_t *cs_start;  /* sparse: feature f's sums are cs_c/cs_v[cs_start[f]..cs_start[f+1]) */
+    const int *cs_c;
+    const double *cs_v;
+    const double *norm2;     /* sparse: |sum|^2 per candidate */
     const int *count;        /* n_cand members */
     int n_cand;
     const int *cand_topic;   /* candidate -> topic */
     float temp;
+    size_t stride;           /* scores_only: row = task * stride */
+    float *scores;           /* scores_only: (tasks, n_cand) */
     kb_class *out;
-    float *scratch;          /* (threads, n_cand) */
+    double *scratch;         /* (threads, n_cand) */
 } cjob;
+
+/* cos[c] for row i; its own topic's centroid without itself (a member alone: -1) */
+static void row_scores(const cjob *j, size_t i, float *cos, double *dot) {
+    int own = j->cand_of[j->topic[i]];
+    if (j->x) {
+        const kb_tfidf *x = j->x;
+        double vv = 0;
+        for (int c = 0; c < j->n_cand; c++) dot[c] = 0;
+        for (size_t k = x->start[i]; k < x->start[i + 1]; k++) {
+            uint32_t f = x->feat[k];
+            double w = x->w[k];
+            vv += w * w;
+            for (size_t q = j->cs_start[f]; q < j->cs_start[f + 1]; q++) dot[j->cs_c[q]] += w * j->cs_v[q];
+        }
+        for (int c = 0; c < j->n_cand; c++) {
+            double d = dot[c], nn = j->norm2[c];
+            if (c == own) {
+                if (j->count[c] <= 1) { cos[c] = -1.0f; continue; }
+                nn += vv - 2 * d;   /* |S - v|^2 */
+                d -= vv;            /* (S - v) . v */
+            }
+            cos[c] = nn > 1e-12 ? (float)(d / sqrt(nn)) : 0.0f;
+        }
+        return;
+    }
+    const float *v = j->vec + i * (size_t)j->dim;
+    for (int c = 0; c < j->n_cand; c++) {
+        const double *s = j->sum + (size_t)c * j->dim;
+        double d = 0, nn = 0;
+        bool self = c == own;
+        if (self && j->count[c] <= 1) { cos[c] = -1.0f; continue; }
+        for (int k = 0; k < j->dim; k++) {
+            double y = s[k] - (self ? v[k] : 0.0);   /* leave the entry out of its own centroid */
+            d += y * v[k];
+            nn += y * y;
+        }
+        cos[c] = nn > 0 ? (float)(d / sqrt(nn)) : 0.0f;
+    }
+}
+
+static void score_row(void *ctx, int64_t k, int thread) {
+    const cjob *j = ctx;
+    row_scores(j, (size_t)k * j->stride, j->scores + (size_t)k * j->n_cand, j->scratch + (size_t)thread * 2 * j->n_cand);
+}
 
 static void classify_row(void *ctx, int64_t i, int thread) {
     const cjob *j = ctx;
-    const float *v = j->vec + (size_t)i * j->dim;
-    float *cos = j->scratch + (size_t)thread * j->n_cand;
+    double *dot = j->scratch + (size_t)thread * 2 * j->n_cand;
+    float *cos = (float *)(dot + j->n_cand);
+    row_scores(j, (size_t)i, cos, dot);
     int own = j->cand_of[j->topic[i]];
-    for (int c = 0; c < j->n_cand; c++) {
-        const double *s = j->sum + (size_t)c * j->dim;
-        double dot = 0, nn = 0;
-        bool self = c == own;
-        if (self && j->count[c] <= 1) { cos[c] = -1.0f; continue; }
-        for (int d = 0; d < j->dim; d++) {
-            double x = s[d] - (self ? v[d] : 0.0);   /* leave the entry out of its own centroid */
-            dot += x * v[d];
-            nn += x * x;
-        }
-        cos[c] = nn > 0 ? (float)(dot / sqrt(nn)) : 0.0f;
-    }
     int best = 0;
     float mx = cos[0];
     for (int c = 1; c < j->n_cand; c++)
@@ -56,6 +192,24 @@ static void classify_row(void *ctx, int64_t i, int thread) {
     o->prob_current = own >= 0 ? (float)(exp((double)(cos[own] - mx) / j->temp) / z) : 0.0f;
 }
 
+/* d/dbeta of the mean negative log-likelihood of the own topics at beta = 1/T:
+ * E_softmax(beta cos)[cos] - cos_own, increasing in beta (the NLL is convex). */
+static double nll_slope(const float *sc, const int *own, size_t m, int nc, double beta) {
+    double g = 0;
+    size_t used = 0;
+    for (size_t r = 0; r < m; r++) {
+        if (own[r] < 0) continue;
+        const float *c = sc + r * (size_t)nc;
+        float mx = c[0];
+        for (int k = 1; k < nc; k++) if (c[k] > mx) mx = c[k];
+        double z = 0, ez = 0;
+        for (int k = 0; k < nc; k++) { double p = exp(beta * (c[k] - mx)); z += p; ez += p * c[k]; }
+        g += ez / z - c[own[r]];
+        used++;
+    }
+    return used ? g / (double)used : 0;
+}
+
 typedef struct tc { int topic, count; } tc;
 static int tc_desc(const void *a, const void *b) {
     const tc *x = a, *y = b;
@@ -63,13 +217,15 @@ static int tc_desc(const void *a, const void *b) {
     return x->topic - y->topic;
 }
 
-hx_status kb_classify_centroid(hx_pool *pool, const float *vec, size_t n, int dim, const int *topic, int n_topics,
-                               const kb_classify_opts *o, kb_class *out, int *n_candidates, hx_error *e) {
+hx_status kb_classify_centroid_rows(hx_pool *pool, const float *vec, int dim, const kb_tfidf *x, size_t n,
+                                    const int *topic, int n_topics, const kb_classify_opts *o, kb_class *out,
+                                    int *n_candidates, float *temperature, hx_error *e) {
     kb_classify_opts op = o ? *o : kb_classify_defaults();
-    if (op.temperature <= 0) op.temperature = 0.05f;
     *n_candidates = 0;
+    if (temperature) *temperature = op.temperature > 0 ? op.temperature : 0.05f;
     for (size_t i = 0; i < n; i++) out[i] = (kb_class){.row = i, .topic = topic[i], .predicted = -1};
     if (n == 0 || n_topics <= 0) return HX_OK;
+    if (!vec == !x || (x && x->n != n)) return hx_err(e, HX_ERR_ARG, "classify: give dense vectors or TF-IDF rows of n");
     tc *counts = calloc((size_t)n_topics, sizeof *counts);
     int *cand_of = malloc(sizeof(int) * (size_t)n_topics);
     if (!counts || !cand_of) { free(counts); free(cand_of); return hx_err(e, HX_ERR_NOMEM, "classify: out of memory"); }
@@ -85,24 +241,122 @@ hx_status kb_classify_centroid(hx_pool *pool, const float *vec, size_t n, int di
     int nc = 0;
     while (nc < n_topics && nc < op.max_topics && counts[nc].count >= op.min_members) nc++;
     if (nc < 2) { free(counts); free(cand_of); return HX_OK; }   /* nothing to choose between */
-    int *cand_topic = malloc(sizeof(int) * (size_t)nc), *cnt = malloc(sizeof(int) * (size_t)nc);
-    double *sum = calloc((size_t)nc * (size_t)dim, sizeof *sum);
-    float *scratch = malloc(sizeof(float) * (size_t)nc * (size_t)hx_pool_threads(pool));
+    int threads = hx_pool_threads(pool);
+    int *cand_topic = malloc(sizeof(int) * (size_t)nc), *cnt = malloc(sizeof(int) * (size_t)nc), *cs_c = NULL, *own = NULL;
+    double *sum = NULL, *cs_v = NULL, *norm2 = NULL;
+    size_t *cs_start = NULL;
+    int *touched = NULL;
+    float *scores = NULL;
+    double *scratch = malloc(sizeof(double) * 2 * (size_t)nc * (size_t)threads);
     hx_status st = HX_OK;
-    if (!cand_topic || !cnt || !sum || !scratch) { st = hx_err(e, HX_ERR_NOMEM, "classify: out of memory"); goto done; }
+    if (!cand_topic || !cnt || !scratch) goto nomem;
     for (int c = 0; c < nc; c++) { cand_topic[c] = counts[c].topic; cnt[c] = counts[c].count; cand_of[counts[c].topic] = c; }
-    for (size_t i = 0; i < n; i++) {
-        int c = cand_of[topic[i]];
-        if (c < 0) continue;
-        double *s = sum + (size_t)c * dim;
-        for (int d = 0; d < dim; d++) s[d] += vec[i * (size_t)dim + d];
+    if (vec) {
+        if (!(sum = calloc((size_t)nc * (size_t)dim, sizeof *sum))) goto nomem;
+        for (size_t i = 0; i < n; i++) {
+            int c = cand_of[topic[i]];
+            if (c < 0) continue;
+            double *s = sum + (size_t)c * dim;
+            for (int d = 0; d < dim; d++) s[d] += vec[i * (size_t)dim + d];
+        }
+    } else {
+        /* centroid sums feature-major, sparse: for each feature, the
+         * candidates whose rows hold it and their summed weight */
+        size_t nnz = 0;
+        for (size_t i = 0; i < n; i++) if (cand_of[topic[i]] >= 0) nnz += x->start[i + 1] - x->start[i];
+        touched = malloc(sizeof *touched * (size_t)nc);
+        cs_c = malloc(sizeof *cs_c * (nnz + 1));
+        cs_v = malloc(sizeof *cs_v * (nnz + 1));
+        cs_start = calloc((size_t)x->n_feat + 2, sizeof *cs_start);
+        norm2 = calloc((size_t)nc, sizeof *norm2);
+        if (!touched || !cs_c || !cs_v || !cs_start || !norm2) goto nomem;
+        /* counting sort by feature: cs_start[f + 1] counts, then prefix sums */
+        for (size_t i = 0; i < n; i++)
+            if (cand_of[topic[i]] >= 0)
+                for (size_t k = x->start[i]; k < x->start[i + 1]; k++) cs_start[x->feat[k] + 2]++;
+        for (uint32_t f = 0; f < x->n_feat; f++) cs_start[f + 2] += cs_start[f + 1];
+        for (size_t i = 0; i < n; i++) {   /* rows in order: each feature's entries by row */
+            int c = cand_of[topic[i]];
+            if (c < 0) continue;
+            for (size_t k = x->start[i]; k < x->start[i + 1]; k++) {
+                size_t q = cs_start[x->feat[k] + 1]++;
+                cs_c[q] = c;
+                cs_v[q] = x->w[k];
+            }
+        }
+        /* cs_start[f] is now feature f's first entry; sum each run's weights
+         * per candidate (all of the run read before any is written back, so
+         * compacting in place is safe) */
+        double *acc = scratch;   /* nc, zero between runs */
+        for (int c = 0; c < nc; c++) acc[c] = 0;
+        size_t wq = 0;
+        for (uint32_t f = 0; f < x->n_feat; f++) {
+            size_t a = cs_start[f], b = cs_start[f + 1];
+            int nt = 0;
+            for (size_t q = a; q < b; q++) {   /* TF-IDF weights are > 0: a sum is 0 until touched */
+                if (!(cs_v[q] > 0)) continue;
+                if (acc[cs_c[q]] == 0) touched[nt++] = cs_c[q];
+                acc[cs_c[q]] += cs_v[q];
+            }
+            cs_start[f] = wq;
+            for (int k = 0; k < nt; k++) {
+                int c = touched[k];
+                norm2[c] += acc[c] * acc[c];
+                cs_c[wq] = c;
+                cs_v[wq++] = acc[c];
+                acc[c] = 0;
+            }
+        }
+        cs_start[x->n_feat] = wq;
     }
-    cjob j = {vec, dim, topic, cand_of, sum, cnt, nc, cand_topic, op.temperature, out, scratch};
+    cjob j = {vec, dim, x, topic, cand_of, sum, cs_start, cs_c, cs_v, norm2, cnt, nc, cand_topic,
+              op.temperature, 1, NULL, out, scratch};
+    if (op.temperature <= 0) {
+        /* fit 1/T on a strided sample of rows: bisection on the NLL's slope in log beta */
+        size_t stride = ((size_t)nc * n + 3999999) / 4000000;
+        if (stride < 1) stride = 1;
+        size_t m = (n + stride - 1) / stride;
+        scores = malloc(sizeof *scores * m * (size_t)nc);
+        own = malloc(sizeof *own * m);
+        if (!scores || !own) goto nomem;
+        j.stride = stride;
+        j.scores = scores;
+        hx_pool_run(pool, (int64_t)m, score_row, &j);
+        size_t used = 0;
+        for (size_t r = 0; r < m; r++) {
+            int c = cand_of[topic[r * stride]];
+            own[r] = c >= 0 && cnt[c] > 1 ? c : -1;
+            used += own[r] >= 0;
+        }
+        double lo = log(1.0), hi = log(100.0);   /* beta = 1/T in [1, 100] */
+        if (used == 0) j.temp = 0.05f;
+        else if (nll_slope(scores, own, m, nc, exp(hi)) <= 0) j.temp = (float)exp(-hi);
+        else if (nll_slope(scores, own, m, nc, exp(lo)) >= 0) j.temp = (float)exp(-lo);
+        else {
+            for (int it = 0; it < 40; it++) {
+                double mid = (lo + hi) / 2;
+                if (nll_slope(scores, own, m, nc, exp(mid)) < 0) lo = mid; else hi = mid;
+            }
+            j.temp = (float)exp(-(lo + hi) / 2);
+        }
+    }
     hx_pool_run(pool, (int64_t)n, classify_row, &j);
     *n_candidates = nc;
+    if (temperature) *temperature = j.temp;
+    goto done;
+nomem:
+    st = hx_err(e, HX_ERR_NOMEM, "classify: out of memory");
 done:
     free(counts); free(cand_of); free(cand_topic); free(cnt); free(sum); free(scratch);
+    free(touched); free(cs_c); free(cs_v); free(cs_start); free(norm2); free(scores); free(own);
     return st;
+}
+
+hx_status kb_classify_centroid(hx_pool *pool, const float *vec, size_t n, int dim, const int *topic, int n_topics,
+                               const kb_classify_opts *o, kb_class *out, int *n_candidates, hx_error *e) {
+    kb_classify_opts op = o ? *o : kb_classify_defaults();
+    if (op.temperature <= 0) op.temperature = 0.05f;
+    return kb_classify_centroid_rows(pool, vec, dim, NULL, n, topic, n_topics, &op, out, n_candidates, NULL, e);
 }
 
 static int mis_desc(const void *a, const void *b, void *ctx) {

@@ -285,7 +285,28 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     mis = malloc(sizeof *mis * (t.n + 1));
     int nc = 0;
     if (!cls || !mis) { s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
-    if ((s = kb_classify_centroid(pool, t.vec, t.n, t.dim, t.topic, t.n_topics, NULL, cls, &nc, e))) goto out;
+    /* the built-in lexical embedder's vectors are its words hashed into 384
+     * signed buckets, so unrelated notes share buckets by chance and topics
+     * blur; the words themselves, TF-IDF weighted, say the same without that
+     * noise. A neural embedder's vectors carry meaning the words lack: kept. */
+    bool words = !strncmp(em->fingerprint, "lexical-", 8);
+    kb_classify_opts co = kb_classify_defaults();
+    co.temperature = 0;   /* fitted to the KB (classify.h) */
+    float temp = 0;
+    if (words) {
+        const char **ti = malloc(sizeof *ti * (t.n + 1)), **tx = malloc(sizeof *tx * (t.n + 1));
+        kb_tfidf x;
+        if (!ti || !tx) s = hx_err(e, HX_ERR_NOMEM, "think: out of memory");
+        for (size_t i = 0; i < t.n && !s; i++) { ti[i] = ent(&t, i)->title; tx[i] = ent(&t, i)->text; }
+        if (!s && !(s = kb_tfidf_build(ti, tx, t.n, &x, e))) {
+            s = kb_classify_centroid_rows(pool, NULL, 0, &x, t.n, t.topic, t.n_topics, &co, cls, &nc, &temp, e);
+            kb_tfidf_free(&x);
+        }
+        free(ti); free(tx);
+    } else {
+        s = kb_classify_centroid_rows(pool, t.vec, t.dim, NULL, t.n, t.topic, t.n_topics, &co, cls, &nc, &temp, e);
+    }
+    if (s) goto out;
     const char *method = "centroid";
     /* closeness of each entry to its own topic (centroid), for the digests: fixed
      * whatever the LLM says, so the digests' inputs (and cache keys) are stable */
@@ -303,6 +324,12 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     cJSON_AddItemToObject(root, "misfiled", ma);
     cJSON_DeleteItemFromObject(root, "classifier");
     cJSON_AddStringToObject(root, "classifier", method);
+    cJSON_DeleteItemFromObject(root, "centroid_space");
+    cJSON_DeleteItemFromObject(root, "centroid_temperature");
+    if (nc > 0) {
+        cJSON_AddStringToObject(root, "centroid_space", words ? "tfidf" : "embedding");
+        cJSON_AddNumberToObject(root, "centroid_temperature", round(temp * 1e5) / 1e5);
+    }
     for (size_t i = 0; i < t.n; i++) {
         if (cls[i].predicted < 0) continue;
         cJSON *c = cJSON_CreateObject();

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Topic accuracy of helix-bg's classifier on the labelled sample KB.
+
+  python3 bench/kb_classify_eval.py [--bin build/helix-bg] [--embed-model DIR]
+                                    [--llm-model M] [--json] [-- extra one-shot flags]
+
+Runs `helix-bg one-shot` on a copy of examples/kb and reads insights.json's
+`classifications` (each entry's predicted topic: leave-one-out for the
+centroid classifier, the model's answer with --llm-model) against
+bench/kb_labels.json. An entry's true topic is its filed topic, except for the
+4 labelled misfiled notes, whose true topic is where they belong. Prints:
+  accuracy         predicted == true topic, over all classified entries
+  misfiled flagged labelled misfiled notes in `misfiled` (at the pass's
+                   --misfiled threshold, default 0.8) predicted where they
+                   belong, and the other entries flagged there
+  chance           the largest topic's share (always guessing it)
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def evaluate(ins, lab):
+    mis = {m["title"]: m["belongs"] for m in lab["misfiled"]}
+    log = os.path.join(ROOT, "examples", "kb", "data.log")
+    titles, off = {}, 0
+    for line in open(log, "rb").read().split(b"\n"):
+        try:
+            o = json.loads(line)
+            if isinstance(o, dict) and "title" in o:
+                titles[off] = o["title"]
+        except ValueError:
+            pass
+        off += len(line) + 1
+    cls = ins["classifications"]
+    right = sum(c["predicted"] == mis.get(titles.get(c["id"]), c["topic"]) for c in cls)
+    flagged = {m["title"]: m["predicted"] for m in ins["misfiled"]}
+    true_flags = sum(flagged.get(t) == b for t, b in mis.items())
+    sizes = Counter(c["topic"] for c in cls)
+    return {"classifier": ins.get("classifier"), "space": ins.get("centroid_space"),
+            "temperature": ins.get("centroid_temperature"), "embedder": ins.get("embedder"),
+            "classified": len(cls), "correct": right, "accuracy": round(right / len(cls), 4) if cls else 0,
+            "chance": round(max(sizes.values()) / len(cls), 4) if cls else 0,
+            "misfiled_labelled": len(mis), "misfiled_found": true_flags,
+            "false_flags": len(flagged) - sum(t in mis for t in flagged)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "helix-bg"))
+    ap.add_argument("--embed-model")
+    ap.add_argument("--llm-model")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("extra", nargs="*")
+    a = ap.parse_args()
+    lab = json.load(open(os.path.join(ROOT, "bench", "kb_labels.json")))
+    with tempfile.TemporaryDirectory() as d:
+        shutil.copy(os.path.join(ROOT, "examples", "kb", "data.log"), d)
+        cmd = [a.bin, "one-shot", d, "-q"] + (["--embed-model", a.embed_model] if a.embed_model else []) \
+            + (["--llm-model", a.llm_model] if a.llm_model else []) + a.extra
+        subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        r = evaluate(json.load(open(os.path.join(d, "insights.json"))), lab)
+    if a.json:
+        print(json.dumps(r))
+    else:
+        print("%s (%s%s) on %s: topic accuracy %.3f (%d/%d; chance %.3f); misfiled flagged %d/%d labelled, %d others"
+              % (r["classifier"], r["space"] or "-", ", T=%s" % r["temperature"] if r["temperature"] else "",
+                 r["embedder"], r["accuracy"], r["correct"], r["classified"], r["chance"],
+                 r["misfiled_found"], r["misfiled_labelled"], r["false_flags"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
