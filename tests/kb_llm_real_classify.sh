@@ -9,6 +9,8 @@ set -euo pipefail
 BIN=${HX_BIN:-build/helix-bg}
 M=${HX_REAL_CLASSIFY_MODEL:-${HELIX_REAL_DIR:-$HOME/.cache/helix/real}/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -f "$M" ] || { echo "skip: $M absent (bash bench/real_models_fetch.sh fetches it)"; exit 77; }
+# the whole LLM stage of 273 notes: minutes in a release build, far longer under the sanitizers
+[ -z "${HX_TEST_SANITIZE:-}" ] || { echo "skip: under the sanitizers (the release run checks it)"; exit 77; }
 command -v python3 >/dev/null || { echo "skip: python3 not found"; exit 77; }
 base=$(python3 bench/kb_classify_eval.py --bin "$BIN" --json)
 llm=$(python3 bench/kb_classify_eval.py --bin "$BIN" --json --llm-model "$M" -- --llm-device cpu --summarize-min-words 100000)
