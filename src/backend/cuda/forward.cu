@@ -831,7 +831,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         const bool gu_q8 = n == 1 && mvq_ok(c, 1, 2, gu) && (lgu || L->gate.type == L->up.type);
         float *pa = part(2 * l); // (tensor parallel: this rank's partial sum of wo)
         // one token, one-shot: the all-reduce also norms and quantizes gate/up's input. A single block
-        // does it, which pays for narrow models only (bench/RESULTS.md: faster at 1,024, slower at 4,096)
+        // does it, which pays only for narrow residual streams (HX_TP_FUSE_MAX; bench/RESULTS.md)
         const bool tp_q8 = pa && n == 1 && gu_q8 && !lgu && !dump && !cfg->post_norms && D % 32 == 0 &&
                            D <= HX_TP_FUSE_MAX && !c->dv.tp_no_fuse;
         if (cfg->post_norms || dump) {
