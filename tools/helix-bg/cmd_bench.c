@@ -323,12 +323,14 @@ int cmd_bench(int argc, char **argv) {
         printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", "----------------------", "--------", "------------", "--------",
                "-------------", "----------------------", "----------", "--------------------");
     }
+    char tp_key[24] = ""; /* results.jsonl's "tp" where it applies */
+    if (dev.tp > 1) snprintf(tp_key, sizeof tp_key, ", \"tp\": %d", dev.tp);
     for (int k = 0; k < n_rows; k++) {
         const row *w = &rows[k];
         if (jsonl)
             printf("{\"date\": \"%s\", \"commit\": \"%s\", \"device\": \"%s\", \"engine\": \"helix\", "
-                   "\"model\": \"%s\", \"mix\": \"%s\", \"test\": \"%s\", \"tokens_per_s\": %.2f, \"tp\": %d}\n",
-                   date, HX_GIT_COMMIT, device, name, mix, w->test, w->mean, dev.tp > 1 ? dev.tp : 1);
+                   "\"model\": \"%s\", \"mix\": \"%s\", \"test\": \"%s\", \"tokens_per_s\": %.2f%s}\n",
+                   date, HX_GIT_COMMIT, device, name, mix, w->test, w->mean, tp_key);
         else if (json)
             printf("{\"engine\": \"helix\", \"device\": \"%s\", \"model\": \"%s\", \"mix\": \"%s\", \"size_bytes\": %llu, "
                    "\"threads\": %d, \"test\": \"%s\", \"batch\": %d, \"reps\": %d, \"tokens_per_s\": %.3f, "
