@@ -1,5 +1,10 @@
-/* allpairs.c — portable tile kernel (outer-product form, vectorizable). */
+/* allpairs.c — portable tile kernels (outer-product form, vectorizable), the
+ * int8 quantization of rows for the candidate tiles, and their scalar kernel. */
 #include "kb/allpairs.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 void kb_tile_scalar(const float *A, int na, const float *Bt, int dim, float *S) {
     for (int i = 0; i < na; i++) {
@@ -10,5 +15,93 @@ void kb_tile_scalar(const float *A, int na, const float *Bt, int dim, float *S) 
             const float *b = Bt + (size_t)k * KB_TILE;
             for (int j = 0; j < KB_TILE; j++) s[j] += a * b[j];
         }
+    }
+}
+
+void kb_dots_scalar(const float *a, const float *const *b, int nb, int dim, float *out) {
+    for (int q = 0; q < nb; q++) {
+        float s = 0;
+        for (int k = 0; k < dim; k++) {
+            float p = a[k] * b[q][k]; /* rounded apart, as kb_tile_scalar (this file is built without FMA) */
+            s += p;
+        }
+        out[q] = s;
+    }
+}
+
+void kb_i8_free(kb_i8 *q) {
+    free(q->a); free(q->bp); free(q->corr); free(q->s); free(q->nrm); free(q->res); free(q->nres);
+    memset(q, 0, sizeof *q);
+}
+
+bool kb_i8_alloc(kb_i8 *q, size_t n, int dim) {
+    memset(q, 0, sizeof *q);
+    const int dq = (dim + 3) / 4;
+    const size_t tiles = (n + KB_TILE - 1) / KB_TILE, np = tiles * KB_TILE;
+    q->n = n, q->dim = dim, q->dq = dq;
+    q->a = malloc(np ? np * (size_t)dq * 4 : 1);
+    q->bp = malloc(tiles ? tiles * (size_t)dq * KB_TILE * 4 : 1);
+    q->corr = malloc((np ? np : 1) * sizeof *q->corr);
+    q->s = malloc((np ? np : 1) * sizeof(float)), q->nrm = malloc((np ? np : 1) * sizeof(float));
+    q->res = malloc((np ? np : 1) * sizeof(float)), q->nres = malloc((np ? np : 1) * sizeof(float));
+    if (!q->a || !q->bp || !q->corr || !q->s || !q->nrm || !q->res || !q->nres) { kb_i8_free(q); return false; }
+    return true;
+}
+
+void kb_i8_fill(kb_i8 *q, const float *vec, size_t t) {
+    const int dim = q->dim, dq = q->dq, lda = 4 * dq;
+    uint8_t *bt = q->bp + t * (size_t)dq * KB_TILE * 4;
+    for (size_t r = t * KB_TILE; r < (t + 1) * KB_TILE; r++) {
+        int8_t *qa = q->a + r * (size_t)lda;
+        memset(qa, 0, (size_t)lda);
+        float m = 0, s = 0;
+        double nn = 0, rr = 0;
+        int32_t sum = 0;
+        if (r < q->n) {
+            const float *v = vec + r * (size_t)dim;
+            for (int k = 0; k < dim; k++) m = fabsf(v[k]) > m ? fabsf(v[k]) : m;
+            s = m / 127.0f;
+            const float inv = m > 0 ? 127.0f / m : 0;
+            for (int k = 0; k < dim; k++) {
+                float x = v[k] * inv;
+                int qi = (int)(x + (x >= 0 ? 0.5f : -0.5f));
+                qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+                qa[k] = (int8_t)qi;
+                sum += qi;
+                double d = (double)s * qi, e = (double)v[k] - d; /* both exact in double: 24 x 8 bits */
+                nn += d * d, rr += e * e;
+            }
+        }
+        uint8_t *bp = bt + (r % KB_TILE) * 4;
+        for (int k = 0; k < lda; k++) bp[(size_t)(k / 4) * KB_TILE * 4 + k % 4] = (uint8_t)(qa[k] + 128);
+        q->corr[r] = 128 * sum;
+        /* rounded up: the norms feed an upper bound */
+        q->s[r] = s;
+        q->nrm[r] = (float)(sqrt(nn) * (1 + 1e-6));
+        q->res[r] = (float)(sqrt(rr) * (1 + 1e-6));
+        q->nres[r] = (float)((sqrt(nn) + sqrt(rr)) * (1 + 1e-6));
+    }
+}
+
+void kb_i8_tile_scalar(const kb_i8 *q, size_t i0, int na, size_t t, const float *lo, int32_t *acc, uint64_t *mask) {
+    const int dq = q->dq, lda = 4 * dq;
+    const uint8_t *B = q->bp + t * (size_t)dq * KB_TILE * 4;
+    const size_t c0 = t * KB_TILE;
+    for (int i = 0; i < na; i++) {
+        const size_t a = i0 + (size_t)i;
+        const int8_t *x = q->a + a * (size_t)lda;
+        int32_t *s = acc + (size_t)i * KB_TILE;
+        uint64_t m = 0;
+        for (int j = 0; j < KB_TILE; j++) s[j] = 0;
+        for (int k = 0; k < dq; k++)
+            for (int j = 0; j < KB_TILE; j++)
+                for (int u = 0; u < 4; u++) s[j] += (int32_t)B[((size_t)k * KB_TILE + j) * 4 + u] * x[4 * k + u];
+        for (int j = 0; j < KB_TILE; j++) {
+            const size_t b = c0 + (size_t)j;
+            double ub = (double)q->s[a] * q->s[b] * (s[j] - q->corr[a]) + (double)q->nrm[a] * q->res[b] +
+                        (double)q->res[a] * q->nres[b];
+            if (ub >= lo[i]) m |= 1ull << j;
+        }
+        mask[i] = m;
     }
 }

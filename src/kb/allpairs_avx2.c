@@ -2,6 +2,7 @@
 #include "kb/allpairs.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 void kb_tile_avx2(const float *A, int na, const float *Bt, int dim, float *S) {
     int i = 0;
@@ -43,5 +44,28 @@ void kb_tile_avx2(const float *A, int na, const float *Bt, int dim, float *S) {
             _mm256_storeu_ps(S + (size_t)i * KB_TILE + j, c0);
             _mm256_storeu_ps(S + (size_t)i * KB_TILE + j + 8, c1);
         }
+    }
+}
+
+/* Eight chains at a time (independent FMAs in flight); each chain is the
+ * AVX2 tile's lane arithmetic: fmaf over k in order from +0. */
+void kb_dots_fma(const float *a, const float *const *b, int nb, int dim, float *out) {
+    int q = 0;
+    for (; q + 8 <= nb; q += 8) {
+        const float *b0 = b[q], *b1 = b[q + 1], *b2 = b[q + 2], *b3 = b[q + 3], *b4 = b[q + 4], *b5 = b[q + 5],
+                    *b6 = b[q + 6], *b7 = b[q + 7];
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+        for (int k = 0; k < dim; k++) {
+            const float x = a[k];
+            s0 = fmaf(x, b0[k], s0); s1 = fmaf(x, b1[k], s1); s2 = fmaf(x, b2[k], s2); s3 = fmaf(x, b3[k], s3);
+            s4 = fmaf(x, b4[k], s4); s5 = fmaf(x, b5[k], s5); s6 = fmaf(x, b6[k], s6); s7 = fmaf(x, b7[k], s7);
+        }
+        out[q] = s0; out[q + 1] = s1; out[q + 2] = s2; out[q + 3] = s3;
+        out[q + 4] = s4; out[q + 5] = s5; out[q + 6] = s6; out[q + 7] = s7;
+    }
+    for (; q < nb; q++) {
+        float s = 0;
+        for (int k = 0; k < dim; k++) s = fmaf(a[k], b[q][k], s);
+        out[q] = s;
     }
 }

@@ -41,6 +41,12 @@ bool kb_pair_better(const kb_pair *p, const kb_pair *q);
  * a, b = topic ids), each the best kb_keep_depth(k) with its cut. */
 hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_opts *o, kb_klist *dups,
                          kb_klist *links, kb_klist *over1, hx_error *e);
+/* How the CPU forms the pairs: AUTO picks; F32: f32 tiles, every pair's
+ * similarity; I8: int8 candidate tiles (allpairs.h), the candidates rescored
+ * with the f32 tiles' arithmetic. The lists are the same bits either way. */
+typedef enum kb_pairs_mode { KB_PAIRS_AUTO, KB_PAIRS_F32, KB_PAIRS_I8 } kb_pairs_mode;
+hx_status kb_entry_pairs_mode(hx_pool *pool, const kb_rows *r, size_t row0, const kb_opts *o, kb_pairs_mode mode,
+                              kb_klist *dups, kb_klist *links, kb_klist *over1, hx_error *e);
 /* The same lists for the pairs (a, b > a) with a in [row_lo, row_hi): one
  * MPI rank's share of a full pass (the union over a split of [0, n) is
  * kb_entry_pairs(row0 = 0); each pair's similarity is the same bits). */
