@@ -18,11 +18,11 @@ void kb_tile_scalar(const float *A, int na, const float *Bt, int dim, float *S) 
     }
 }
 
-void kb_dots_scalar(const float *a, const float *const *b, int nb, int dim, float *out) {
-    for (int q = 0; q < nb; q++) {
+void kb_dots_scalar(const float *const *a, const float *const *b, int n, int dim, float *out) {
+    for (int q = 0; q < n; q++) {
         float s = 0;
         for (int k = 0; k < dim; k++) {
-            float p = a[k] * b[q][k]; /* rounded apart, as kb_tile_scalar (this file is built without FMA) */
+            float p = a[q][k] * b[q][k]; /* rounded apart, as kb_tile_scalar (this file is built without FMA) */
             s += p;
         }
         out[q] = s;
@@ -48,6 +48,24 @@ bool kb_i8_alloc(kb_i8 *q, size_t n, int dim) {
     return true;
 }
 
+#define KB_I8_SCALES 8
+
+static inline int quant(float x) {
+    int q = (int)(x + (x >= 0 ? 0.5f : -0.5f));
+    return q > 127 ? 127 : q < -127 ? -127 : q;
+}
+
+/* the squared residual of v quantized with scale s (float: only to choose s) */
+static float resid(const float *v, int dim, float s) {
+    const float inv = 1.0f / s;
+    float r = 0;
+    for (int k = 0; k < dim; k++) {
+        const float e = v[k] - s * (float)quant(v[k] * inv);
+        r += e * e;
+    }
+    return r;
+}
+
 void kb_i8_fill(kb_i8 *q, const float *vec, size_t t) {
     const int dim = q->dim, dq = q->dq, lda = 4 * dq;
     uint8_t *bt = q->bp + t * (size_t)dq * KB_TILE * 4;
@@ -61,11 +79,25 @@ void kb_i8_fill(kb_i8 *q, const float *vec, size_t t) {
             const float *v = vec + r * (size_t)dim;
             for (int k = 0; k < dim; k++) m = fabsf(v[k]) > m ? fabsf(v[k]) : m;
             s = m / 127.0f;
-            const float inv = m > 0 ? 127.0f / m : 0;
+            /* Rows often hold a few distinct magnitudes (the lexical
+             * embedder's tf levels): a scale that puts one of them on the
+             * grid leaves a smaller residual, hence a tighter bound. Tried:
+             * the magnitudes of the first nonzero components, each at the
+             * finest grid that keeps q within 127. */
+            if (m > 0) {
+                float best = resid(v, dim, s);
+                for (int k = 0, tried = 0; k < dim && tried < KB_I8_SCALES; k++) {
+                    const float mg = fabsf(v[k]), steps = floorf(mg / s);
+                    if (mg == 0) continue;
+                    tried++;
+                    if (steps < 1) continue;
+                    const float c = mg / steps, r = c >= m / 127.0f ? resid(v, dim, c) : INFINITY;
+                    if (r < best) best = r, s = c;
+                }
+            }
+            const float inv = m > 0 ? 1.0f / s : 0;
             for (int k = 0; k < dim; k++) {
-                float x = v[k] * inv;
-                int qi = (int)(x + (x >= 0 ? 0.5f : -0.5f));
-                qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+                const int qi = quant(v[k] * inv);
                 qa[k] = (int8_t)qi;
                 sum += qi;
                 double d = (double)s * qi, e = (double)v[k] - d; /* both exact in double: 24 x 8 bits */

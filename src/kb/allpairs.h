@@ -22,11 +22,14 @@
 void kb_tile_scalar(const float *A, int na, const float *Bt, int dim, float *S);
 void kb_tile_avx2(const float *A, int na, const float *Bt, int dim, float *S);
 
-/* out[q] = dot(a, b[q]) for q < nb, each one chain over k in order from +0:
- * _fma fused (the AVX2 tile's lanes), _scalar a rounded product then an add
- * (the scalar tile's). */
-void kb_dots_fma(const float *a, const float *const *b, int nb, int dim, float *out);
-void kb_dots_scalar(const float *a, const float *const *b, int nb, int dim, float *out);
+/* out[q] = dot(a[q], b[q]) for q < n, each one chain over k in order from
+ * +0: _fma fused (the AVX2 tile's lanes), _scalar a rounded product then an
+ * add (the scalar tile's). */
+void kb_dots_fma(const float *const *a, const float *const *b, int n, int dim, float *out);
+void kb_dots_scalar(const float *const *a, const float *const *b, int n, int dim, float *out);
+/* out[q] = dot(a[q], b[q]) in f32 summed in any order (8 lanes, 4 chains):
+ * within dim 2^-24 sum |a_k b_k| of the real dot, as every f32 order is. */
+void kb_dots_any_avx2(const float *const *a, const float *const *b, int n, int dim, float *out);
 
 /* Rows quantized for the candidate tiles: row r ~ s[r] * q_r with q_r int8
  * in [-127, 127] (s = max |a_k| / 127). Per row, the exact real similarity of

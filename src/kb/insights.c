@@ -139,15 +139,18 @@ typedef struct job {
      * the f32 rounding slack of the window, per-thread scratch and counts */
     const kb_i8 *q;
     kb_i8_tile_fn i8;
-    void (*dots)(const float *, const float *const *, int, int, float *);
+    void (*dots)(const float *const *, const float *const *, int, int, float *);
+    void (*dots_any)(const float *const *, const float *const *, int, int, float *); /* NULL: dots alone */
     float slack;
     char *i8_scratch;
-    size_t *n_cand;       /* per thread */
+    size_t *n_cand;       /* per thread: int8 candidates, then pairs given the f32 chain */
 } job;
 
-/* per thread: acc (TILE x TILE int32), mask, lo (TILE), then a candidate
- * row's columns: pointers, indices, similarities (TILE each) */
-#define I8_SCRATCH (TILE * TILE * sizeof(int32_t) + TILE * (sizeof(uint64_t) + sizeof(float) + sizeof(float *) + sizeof(size_t) + sizeof(float)))
+/* per thread: acc (TILE x TILE int32), mask (TILE), then a tile's
+ * candidates (up to TILE x TILE): row pointers a, b, row and column in the
+ * tile, similarities; lo (TILE) */
+#define I8_SCRATCH (TILE * TILE * (sizeof(int32_t) + 2 * sizeof(float *) + 2 * sizeof(uint32_t) + sizeof(float)) + \
+                    TILE * (sizeof(uint64_t) + sizeof(float)))
 
 static inline kb_pair mkpair(uint64_t x, uint64_t y, float s) {
     return x < y ? (kb_pair){.a = x, .b = y, .sim = s} : (kb_pair){.a = y, .b = x, .sim = s};
@@ -186,10 +189,13 @@ static void tile_task(void *ctx, int64_t task, int thread) {
     }
 }
 
-/* tile_task on int8 candidate tiles: per column tile, each row's window from
+/* tile_task on int8 candidate tiles. Per column tile: each row's window from
  * this thread's kept lists (a pair outside it is below a threshold or worse
  * than the thread's cut, which only rises, so it cannot reach the merged
- * lists), then the candidates' f32 similarities, visited as tile_task does. */
+ * lists); the int8 bound against it; the survivors' f32 similarity in any
+ * order (within the window's slack of the f32 tiles' bits) against the
+ * window again, the GPU's test (kb_cand_take); only the pairs left get the
+ * f32 tiles' own chain and are visited as tile_task visits. */
 static void tile_task_i8(void *ctx, int64_t task, int thread) {
     job *j = ctx;
     size_t i0 = j->row0 + (size_t)task * TILE, i1 = i0 + TILE < j->n_rows ? i0 + TILE : j->n_rows;
@@ -197,12 +203,12 @@ static void tile_task_i8(void *ctx, int64_t task, int thread) {
     char *sc = j->i8_scratch + (size_t)thread * I8_SCRATCH;
     int32_t *acc = (int32_t *)sc;
     uint64_t *mask = (uint64_t *)(acc + TILE * TILE);
-    float *lo = (float *)(mask + TILE);
-    const float **bp = (const float **)(lo + TILE);
-    size_t *bi = (size_t *)(bp + TILE);
-    float *sim = (float *)(bi + TILE);
+    const float **pa = (const float **)(mask + TILE), **pb = pa + TILE * TILE;
+    uint32_t *ia = (uint32_t *)(pb + TILE * TILE), *ib = ia + TILE * TILE;
+    float *sim = (float *)(ib + TILE * TILE), *lo = sim + TILE * TILE;
     const kb_i8 *q = j->q;
-    size_t c0 = j->incremental ? 0 : i0, c1 = j->incremental ? i1 - 1 : j->n, n_cand = 0;
+    const float *vec = j->vec;
+    size_t c0 = j->incremental ? 0 : i0, c1 = j->incremental ? i1 - 1 : j->n, n_cand = 0, n_exact = 0;
     for (size_t t = c0 / TILE; t * TILE < c1; t++) {
         const size_t j0 = t * TILE, j1 = j0 + TILE < c1 ? j0 + TILE : c1;
         const topk *h[KB_KINDS] = {&j->dups[thread], &j->links[thread], &j->over[thread]};
@@ -217,12 +223,12 @@ static void tile_task_i8(void *ctx, int64_t task, int thread) {
         }
         if (!any) continue;
         j->i8(q, i0, na, t, lo, acc, mask);
+        int nc = 0;
         for (int i = 0; i < na; i++) {
             const size_t a = i0 + (size_t)i;
             size_t lo_b = j->incremental ? j0 : (j0 > a + 1 ? j0 : a + 1), hi_b = j->incremental ? (j1 < a ? j1 : a) : j1;
             if (lo_b >= hi_b) continue;
             uint64_t m = mask[i] & (hi_b - j0 >= 64 ? ~0ull : (1ull << (hi_b - j0)) - 1) & ~((1ull << (lo_b - j0)) - 1);
-            int nc = 0;
             for (; m; m &= m - 1) {
                 const size_t b = j0 + (size_t)__builtin_ctzll(m);
                 /* the pair's bound in double, then the kinds' rules on it */
@@ -232,17 +238,34 @@ static void tile_task_i8(void *ctx, int64_t task, int thread) {
                 if (ub >= w.lo[KB_KIND_DUP] ||
                     (ub >= w.lo[KB_KIND_LINK] && lb <= w.link_hi && j->topic[a] != j->topic[b]) ||
                     (ub >= w.lo[KB_KIND_OVER] && j->single[a] && j->single[b])) {
-                    bp[nc] = j->vec + b * (size_t)D;
-                    bi[nc++] = b;
+                    pa[nc] = vec + a * (size_t)D, pb[nc] = vec + b * (size_t)D;
+                    ia[nc] = (uint32_t)i, ib[nc++] = (uint32_t)(b - j0);
                 }
             }
-            if (!nc) continue;
-            j->dots(j->vec + a * (size_t)D, bp, nc, D, sim);
-            for (int c = 0; c < nc; c++) visit(j, thread, a, bi[c], sim[c]);
-            n_cand += (size_t)nc;
         }
+        if (!nc) continue;
+        n_cand += (size_t)nc;
+        if (j->dots_any) { /* the f32 similarity in any order, against the window */
+            /* the column rows are cold (the int8 tile used their copies): ask for all at once */
+            for (int c = 0; c < nc; c++)
+                if (c == 0 || pb[c] != pb[c - 1])
+                    for (int k = 0; k < D; k += 16) __builtin_prefetch(pb[c] + k);
+            j->dots_any(pa, pb, nc, D, sim);
+            int keep = 0;
+            for (int c = 0; c < nc; c++) {
+                const size_t a = i0 + ia[c], b = j0 + ib[c];
+                if (kb_cand_take(&w, sim[c], j->topic[a] != j->topic[b], j->single[a] && j->single[b])) {
+                    pa[keep] = pa[c], pb[keep] = pb[c], ia[keep] = ia[c], ib[keep++] = ib[c];
+                }
+            }
+            nc = keep;
+        }
+        j->dots(pa, pb, nc, D, sim);
+        for (int c = 0; c < nc; c++) visit(j, thread, i0 + ia[c], j0 + ib[c], sim[c]);
+        n_exact += (size_t)nc;
     }
-    j->n_cand[thread] += n_cand;
+    j->n_cand[2 * thread] += n_cand;
+    j->n_cand[2 * thread + 1] += n_exact;
 }
 
 static void i8_fill_task(void *ctx, int64_t task, int thread) {
@@ -315,7 +338,7 @@ static void pairs_i8(pairs_run *P, hx_pool *pool, const kb_rows *r, size_t row0,
         if (s > mx) mx = s;
     }
     P->i8_scratch = malloc((size_t)P->nt * I8_SCRATCH);
-    P->n_cand = calloc((size_t)P->nt, sizeof *P->n_cand);
+    P->n_cand = calloc(2 * (size_t)P->nt, sizeof *P->n_cand);
     if (!P->i8_scratch || !P->n_cand || !kb_i8_alloc(&P->q, r->n, r->dim)) { /* f32 tiles need less memory */
         free(P->i8_scratch); free(P->n_cand);
         P->i8_scratch = NULL, P->n_cand = NULL;
@@ -325,6 +348,8 @@ static void pairs_i8(pairs_run *P, hx_pool *pool, const kb_rows *r, size_t row0,
     P->j.q = &P->q;
     P->j.i8 = hx_isa_current() >= HX_ISA_AVX512_VNNI ? kb_i8_tile_vnni : kb_i8_tile_scalar;
     P->j.dots = P->j.kernel == kb_tile_avx2 ? kb_dots_fma : kb_dots_scalar;
+    P->j.dots_any = P->j.kernel == kb_tile_avx2 ? kb_dots_any_avx2 : NULL;
+    /* any two f32 orders are within 2 dim 2^-24 |a| |b| of each other */
     P->j.slack = (float)((r->dim + 16) * m2 / 8388608.0 + 1.0 / 1048576);
     P->j.i8_scratch = P->i8_scratch;
     P->j.n_cand = P->n_cand;
@@ -403,11 +428,11 @@ hx_status kb_entry_pairs_mode(hx_pool *pool, const kb_rows *r, size_t row0, cons
     pairs_run_tiles(&P, pool);
     if (o->allpairs_log && r->n > row0) {
         char how[120];
-        size_t nc = 0;
-        for (int t = 0; P.n_cand && t < P.nt; t++) nc += P.n_cand[t];
+        size_t nc = 0, nx = 0;
+        for (int t = 0; P.n_cand && t < P.nt; t++) nc += P.n_cand[2 * t], nx += P.n_cand[2 * t + 1];
         if (P.j.i8)
-            snprintf(how, sizeof how, "%s int8 candidate tiles, %zu rescored in %s f32",
-                     P.j.i8 == kb_i8_tile_vnni ? "vnni" : "scalar", nc, P.j.kernel == kb_tile_avx2 ? "avx2" : "scalar");
+            snprintf(how, sizeof how, "%s int8 tiles, %zu candidates, %zu rescored in %s f32",
+                     P.j.i8 == kb_i8_tile_vnni ? "vnni" : "scalar", nc, nx, P.j.kernel == kb_tile_avx2 ? "avx2" : "scalar");
         else snprintf(how, sizeof how, "%s f32 tiles", P.j.kernel == kb_tile_avx2 ? "avx2" : "scalar");
         fprintf(stderr, "all-pairs: cpu (%s, %d threads), %zu new of %zu rows x %d, %.3f s%s\n", how, P.nt,
                 r->n - row0, r->n, r->dim, hx_now_s() - t0, why);
