@@ -1,6 +1,7 @@
 /* allpairs.c — portable tile kernels (outer-product form, vectorizable), the
  * int8 quantization of rows for the candidate tiles, and their scalar kernel. */
 #include "kb/allpairs.h"
+#include "quant/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -55,7 +56,12 @@ static inline int quant(float x) {
     return q > 127 ? 127 : q < -127 ? -127 : q;
 }
 
-/* the squared residual of v quantized with scale s (float: only to choose s) */
+/* the squared residual of v quantized with scale s (float: only to choose s);
+ * the scale: max |v| / 127, or (Rows often hold a few distinct magnitudes,
+ * the lexical embedder's tf levels: a scale that puts one of them on the
+ * grid leaves a smaller residual, hence a tighter bound) one of the first
+ * KB_I8_SCALES nonzero magnitudes at the finest grid that keeps q within
+ * 127, whichever leaves the least residual. */
 static float resid(const float *v, int dim, float s) {
     const float inv = 1.0f / s;
     float r = 0;
@@ -66,46 +72,53 @@ static float resid(const float *v, int dim, float s) {
     return r;
 }
 
+void kb_i8_row_scalar(const float *v, int dim, int8_t *qa, float *scale, int32_t *sum, double *nn, double *rr) {
+    float m = 0, s;
+    for (int k = 0; k < dim; k++) m = fabsf(v[k]) > m ? fabsf(v[k]) : m;
+    s = m / 127.0f;
+    if (m > 0) {
+        float best = resid(v, dim, s);
+        for (int k = 0, tried = 0; k < dim && tried < KB_I8_SCALES; k++) {
+            const float mg = fabsf(v[k]), steps = floorf(mg / s);
+            if (mg == 0) continue;
+            tried++;
+            if (steps < 1) continue;
+            const float c = mg / steps, r = c >= m / 127.0f ? resid(v, dim, c) : INFINITY;
+            if (r < best) best = r, s = c;
+        }
+    }
+    const float inv = m > 0 ? 1.0f / s : 0;
+    int32_t su = 0;
+    double n2 = 0, r2 = 0;
+    for (int k = 0; k < dim; k++) {
+        const int qi = quant(v[k] * inv);
+        qa[k] = (int8_t)qi;
+        su += qi;
+        double d = (double)s * qi, e = (double)v[k] - d; /* both exact in double: 24 x 8 bits */
+        n2 += d * d, r2 += e * e;
+    }
+    *scale = s, *sum = su, *nn = n2, *rr = r2;
+}
+
 void kb_i8_fill(kb_i8 *q, const float *vec, size_t t) {
     const int dim = q->dim, dq = q->dq, lda = 4 * dq;
+    void (*row)(const float *, int, int8_t *, float *, int32_t *, double *, double *) =
+        hx_isa_current() >= HX_ISA_AVX512 ? kb_i8_row_avx512 : kb_i8_row_scalar;
     uint8_t *bt = q->bp + t * (size_t)dq * KB_TILE * 4;
     for (size_t r = t * KB_TILE; r < (t + 1) * KB_TILE; r++) {
         int8_t *qa = q->a + r * (size_t)lda;
         memset(qa, 0, (size_t)lda);
-        float m = 0, s = 0;
+        float s = 0;
         double nn = 0, rr = 0;
         int32_t sum = 0;
-        if (r < q->n) {
-            const float *v = vec + r * (size_t)dim;
-            for (int k = 0; k < dim; k++) m = fabsf(v[k]) > m ? fabsf(v[k]) : m;
-            s = m / 127.0f;
-            /* Rows often hold a few distinct magnitudes (the lexical
-             * embedder's tf levels): a scale that puts one of them on the
-             * grid leaves a smaller residual, hence a tighter bound. Tried:
-             * the magnitudes of the first nonzero components, each at the
-             * finest grid that keeps q within 127. */
-            if (m > 0) {
-                float best = resid(v, dim, s);
-                for (int k = 0, tried = 0; k < dim && tried < KB_I8_SCALES; k++) {
-                    const float mg = fabsf(v[k]), steps = floorf(mg / s);
-                    if (mg == 0) continue;
-                    tried++;
-                    if (steps < 1) continue;
-                    const float c = mg / steps, r = c >= m / 127.0f ? resid(v, dim, c) : INFINITY;
-                    if (r < best) best = r, s = c;
-                }
-            }
-            const float inv = m > 0 ? 1.0f / s : 0;
-            for (int k = 0; k < dim; k++) {
-                const int qi = quant(v[k] * inv);
-                qa[k] = (int8_t)qi;
-                sum += qi;
-                double d = (double)s * qi, e = (double)v[k] - d; /* both exact in double: 24 x 8 bits */
-                nn += d * d, rr += e * e;
-            }
+        if (r < q->n) row(vec + r * (size_t)dim, dim, qa, &s, &sum, &nn, &rr);
+        /* the column copy: each quad of q as one word, each byte + 128 */
+        for (int k = 0; k < dq; k++) {
+            uint32_t w;
+            memcpy(&w, qa + 4 * k, 4);
+            w ^= 0x80808080u;
+            memcpy(bt + ((size_t)k * KB_TILE + r % KB_TILE) * 4, &w, 4);
         }
-        uint8_t *bp = bt + (r % KB_TILE) * 4;
-        for (int k = 0; k < lda; k++) bp[(size_t)(k / 4) * KB_TILE * 4 + k % 4] = (uint8_t)(qa[k] + 128);
         q->corr[r] = 128 * sum;
         /* rounded up: the norms feed an upper bound */
         q->s[r] = s;

@@ -53,6 +53,10 @@ typedef struct kb_i8 {
  * nearest of v / s, rounded half away from zero. */
 bool kb_i8_alloc(kb_i8 *q, size_t n, int dim);
 void kb_i8_fill(kb_i8 *q, const float *vec, size_t t);
+/* One row: q into qa (dim bytes), its scale, sum of q, |s q|^2 and |v - s q|^2
+ * (in double); kb_i8_fill's per-row step, AVX-512 from HX_ISA_AVX512 on. */
+void kb_i8_row_scalar(const float *v, int dim, int8_t *qa, float *scale, int32_t *sum, double *nn, double *rr);
+void kb_i8_row_avx512(const float *v, int dim, int8_t *qa, float *scale, int32_t *sum, double *nn, double *rr);
 void kb_i8_free(kb_i8 *q);
 
 /* Rows i0 .. i0 + na - 1 (na <= 64) against tile t: acc[i][j] = the integer

@@ -1,10 +1,12 @@
 /* allpairs_avx512.c — AVX512-VNNI int8 candidate tile: 4 rows x 64 columns
  * of int32 sums in 16 registers, vpdpbusd (unsigned column bytes q + 128 by
  * signed row bytes q, 4 products a lane), then each pair's upper bound
- * (allpairs.h) against its row's window, 16 pairs per compare. */
+ * (allpairs.h) against its row's window, 16 pairs per compare; and the rows'
+ * quantization, 16 elements a step. */
 #include "kb/allpairs.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 static inline __m512i bcast4(const int8_t *p) {
@@ -65,4 +67,65 @@ void kb_i8_tile_vnni(const kb_i8 *q, size_t i0, int na, size_t t, const float *l
             mask[i + r] = m;
         }
     }
+}
+
+static inline __mmask16 tail16(int k, int dim) { return k + 16 <= dim ? (__mmask16)0xFFFF : (__mmask16)((1u << (dim - k)) - 1); }
+
+/* q = v / s rounded to nearest (ties to even: any rounding gives a valid
+ * bound, the residual being measured), within +-127 */
+static inline __m512i quant16(__m512 x) {
+    __m512i q = _mm512_cvtps_epi32(x);
+    return _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+}
+
+static float resid16(const float *v, int dim, float s) {
+    const __m512 sv = _mm512_set1_ps(s), inv = _mm512_set1_ps(1.0f / s);
+    __m512 acc = _mm512_setzero_ps();
+    for (int k = 0; k < dim; k += 16) {
+        const __m512 x = _mm512_maskz_loadu_ps(tail16(k, dim), v + k);
+        const __m512 e = _mm512_fnmadd_ps(sv, _mm512_cvtepi32_ps(quant16(_mm512_mul_ps(x, inv))), x);
+        acc = _mm512_fmadd_ps(e, e, acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+void kb_i8_row_avx512(const float *v, int dim, int8_t *qa, float *scale, int32_t *sum, double *nn, double *rr) {
+    __m512 mx = _mm512_setzero_ps();
+    for (int k = 0; k < dim; k += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail16(k, dim), v + k)));
+    const float m = _mm512_reduce_max_ps(mx);
+    float s = m / 127.0f;
+    if (m > 0) { /* the scales kb_i8_row_scalar tries */
+        float best = resid16(v, dim, s);
+        for (int k = 0, tried = 0; k < dim && tried < 8; k++) {
+            const float mg = fabsf(v[k]), steps = floorf(mg / s);
+            if (mg == 0) continue;
+            tried++;
+            if (steps < 1) continue;
+            const float c = mg / steps, r = c >= m / 127.0f ? resid16(v, dim, c) : INFINITY;
+            if (r < best) best = r, s = c;
+        }
+    }
+    const __m512 inv = _mm512_set1_ps(m > 0 ? 1.0f / s : 0.0f);
+    const __m512d sd = _mm512_set1_pd((double)s);
+    __m512i su = _mm512_setzero_si512();
+    __m512d n2 = _mm512_setzero_pd(), r2 = _mm512_setzero_pd();
+    for (int k = 0; k < dim; k += 16) {
+        const __mmask16 t = tail16(k, dim);
+        const __m512 x = _mm512_maskz_loadu_ps(t, v + k);
+        const __m512i q = _mm512_maskz_mov_epi32(t, quant16(_mm512_mul_ps(x, inv)));
+        _mm_mask_storeu_epi8(qa + k, t, _mm512_cvtepi32_epi8(q));
+        su = _mm512_add_epi32(su, q);
+        for (int h = 0; h < 2; h++) { /* s q and v - s q in double: exact products */
+            const __m512d qd = _mm512_cvtepi32_pd(h ? _mm512_extracti64x4_epi64(q, 1) : _mm512_castsi512_si256(q));
+            const __m512d xd = _mm512_cvtps_pd(h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))
+                                                 : _mm512_castps512_ps256(x));
+            const __m512d d = _mm512_mul_pd(sd, qd), e = _mm512_sub_pd(xd, d);
+            n2 = _mm512_fmadd_pd(d, d, n2);
+            r2 = _mm512_fmadd_pd(e, e, r2);
+        }
+    }
+    *scale = s;
+    *sum = _mm512_reduce_add_epi32(su);
+    *nn = _mm512_reduce_add_pd(n2);
+    *rr = _mm512_reduce_add_pd(r2);
 }
