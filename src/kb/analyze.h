@@ -68,6 +68,12 @@ void kb_klist_sort(kb_klist *l); /* best first, by kb_pair_better */
  * line on a terminal ("" for none). */
 hx_status kb_embed_rows(kb_embedder *em, const kb_log *log, const size_t *which, const size_t *at, size_t n,
                         float *vec, const char *progress, hx_error *e);
+/* Save c as kb_cache_save does, or, when its first n_kept records are the
+ * cache on disk's (as loaded, unchanged) and the base file's records a
+ * prefix of them, write only the records past the base to embeddings.add
+ * (kb.c), atomically; a full rewrite once those pass a quarter of the base.
+ * Sets c->sum to what kb_cache_load will give the pair. */
+hx_status kb_cache_save_append(kb_cache *c, size_t n_kept, const char *path, const kb_embedder *em, hx_error *e);
 /* Report the lists: the best max_* of each into out (topics named by names). */
 hx_status kb_insights_from(const kb_klist *dups, const kb_klist *links, const kb_klist *over, const kb_opts *o,
                            char **names, int n_topics, kb_insights *out, hx_error *e);
