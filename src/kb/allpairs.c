@@ -51,9 +51,12 @@ bool kb_i8_alloc(kb_i8 *q, size_t n, int dim) {
 
 #define KB_I8_SCALES 8
 
+/* x rounded half away from zero into [-127, 127]; NaN gives 0 (clamped
+ * first: converting a NaN or huge float to int is undefined) */
 static inline int quant(float x) {
-    int q = (int)(x + (x >= 0 ? 0.5f : -0.5f));
-    return q > 127 ? 127 : q < -127 ? -127 : q;
+    if (!(x >= -127.0f)) x = x != x ? 0.0f : -127.0f;
+    if (x > 127.0f) x = 127.0f;
+    return (int)(x + (x >= 0 ? 0.5f : -0.5f));
 }
 
 /* the squared residual of v quantized with scale s (float: only to choose s);

@@ -319,41 +319,41 @@ typedef struct pairs_run {
 } pairs_run;
 
 /* Whether rows [row0, n_rows) against the rest go through int8 candidates:
- * KB_PAIRS_AUTO where the CPU has AVX512-VNNI and the work is more than the
- * quantization of all rows (at 100,000 rows x 384 the two cost the same near 100 new rows); KB_PAIRS_I8 always
- * (the scalar int8 kernel below VNNI); never for rows that are not finite
- * with moderate norms (the bound's slack assumes them). On the int8 path the
- * window's slack covers the f32 similarity's rounding: the chain of dim
- * products is within dim 2^-24 |a| |b| of the real dot (doubled), plus 2^-20
- * for forming the bound in float. */
+ * KB_PAIRS_AUTO where the CPU has AVX512-VNNI and 128 or more rows are new
+ * (the quantization of all rows costs about what 100 new rows cost on f32
+ * tiles at 100,000 rows x 384); KB_PAIRS_I8 always (the scalar int8 kernel
+ * below VNNI). Never for rows that are not finite with norms up to 16: the
+ * slack assumes them. The slack covers the f32 similarity's rounding: any
+ * order of the dim products is within dim 2^-24 |a| |b| of the real dot, so
+ * two orders within twice that, plus 2^-20 for forming the bound in float. */
 static void pairs_i8(pairs_run *P, hx_pool *pool, const kb_rows *r, size_t row0, size_t n_rows, kb_pairs_mode mode) {
     if (mode == KB_PAIRS_F32 || !r->n || n_rows <= row0) return;
     if (mode == KB_PAIRS_AUTO && (hx_isa_current() < HX_ISA_AVX512_VNNI || n_rows - row0 < 128)) return;
-    double mx = 0;
-    for (size_t i = 0; i < r->n; i++) {
-        const float *v = r->vec + i * (size_t)r->dim;
-        double s = 0;
-        for (int k = 0; k < r->dim; k++) s += (double)v[k] * v[k];
-        if (!(s <= 256.0)) return; /* NaN, inf or a norm over 16 */
-        if (s > mx) mx = s;
-    }
     P->i8_scratch = malloc((size_t)P->nt * I8_SCRATCH);
     P->n_cand = calloc(2 * (size_t)P->nt, sizeof *P->n_cand);
-    if (!P->i8_scratch || !P->n_cand || !kb_i8_alloc(&P->q, r->n, r->dim)) { /* f32 tiles need less memory */
-        free(P->i8_scratch); free(P->n_cand);
-        P->i8_scratch = NULL, P->n_cand = NULL;
-        return;
-    }
-    const double m2 = mx * (1 + 1e-6);
+    if (!P->i8_scratch || !P->n_cand || !kb_i8_alloc(&P->q, r->n, r->dim)) goto f32; /* f32 tiles need less memory */
     P->j.q = &P->q;
+    hx_pool_run(pool, (int64_t)((r->n + TILE - 1) / TILE), i8_fill_task, &P->j);
+    /* |v| <= |s q| + |v - s q| = nres: a bound of the norms, NaN or infinite
+     * for a row that is not finite */
+    float mx = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (!(P->q.nres[i] <= 16.0f)) goto f32;
+        mx = P->q.nres[i] > mx ? P->q.nres[i] : mx;
+    }
+    const double m2 = (double)mx * mx;
     P->j.i8 = hx_isa_current() >= HX_ISA_AVX512_VNNI ? kb_i8_tile_vnni : kb_i8_tile_scalar;
     P->j.dots = P->j.kernel == kb_tile_avx2 ? kb_dots_fma : kb_dots_scalar;
     P->j.dots_any = P->j.kernel == kb_tile_avx2 ? kb_dots_any_avx2 : NULL;
-    /* any two f32 orders are within 2 dim 2^-24 |a| |b| of each other */
     P->j.slack = (float)((r->dim + 16) * m2 / 8388608.0 + 1.0 / 1048576);
     P->j.i8_scratch = P->i8_scratch;
     P->j.n_cand = P->n_cand;
-    hx_pool_run(pool, (int64_t)((r->n + TILE - 1) / TILE), i8_fill_task, &P->j);
+    return;
+f32:
+    free(P->i8_scratch); free(P->n_cand);
+    P->i8_scratch = NULL, P->n_cand = NULL;
+    kb_i8_free(&P->q);
+    P->j.q = NULL;
 }
 
 static hx_status pairs_begin(pairs_run *P, hx_pool *pool, const kb_rows *r, size_t row0, size_t n_rows,
