@@ -326,6 +326,25 @@ static void test_i8_pairs(void) {
             set_free(&s);
         }
         printf("i8 pairs: %s: %d of %d cases identical to the f32 tiles\n", hx_isa_name((hx_isa)isa), same, ran);
+        /* rows the bound does not hold for (a NaN, an infinity, a norm of 20):
+         * the int8 path declines, the f32 tiles run, no undefined conversion */
+        for (int bad = 0; bad < 3; bad++) {
+            set s = make_set(300, 100, 1);
+            s.v[77 * 100 + 5] = bad == 0 ? NAN : bad == 1 ? INFINITY : s.v[77 * 100 + 5];
+            if (bad == 2) for (int k = 0; k < 100; k++) s.v[120 * 100 + k] *= 20.0f;
+            kb_rows r = rows_of(&s);
+            kb_opts o = {.dup_threshold = 0.9f, .link_low = 0.5f, .link_high = 0.9f, .topic_threshold = 0.55f,
+                         .max_dups = 5, .max_links = 5, .max_overlaps = 5, .allpairs_device = HX_DEVICE_CPU};
+            kb_klist x[3], y[3];
+            hx_error e = {0};
+            CHECK(kb_entry_pairs_mode(pool, &r, 0, &o, KB_PAIRS_F32, &x[0], &x[1], &x[2], &e) == HX_OK, "%s", e.msg);
+            CHECK(kb_entry_pairs_mode(pool, &r, 0, &o, KB_PAIRS_I8, &y[0], &y[1], &y[2], &e) == HX_OK, "%s", e.msg);
+            CHECK(same_list(&x[0], &y[0], "near-duplicates") && same_list(&x[1], &y[1], "cross-links") &&
+                      same_list(&x[2], &y[2], "single-topic overlaps"),
+                  "%s: bad rows %d: the lists differ", hx_isa_name((hx_isa)isa), bad);
+            for (int k = 0; k < 3; k++) { kb_klist_free(&x[k]); kb_klist_free(&y[k]); }
+            set_free(&s);
+        }
     }
     hx_isa_set(was);
     hx_pool_free(pool);
