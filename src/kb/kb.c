@@ -534,7 +534,7 @@ static bool cache_alloc(kb_cache *c, size_t n, int dim) {
  * checksum only says the file is as written, not that what was written is
  * sane: a non-finite or huge vector would poison every similarity. */
 static bool vec_sane(const float *v, int dim) {
-    /* squares in double cannot overflow (FLT_MAX^2 < DBL_MAX times dim), so
+    /* squares summed in double cannot overflow (dim FLT_MAX^2 is far below DBL_MAX), so
      * an infinite or NaN element leaves an infinite or NaN sum, which fails
      * the test below: no per-element check; four sums for speed */
     double s[4] = {0, 0, 0, 0};
