@@ -1,5 +1,9 @@
-/* test_kb_allpairs.c — the entry all-pairs stage's GPU path (allpairs_cuda.h).
+/* test_kb_allpairs.c — the entry all-pairs stage's GPU path (allpairs_cuda.h)
+ * and the CPU's int8 candidate tiles (allpairs.h).
  *
+ * On every machine: the int8 bound holds (f32 similarity within it plus the
+ * slack) and the VNNI sums equal the scalar kernel's; kb_entry_pairs_mode's
+ * int8 path gives the f32 tiles' lists bit for bit at each ISA level.
  * On every machine: the fp16 error bound (kb_f16_eps) holds for similarities
  * formed as the tensor cores do (fp16 operands, f32 sums of 16-term blocks)
  * against the CPU kernel's f32 similarity, on random, clustered and tiny-valued
@@ -36,7 +40,9 @@ static void unit(float *v, int dim) {
 }
 
 /* rows: kind 0 random; 1 clusters of near-duplicates with exact copies and
- * one-ulp neighbours (ties and near ties); 2 tiny components (fp16 subnormals) */
+ * one-ulp neighbours (ties and near ties); 2 tiny components (fp16 subnormals);
+ * 3 lexical-like: about 60 signed components at a few tf levels, every 5th row
+ * a copy of an earlier one with one component changed */
 static float *make_rows(size_t n, int dim, int kind) {
     float *v = malloc(n * (size_t)dim * sizeof *v);
     int nc = (int)(n / 40) + 1;
@@ -48,6 +54,20 @@ static float *make_rows(size_t n, int dim, int kind) {
         if (kind == 1 && i % 11 == 5 && i > 0) { /* the previous row, one element one ulp off */
             memcpy(r, r - dim, (size_t)dim * sizeof *r);
             r[i % dim] = nextafterf(r[i % dim], 2.0f);
+            continue;
+        }
+        if (kind == 3) {
+            if (i % 5 == 2 && i > 2) {
+                memcpy(r, v + (size_t)(urand() * (double)i) * dim, (size_t)dim * sizeof *r);
+                r[(size_t)(urand() * dim)] += 0.1f;
+            } else {
+                memset(r, 0, (size_t)dim * sizeof *r);
+                for (int w = 0; w < 60; w++) {
+                    double u = urand();
+                    r[(size_t)(urand() * dim)] += (float)((urand() < 0.5 ? -1 : 1) * (u < 0.8 ? 1.0 : u < 0.95 ? 1.693 : 2.099));
+                }
+            }
+            unit(r, dim);
             continue;
         }
         const float *c = ctr + (size_t)(urand() * nc) * dim;
@@ -204,7 +224,132 @@ static void test_window(void) {
     hx_pool_free(pool);
 }
 
-#ifdef HX_HAVE_CUDA
+/* ---- the CPU's int8 candidate tiles (allpairs.h) ---- */
+
+/* the window's slack for the f32 rounding, as insights.c forms it */
+static float f32_slack(int dim, float m) { return (float)((dim + 16) * (double)m * m / 8388608.0 + 1.0 / 1048576); }
+
+/* Every pair's f32 similarity (the tile kernel's bits) lies within the int8
+ * bound plus the slack, and the tile's mask holds every pair whose f32
+ * similarity reaches its row's lo plus the slack; the VNNI kernel's sums equal
+ * the scalar kernel's. */
+static void test_i8_bound(void) {
+    const int dims[] = {384, 100, 65};
+    for (int di = 0; di < 3; di++)
+        for (int kind = 0; kind < 4; kind++) {
+            const int dim = dims[di];
+            const size_t n = 128;
+            float *v = make_rows(n, dim, kind);
+            kb_i8 q;
+            CHECK(kb_i8_alloc(&q, n, dim), "kb_i8_alloc");
+            for (size_t t = 0; t < n / KB_TILE; t++) kb_i8_fill(&q, v, t);
+            const float slack = f32_slack(dim, max_norm(v, n, dim));
+            static int32_t acc[KB_TILE * KB_TILE], acc2[KB_TILE * KB_TILE];
+            uint64_t mask[KB_TILE], mask2[KB_TILE];
+            float lo[KB_TILE];
+            double worst = -INFINITY, mean_err = 0;
+            int missed = 0, acc_diff = 0;
+            for (int i = 0; i < KB_TILE; i++) lo[i] = kind == 3 ? 0.1f + 0.004f * i : -0.2f + 0.01f * i;
+            for (size_t t = 0; t < 2; t++) {
+                kb_i8_tile_scalar(&q, 0, KB_TILE, t, lo, acc, mask);
+                if (hx_isa_best() >= HX_ISA_AVX512_VNNI) {
+                    kb_i8_tile_vnni(&q, 0, KB_TILE, t, lo, acc2, mask2);
+                    acc_diff += memcmp(acc, acc2, sizeof acc) != 0;
+                }
+                for (int i = 0; i < KB_TILE; i++)
+                    for (int j = 0; j < KB_TILE; j++) {
+                        size_t a = (size_t)i, b = t * KB_TILE + (size_t)j;
+                        double s = (double)q.s[a] * q.s[b] * (acc[i * KB_TILE + j] - q.corr[a]);
+                        double err = (double)q.nrm[a] * q.res[b] + (double)q.res[a] * q.nres[b];
+                        float f = sim_cpu(v + a * dim, v + b * dim, dim);
+                        double over = fabs(f - s) - err;
+                        if (over > worst) worst = over;
+                        mean_err += err;
+                        if (f >= lo[i] + slack && !((mask[i] >> j) & 1)) missed++;
+                        if (hx_isa_best() >= HX_ISA_AVX512_VNNI && f >= lo[i] + slack && !((mask2[i] >> j) & 1)) missed++;
+                    }
+            }
+            CHECK(worst <= slack, "dim %d rows %d: |f32 - int8| similarity over the bound by %g (slack %g)", dim, kind,
+                  worst, slack);
+            CHECK(!missed, "dim %d rows %d: %d pairs at or above lo missing from a mask", dim, kind, missed);
+            CHECK(!acc_diff, "dim %d rows %d: the VNNI tile's sums differ from the scalar kernel's", dim, kind);
+            printf("i8 bound: dim %3d rows %d: mean bound %.4f, closest |f32 - int8| - bound %.2e (slack %.2e)\n", dim, kind,
+                   mean_err / (2.0 * KB_TILE * KB_TILE), worst, slack);
+            kb_i8_free(&q);
+            free(v);
+        }
+}
+
+static bool same_list(const kb_klist *x, const kb_klist *y, const char *what);
+
+/* kb_entry_pairs_mode: int8 candidates give the f32 tiles' lists bit for bit,
+ * at every ISA level this CPU has (scalar: scalar int8 and f32 kernels; avx2
+ * and avx512: the scalar int8 kernel, AVX2 f32; avx512vnni: the VNNI one) */
+static void test_i8_pairs(void) {
+    hx_pool *pool = hx_pool_create(2);
+    const hx_isa was = hx_isa_current();
+    struct { size_t n; int dim, kind; size_t row0; float dup, lo, hi, top; int kd, kl, ko; const char *what; } cs[] = {
+        {1500, 384, 0, 0, 0.2f, 0.12f, 0.2f, 0.15f, 20, 50, 100, "random, low thresholds"},
+        {1500, 384, 1, 0, 0.92f, 0.75f, 0.92f, 0.6f, 20, 50, 100, "clusters, ties"},
+        {1500, 384, 1, 0, 0.92f, 0.75f, 0.92f, 0.6f, 2000, 3000, 500, "clusters, deep lists"},
+        {1500, 384, 1, 1300, 0.92f, 0.75f, 0.92f, 0.6f, 20, 50, 100, "clusters, incremental"},
+        {1200, 100, 1, 0, 0.9f, 0.5f, 0.9f, 0.55f, 3, 0, 7, "dim 100, no links"},
+        {700, 65, 0, 0, -1.0f, -1.0f, 1.0f, -1.0f, 40, 40, 40, "dim 65, every pair a candidate"},
+        {1500, 384, 2, 0, 0.3f, 0.1f, 0.3f, 0.2f, 20, 50, 100, "tiny components"},
+        {2000, 384, 3, 0, 0.247f, 0.234f, 0.247f, 0.45f, 20, 50, 100, "lexical-like, copies"},
+        {1000, 384, 3, 0, 0.247f, 0.234f, 0.247f, 0.45f, 5, 5, 5, "lexical-like, short lists"},
+        {2000, 384, 3, 1937, 0.247f, 0.234f, 0.247f, 0.45f, 20, 50, 100, "lexical-like, incremental"},
+    };
+    for (int isa = HX_ISA_SCALAR; isa <= HX_ISA_AVX512_VNNI; isa++) {
+        if (isa > (int)hx_isa_best() || !hx_isa_set((hx_isa)isa)) continue;
+        int same = 0, ran = 0;
+        for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+            if (isa == HX_ISA_SCALAR && cs[c].n > 1200) continue; /* the scalar kernels are slow under sanitizers */
+            set s = make_set(cs[c].n, cs[c].dim, cs[c].kind);
+            kb_rows r = rows_of(&s);
+            kb_opts o = {.dup_threshold = cs[c].dup, .link_low = cs[c].lo, .link_high = cs[c].hi,
+                         .topic_threshold = cs[c].top, .max_dups = cs[c].kd, .max_links = cs[c].kl,
+                         .max_overlaps = cs[c].ko, .allpairs_device = HX_DEVICE_CPU};
+            kb_klist x[3], y[3];
+            hx_error e = {0};
+            CHECK(kb_entry_pairs_mode(pool, &r, cs[c].row0, &o, KB_PAIRS_F32, &x[0], &x[1], &x[2], &e) == HX_OK,
+                  "f32: %s", e.msg);
+            CHECK(kb_entry_pairs_mode(pool, &r, cs[c].row0, &o, KB_PAIRS_I8, &y[0], &y[1], &y[2], &e) == HX_OK,
+                  "int8: %s", e.msg);
+            int ok = (int)same_list(&x[0], &y[0], "near-duplicates") + (int)same_list(&x[1], &y[1], "cross-links") +
+                     (int)same_list(&x[2], &y[2], "single-topic overlaps") == 3;
+            CHECK(ok, "%s: case %zu (%s): the int8 path's lists differ from the f32 tiles'", hx_isa_name((hx_isa)isa),
+                  c, cs[c].what);
+            CHECK(x[0].n + x[1].n + x[2].n > 0, "case %zu (%s): nothing kept, nothing tested", c, cs[c].what);
+            same += ok, ran++;
+            for (int k = 0; k < 3; k++) { kb_klist_free(&x[k]); kb_klist_free(&y[k]); }
+            set_free(&s);
+        }
+        printf("i8 pairs: %s: %d of %d cases identical to the f32 tiles\n", hx_isa_name((hx_isa)isa), same, ran);
+        /* rows the bound does not hold for (a NaN, an infinity, a norm of 20):
+         * the int8 path declines, the f32 tiles run, no undefined conversion */
+        for (int bad = 0; bad < 3; bad++) {
+            set s = make_set(300, 100, 1);
+            s.v[77 * 100 + 5] = bad == 0 ? NAN : bad == 1 ? INFINITY : s.v[77 * 100 + 5];
+            if (bad == 2) for (int k = 0; k < 100; k++) s.v[120 * 100 + k] *= 20.0f;
+            kb_rows r = rows_of(&s);
+            kb_opts o = {.dup_threshold = 0.9f, .link_low = 0.5f, .link_high = 0.9f, .topic_threshold = 0.55f,
+                         .max_dups = 5, .max_links = 5, .max_overlaps = 5, .allpairs_device = HX_DEVICE_CPU};
+            kb_klist x[3], y[3];
+            hx_error e = {0};
+            CHECK(kb_entry_pairs_mode(pool, &r, 0, &o, KB_PAIRS_F32, &x[0], &x[1], &x[2], &e) == HX_OK, "%s", e.msg);
+            CHECK(kb_entry_pairs_mode(pool, &r, 0, &o, KB_PAIRS_I8, &y[0], &y[1], &y[2], &e) == HX_OK, "%s", e.msg);
+            CHECK(same_list(&x[0], &y[0], "near-duplicates") && same_list(&x[1], &y[1], "cross-links") &&
+                      same_list(&x[2], &y[2], "single-topic overlaps"),
+                  "%s: bad rows %d: the lists differ", hx_isa_name((hx_isa)isa), bad);
+            for (int k = 0; k < 3; k++) { kb_klist_free(&x[k]); kb_klist_free(&y[k]); }
+            set_free(&s);
+        }
+    }
+    hx_isa_set(was);
+    hx_pool_free(pool);
+}
+
 static bool same_list(const kb_klist *x, const kb_klist *y, const char *what) {
     bool ok = x->n == y->n && x->has_cut == y->has_cut;
     for (int i = 0; ok && i < x->n; i++)
@@ -224,8 +369,6 @@ static bool same_list(const kb_klist *x, const kb_klist *y, const char *what) {
     }
     return ok;
 }
-
-#endif
 
 /* returns 77 when no GPU path runs here */
 static int test_gpu(void) {
@@ -294,6 +437,8 @@ int main(int argc, char **argv) {
     }
     test_eps();
     test_window();
+    test_i8_bound();
+    test_i8_pairs();
     int rc = test_gpu();
     if (failures) { printf("%d failures\n", failures); return 1; }
     printf("ok\n");

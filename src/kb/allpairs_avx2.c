@@ -2,6 +2,7 @@
 #include "kb/allpairs.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 void kb_tile_avx2(const float *A, int na, const float *Bt, int dim, float *S) {
     int i = 0;
@@ -43,5 +44,50 @@ void kb_tile_avx2(const float *A, int na, const float *Bt, int dim, float *S) {
             _mm256_storeu_ps(S + (size_t)i * KB_TILE + j, c0);
             _mm256_storeu_ps(S + (size_t)i * KB_TILE + j + 8, c1);
         }
+    }
+}
+
+/* Eight chains at a time (independent FMAs in flight); each chain is the
+ * AVX2 tile's lane arithmetic: fmaf over k in order from +0. */
+void kb_dots_fma(const float *const *a, const float *const *b, int n, int dim, float *out) {
+    int q = 0;
+    for (; q + 8 <= n; q += 8) {
+        const float *const *x = a + q, *const *y = b + q;
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+        for (int k = 0; k < dim; k++) {
+            s0 = fmaf(x[0][k], y[0][k], s0); s1 = fmaf(x[1][k], y[1][k], s1);
+            s2 = fmaf(x[2][k], y[2][k], s2); s3 = fmaf(x[3][k], y[3][k], s3);
+            s4 = fmaf(x[4][k], y[4][k], s4); s5 = fmaf(x[5][k], y[5][k], s5);
+            s6 = fmaf(x[6][k], y[6][k], s6); s7 = fmaf(x[7][k], y[7][k], s7);
+        }
+        out[q] = s0; out[q + 1] = s1; out[q + 2] = s2; out[q + 3] = s3;
+        out[q + 4] = s4; out[q + 5] = s5; out[q + 6] = s6; out[q + 7] = s7;
+    }
+    for (; q < n; q++) {
+        float s = 0;
+        for (int k = 0; k < dim; k++) s = fmaf(a[q][k], b[q][k], s);
+        out[q] = s;
+    }
+}
+
+void kb_dots_any_avx2(const float *const *a, const float *const *b, int n, int dim, float *out) {
+    for (int q = 0; q < n; q++) {
+        const float *x = a[q], *y = b[q];
+        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+        int k = 0;
+        for (; k + 32 <= dim; k += 32) {
+            c0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k), c0);
+            c1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), _mm256_loadu_ps(y + k + 8), c1);
+            c2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), _mm256_loadu_ps(y + k + 16), c2);
+            c3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), _mm256_loadu_ps(y + k + 24), c3);
+        }
+        for (; k + 8 <= dim; k += 8) c0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k), c0);
+        __m256 c = _mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3));
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        float s = _mm_cvtss_f32(h);
+        for (; k < dim; k++) s = fmaf(x[k], y[k], s);
+        out[q] = s;
     }
 }

@@ -41,6 +41,12 @@ bool kb_pair_better(const kb_pair *p, const kb_pair *q);
  * a, b = topic ids), each the best kb_keep_depth(k) with its cut. */
 hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_opts *o, kb_klist *dups,
                          kb_klist *links, kb_klist *over1, hx_error *e);
+/* How the CPU forms the pairs: AUTO picks; F32: f32 tiles, every pair's
+ * similarity; I8: int8 candidate tiles (allpairs.h), the candidates rescored
+ * with the f32 tiles' arithmetic. The lists are the same bits either way. */
+typedef enum kb_pairs_mode { KB_PAIRS_AUTO, KB_PAIRS_F32, KB_PAIRS_I8 } kb_pairs_mode;
+hx_status kb_entry_pairs_mode(hx_pool *pool, const kb_rows *r, size_t row0, const kb_opts *o, kb_pairs_mode mode,
+                              kb_klist *dups, kb_klist *links, kb_klist *over1, hx_error *e);
 /* The same lists for the pairs (a, b > a) with a in [row_lo, row_hi): one
  * MPI rank's share of a full pass (the union over a split of [0, n) is
  * kb_entry_pairs(row0 = 0); each pair's similarity is the same bits). */
@@ -62,6 +68,12 @@ void kb_klist_sort(kb_klist *l); /* best first, by kb_pair_better */
  * line on a terminal ("" for none). */
 hx_status kb_embed_rows(kb_embedder *em, const kb_log *log, const size_t *which, const size_t *at, size_t n,
                         float *vec, const char *progress, hx_error *e);
+/* Save c as kb_cache_save does, or, when its first n_kept records are the
+ * cache on disk's (as loaded, unchanged) and the base file's records a
+ * prefix of them, write only the records past the base to embeddings.add
+ * (kb.c), atomically; a full rewrite once those pass a quarter of the base.
+ * Sets c->sum to what kb_cache_load will give the pair. */
+hx_status kb_cache_save_append(kb_cache *c, size_t n_kept, const char *path, const kb_embedder *em, hx_error *e);
 /* Report the lists: the best max_* of each into out (topics named by names). */
 hx_status kb_insights_from(const kb_klist *dups, const kb_klist *links, const kb_klist *over, const kb_opts *o,
                            char **names, int n_topics, kb_insights *out, hx_error *e);

@@ -134,7 +134,23 @@ typedef struct job {
     topk *dups, *links, *over; /* per thread */
     float *scratch;       /* per thread: TILE*TILE sims + dim*TILE transposed tile */
     void (*kernel)(const float *, int, const float *, int, float *);
+    /* int8 candidates (entries mode; i8 NULL: f32 tiles throughout): the rows
+     * quantized, the tile kernel, the f32 rescoring with kernel's arithmetic,
+     * the f32 rounding slack of the window, per-thread scratch and counts */
+    const kb_i8 *q;
+    kb_i8_tile_fn i8;
+    void (*dots)(const float *const *, const float *const *, int, int, float *);
+    void (*dots_any)(const float *const *, const float *const *, int, int, float *); /* NULL: dots alone */
+    float slack;
+    char *i8_scratch;
+    size_t *n_cand;       /* per thread: int8 candidates, then pairs given the f32 chain */
 } job;
+
+/* per thread: acc (TILE x TILE int32), mask (TILE), then a tile's
+ * candidates (up to TILE x TILE): row pointers a, b, row and column in the
+ * tile, similarities; lo (TILE) */
+#define I8_SCRATCH (TILE * TILE * (sizeof(int32_t) + 2 * sizeof(float *) + 2 * sizeof(uint32_t) + sizeof(float)) + \
+                    TILE * (sizeof(uint64_t) + sizeof(float)))
 
 static inline kb_pair mkpair(uint64_t x, uint64_t y, float s) {
     return x < y ? (kb_pair){.a = x, .b = y, .sim = s} : (kb_pair){.a = y, .b = x, .sim = s};
@@ -171,6 +187,91 @@ static void tile_task(void *ctx, int64_t task, int thread) {
             for (size_t b = lo; b < hi; b++) visit(j, thread, a, b, row[b - j0]);
         }
     }
+}
+
+/* tile_task on int8 candidate tiles. Per column tile: each row's window from
+ * this thread's kept lists (a pair outside it is below a threshold or worse
+ * than the thread's cut, which only rises, so it cannot reach the merged
+ * lists); the int8 bound against it; the survivors' f32 similarity in any
+ * order (within the window's slack of the f32 tiles' bits) against the
+ * window again, the GPU's test (kb_cand_take); only the pairs left get the
+ * f32 tiles' own chain and are visited as tile_task visits. */
+static void tile_task_i8(void *ctx, int64_t task, int thread) {
+    job *j = ctx;
+    size_t i0 = j->row0 + (size_t)task * TILE, i1 = i0 + TILE < j->n_rows ? i0 + TILE : j->n_rows;
+    const int D = j->dim, na = (int)(i1 - i0);
+    char *sc = j->i8_scratch + (size_t)thread * I8_SCRATCH;
+    int32_t *acc = (int32_t *)sc;
+    uint64_t *mask = (uint64_t *)(acc + TILE * TILE);
+    const float **pa = (const float **)(mask + TILE), **pb = pa + TILE * TILE;
+    uint32_t *ia = (uint32_t *)(pb + TILE * TILE), *ib = ia + TILE * TILE;
+    float *sim = (float *)(ib + TILE * TILE), *lo = sim + TILE * TILE;
+    const kb_i8 *q = j->q;
+    const float *vec = j->vec;
+    size_t c0 = j->incremental ? 0 : i0, c1 = j->incremental ? i1 - 1 : j->n, n_cand = 0, n_exact = 0;
+    for (size_t t = c0 / TILE; t * TILE < c1; t++) {
+        const size_t j0 = t * TILE, j1 = j0 + TILE < c1 ? j0 + TILE : c1;
+        const topk *h[KB_KINDS] = {&j->dups[thread], &j->links[thread], &j->over[thread]};
+        float cut[KB_KINDS];
+        for (int k = 0; k < KB_KINDS; k++) cut[k] = h[k]->k > 0 && h[k]->n == h[k]->k ? h[k]->p[0].sim : -INFINITY;
+        const kb_cand_win w = kb_cand_window(j->o, cut, j->slack);
+        const float lo_pair = w.lo[KB_KIND_DUP] < w.lo[KB_KIND_LINK] ? w.lo[KB_KIND_DUP] : w.lo[KB_KIND_LINK];
+        bool any = false;
+        for (int i = 0; i < na; i++) {
+            lo[i] = j->single[i0 + i] && w.lo[KB_KIND_OVER] < lo_pair ? w.lo[KB_KIND_OVER] : lo_pair;
+            any |= lo[i] < INFINITY;
+        }
+        if (!any) continue;
+        j->i8(q, i0, na, t, lo, acc, mask);
+        int nc = 0;
+        for (int i = 0; i < na; i++) {
+            const size_t a = i0 + (size_t)i;
+            size_t lo_b = j->incremental ? j0 : (j0 > a + 1 ? j0 : a + 1), hi_b = j->incremental ? (j1 < a ? j1 : a) : j1;
+            if (lo_b >= hi_b) continue;
+            uint64_t m = mask[i] & (hi_b - j0 >= 64 ? ~0ull : (1ull << (hi_b - j0)) - 1) & ~((1ull << (lo_b - j0)) - 1);
+            for (; m; m &= m - 1) {
+                const size_t b = j0 + (size_t)__builtin_ctzll(m);
+                /* the pair's bound in double, then the kinds' rules on it */
+                const double s = (double)q->s[a] * q->s[b] * (acc[(size_t)i * TILE + (b - j0)] - q->corr[a]),
+                             err = (double)q->nrm[a] * q->res[b] + (double)q->res[a] * q->nres[b];
+                const double ub = s + err, lb = s - err;
+                if (ub >= w.lo[KB_KIND_DUP] ||
+                    (ub >= w.lo[KB_KIND_LINK] && lb <= w.link_hi && j->topic[a] != j->topic[b]) ||
+                    (ub >= w.lo[KB_KIND_OVER] && j->single[a] && j->single[b])) {
+                    pa[nc] = vec + a * (size_t)D, pb[nc] = vec + b * (size_t)D;
+                    ia[nc] = (uint32_t)i, ib[nc++] = (uint32_t)(b - j0);
+                }
+            }
+        }
+        if (!nc) continue;
+        n_cand += (size_t)nc;
+        if (j->dots_any) { /* the f32 similarity in any order, against the window */
+            /* the column rows are cold (the int8 tile used their copies): ask for all at once */
+            for (int c = 0; c < nc; c++)
+                if (c == 0 || pb[c] != pb[c - 1])
+                    for (int k = 0; k < D; k += 16) __builtin_prefetch(pb[c] + k);
+            j->dots_any(pa, pb, nc, D, sim);
+            int keep = 0;
+            for (int c = 0; c < nc; c++) {
+                const size_t a = i0 + ia[c], b = j0 + ib[c];
+                if (kb_cand_take(&w, sim[c], j->topic[a] != j->topic[b], j->single[a] && j->single[b])) {
+                    pa[keep] = pa[c], pb[keep] = pb[c], ia[keep] = ia[c], ib[keep++] = ib[c];
+                }
+            }
+            nc = keep;
+        }
+        j->dots(pa, pb, nc, D, sim);
+        for (int c = 0; c < nc; c++) visit(j, thread, i0 + ia[c], j0 + ib[c], sim[c]);
+        n_exact += (size_t)nc;
+    }
+    j->n_cand[2 * thread] += n_cand;
+    j->n_cand[2 * thread + 1] += n_exact;
+}
+
+static void i8_fill_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const job *j = ctx;
+    kb_i8_fill((kb_i8 *)j->q, j->vec, (size_t)task);
 }
 
 static topk *heaps(int nt, int k) {
@@ -211,11 +312,52 @@ typedef struct pairs_run {
     topk *hd, *hl, *ho;
     uint8_t *single;
     float *scratch;
+    kb_i8 q;
+    char *i8_scratch;
+    size_t *n_cand;
     job j;
 } pairs_run;
 
+/* Whether rows [row0, n_rows) against the rest go through int8 candidates:
+ * KB_PAIRS_AUTO where the CPU has AVX512-VNNI and 128 or more rows are new
+ * (the quantization of all rows costs about what 100 new rows cost on f32
+ * tiles at 100,000 rows x 384); KB_PAIRS_I8 always (the scalar int8 kernel
+ * below VNNI). Never for rows that are not finite with norms up to 16: the
+ * slack assumes them. The slack covers the f32 similarity's rounding: any
+ * order of the dim products is within dim 2^-24 |a| |b| of the real dot, so
+ * two orders within twice that, plus 2^-20 for forming the bound in float. */
+static void pairs_i8(pairs_run *P, hx_pool *pool, const kb_rows *r, size_t row0, size_t n_rows, kb_pairs_mode mode) {
+    if (mode == KB_PAIRS_F32 || !r->n || n_rows <= row0) return;
+    if (mode == KB_PAIRS_AUTO && (hx_isa_current() < HX_ISA_AVX512_VNNI || n_rows - row0 < 128)) return;
+    P->i8_scratch = malloc((size_t)P->nt * I8_SCRATCH);
+    P->n_cand = calloc(2 * (size_t)P->nt, sizeof *P->n_cand);
+    if (!P->i8_scratch || !P->n_cand || !kb_i8_alloc(&P->q, r->n, r->dim)) goto f32; /* f32 tiles need less memory */
+    P->j.q = &P->q;
+    hx_pool_run(pool, (int64_t)((r->n + TILE - 1) / TILE), i8_fill_task, &P->j);
+    /* |v| <= |s q| + |v - s q| = nres: a bound of the norms, NaN or infinite
+     * for a row that is not finite */
+    float mx = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (!(P->q.nres[i] <= 16.0f)) goto f32;
+        mx = P->q.nres[i] > mx ? P->q.nres[i] : mx;
+    }
+    const double m2 = (double)mx * mx;
+    P->j.i8 = hx_isa_current() >= HX_ISA_AVX512_VNNI ? kb_i8_tile_vnni : kb_i8_tile_scalar;
+    P->j.dots = P->j.kernel == kb_tile_avx2 ? kb_dots_fma : kb_dots_scalar;
+    P->j.dots_any = P->j.kernel == kb_tile_avx2 ? kb_dots_any_avx2 : NULL;
+    P->j.slack = (float)((r->dim + 16) * m2 / 8388608.0 + 1.0 / 1048576);
+    P->j.i8_scratch = P->i8_scratch;
+    P->j.n_cand = P->n_cand;
+    return;
+f32:
+    free(P->i8_scratch); free(P->n_cand);
+    P->i8_scratch = NULL, P->n_cand = NULL;
+    kb_i8_free(&P->q);
+    P->j.q = NULL;
+}
+
 static hx_status pairs_begin(pairs_run *P, hx_pool *pool, const kb_rows *r, size_t row0, size_t n_rows,
-                             bool incremental, const kb_opts *o, hx_error *e) {
+                             bool incremental, const kb_opts *o, kb_pairs_mode mode, hx_error *e) {
     memset(P, 0, sizeof *P);
     P->nt = hx_pool_threads(pool);
     P->kd = kb_keep_depth(o->max_dups), P->kl = kb_keep_depth(o->max_links), P->ko = kb_keep_depth(kb_max_overlaps(o));
@@ -227,7 +369,15 @@ static hx_status pairs_begin(pairs_run *P, hx_pool *pool, const kb_rows *r, size
     P->j = (job){.vec = r->vec, .row0 = row0, .n_rows = n_rows, .n = r->n, .incremental = incremental, .dim = r->dim,
                  .o = o, .key = r->offset, .topic = r->topic, .single = P->single, .dups = P->hd, .links = P->hl,
                  .over = P->ho, .scratch = P->scratch, .kernel = tile_kernel()};
+    pairs_i8(P, pool, r, row0, n_rows, mode);
     return HX_OK;
+}
+
+/* the stage's rows through whichever tiles pairs_begin chose */
+static void pairs_run_tiles(pairs_run *P, hx_pool *pool) {
+    if (P->j.n_rows > P->j.row0)
+        hx_pool_run(pool, (int64_t)((P->j.n_rows - P->j.row0 + TILE - 1) / TILE), P->j.i8 ? tile_task_i8 : tile_task,
+                    &P->j);
 }
 
 /* The heaps into the three lists when st is HX_OK; frees the run either way
@@ -237,16 +387,23 @@ static hx_status pairs_end(pairs_run *P, hx_status st, kb_klist *dups, kb_klist 
     if (!st && !(st = heaps_to_klist(P->hd, P->nt, P->kd, dups, e)) && !(st = heaps_to_klist(P->hl, P->nt, P->kl, links, e)))
         st = heaps_to_klist(P->ho, P->nt, P->ko, over1, e);
     heaps_free(P->hd, P->nt); heaps_free(P->hl, P->nt); heaps_free(P->ho, P->nt);
-    free(P->single); free(P->scratch);
+    free(P->single); free(P->scratch); free(P->i8_scratch); free(P->n_cand);
+    kb_i8_free(&P->q);
     if (st) { kb_klist_free(dups); kb_klist_free(links); kb_klist_free(over1); }
     return st;
 }
 
 hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_opts *o, kb_klist *dups,
                          kb_klist *links, kb_klist *over1, hx_error *e) {
+    return kb_entry_pairs_mode(pool, r, row0, o, KB_PAIRS_AUTO, dups, links, over1, e);
+}
+
+hx_status kb_entry_pairs_mode(hx_pool *pool, const kb_rows *r, size_t row0, const kb_opts *o, kb_pairs_mode mode,
+                              kb_klist *dups, kb_klist *links, kb_klist *over1, hx_error *e) {
     memset(dups, 0, sizeof *dups); memset(links, 0, sizeof *links); memset(over1, 0, sizeof *over1);
     pairs_run P;
-    hx_status st = pairs_begin(&P, pool, r, row0, r->n, row0 > 0, o, e);
+    /* the int8 set-up waits for the GPU's answer: pairs_begin's CPU part is cheap */
+    hx_status st = pairs_begin(&P, pool, r, row0, r->n, row0 > 0, o, KB_PAIRS_F32, e);
     if (st) return pairs_end(&P, st, dups, links, over1, e);
     char why[200] = ""; /* for the log line: why the GPU did not take it */
 #ifdef HX_HAVE_CUDA
@@ -267,10 +424,19 @@ hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_
                          over1, e);
 #endif
     double t0 = hx_now_s();
-    if (r->n > row0) hx_pool_run(pool, (int64_t)((r->n - row0 + TILE - 1) / TILE), tile_task, &P.j);
-    if (o->allpairs_log && r->n > row0)
-        fprintf(stderr, "all-pairs: cpu (%s f32 tiles, %d threads), %zu new of %zu rows x %d, %.3f s%s\n",
-                P.j.kernel == kb_tile_avx2 ? "avx2" : "scalar", P.nt, r->n - row0, r->n, r->dim, hx_now_s() - t0, why);
+    pairs_i8(&P, pool, r, row0, r->n, mode);
+    pairs_run_tiles(&P, pool);
+    if (o->allpairs_log && r->n > row0) {
+        char how[120];
+        size_t nc = 0, nx = 0;
+        for (int t = 0; P.n_cand && t < P.nt; t++) nc += P.n_cand[2 * t], nx += P.n_cand[2 * t + 1];
+        if (P.j.i8)
+            snprintf(how, sizeof how, "%s int8 tiles, %zu candidates, %zu rescored in %s f32",
+                     P.j.i8 == kb_i8_tile_vnni ? "vnni" : "scalar", nc, nx, P.j.kernel == kb_tile_avx2 ? "avx2" : "scalar");
+        else snprintf(how, sizeof how, "%s f32 tiles", P.j.kernel == kb_tile_avx2 ? "avx2" : "scalar");
+        fprintf(stderr, "all-pairs: cpu (%s, %d threads), %zu new of %zu rows x %d, %.3f s%s\n", how, P.nt,
+                r->n - row0, r->n, r->dim, hx_now_s() - t0, why);
+    }
     return pairs_end(&P, HX_OK, dups, links, over1, e);
 }
 
@@ -280,8 +446,8 @@ hx_status kb_entry_pairs_rows(hx_pool *pool, const kb_rows *r, size_t row_lo, si
     if (row_hi > r->n) row_hi = r->n;
     /* full mode over rows [row_lo, row_hi): each row against the rows after it */
     pairs_run P;
-    hx_status st = pairs_begin(&P, pool, r, row_lo, row_hi, false, o, e);
-    if (!st && row_hi > row_lo) hx_pool_run(pool, (int64_t)((row_hi - row_lo + TILE - 1) / TILE), tile_task, &P.j);
+    hx_status st = pairs_begin(&P, pool, r, row_lo, row_hi, false, o, KB_PAIRS_AUTO, e);
+    if (!st) pairs_run_tiles(&P, pool);
     return pairs_end(&P, st, dups, links, over1, e);
 }
 

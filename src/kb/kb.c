@@ -22,19 +22,27 @@ static uint64_t fnv(const void *p, size_t n, uint64_t h) {
 }
 #define FNV0 1469598103934665603ull
 
-uint64_t kb_sum64(const void *p, size_t n) {
-    const unsigned char *s = p;
-    uint64_t h[4] = {FNV0, FNV0 ^ 1, FNV0 ^ 2, FNV0 ^ 3};
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32)
+/* kb_sum64 in pieces: sum64_blocks over whole 32-byte blocks, in order,
+ * then sum64_end with the tail (under 32 bytes) and the total length */
+static void sum64_blocks(uint64_t h[4], const unsigned char *s, size_t n) {
+    for (size_t i = 0; i + 32 <= n; i += 32)
         for (int l = 0; l < 4; l++) {
             uint64_t w;
             memcpy(&w, s + i + 8 * l, 8);
             h[l] = (h[l] ^ w) * 1099511628211ull;
         }
-    uint64_t t = fnv(s + i, n - i, FNV0);
-    t = fnv(h, sizeof h, t);
+}
+
+static uint64_t sum64_end(const uint64_t h[4], const unsigned char *tail, size_t n_tail, size_t n) {
+    uint64_t t = fnv(tail, n_tail, FNV0);
+    t = fnv(h, 4 * sizeof *h, t);
     return fnv(&n, sizeof n, t);
+}
+
+uint64_t kb_sum64(const void *p, size_t n) {
+    uint64_t h[4] = {FNV0, FNV0 ^ 1, FNV0 ^ 2, FNV0 ^ 3};
+    sum64_blocks(h, p, n);
+    return sum64_end(h, (const unsigned char *)p + n / 32 * 32, n % 32, n);
 }
 
 /* ---- files in the KB directory ----
@@ -85,7 +93,8 @@ static void remove_stale_temps(int dfd) {
     int d2 = dup(dfd);
     DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
     if (!d) { if (d2 >= 0) close(d2); return; }
-    static const char *outs[] = {"embeddings.bin.tmp.", "insights.json.tmp.", "insights.state.tmp.", ".helix.lock.tmp."};
+    static const char *outs[] = {"embeddings.bin.tmp.", "embeddings.add.tmp.", "insights.json.tmp.", "insights.state.tmp.",
+                                 ".helix.lock.tmp."};
     struct dirent *de;
     while ((de = readdir(d)))
         for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
@@ -525,15 +534,19 @@ static bool cache_alloc(kb_cache *c, size_t n, int dim) {
  * checksum only says the file is as written, not that what was written is
  * sane: a non-finite or huge vector would poison every similarity. */
 static bool vec_sane(const float *v, int dim) {
-    double s2 = 0;
-    for (int k = 0; k < dim; k++) {
-        if (!isfinite(v[k])) return false;
-        s2 += (double)v[k] * v[k];
-    }
+    /* squares summed in double cannot overflow (dim FLT_MAX^2 is far below DBL_MAX), so
+     * an infinite or NaN element leaves an infinite or NaN sum, which fails
+     * the test below: no per-element check; four sums for speed */
+    double s[4] = {0, 0, 0, 0};
+    int k = 0;
+    for (; k + 4 <= dim; k += 4)
+        for (int l = 0; l < 4; l++) s[l] += (double)v[k + l] * v[k + l];
+    for (; k < dim; k++) s[0] += (double)v[k] * v[k];
+    const double s2 = (s[0] + s[1]) + (s[2] + s[3]);
     return s2 == 0 || fabs(s2 - 1.0) <= 1e-3;
 }
 
-void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em) {
+static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
     memset(c, 0, sizeof *c);
     c->dim = em->dim;
     char *buf = NULL;
@@ -573,32 +586,68 @@ void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em) {
         why = why_buf;
         goto bad;
     }
-    buf = malloc(n ? (size_t)n : 1);
-    if (!buf) { why = "out of memory"; goto bad; }
-    if (!pread_all(fd, buf, (size_t)n, 0)) { why = "read failed or the file shrank"; goto bad; }
-    if (ver == 1) {
-        size_t rec = 4 + 4 * (size_t)dim;
-        if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
-        for (uint32_t i = 0; i < count; i++) {
-            uint32_t off;
-            memcpy(&off, buf + 16 + rec * i, 4);
-            c->offset[i] = off;
-            c->hash[i] = 0; /* unknown */
-            memcpy(c->vec + (size_t)i * dim, buf + 16 + rec * i + 4, 4 * (size_t)dim);
+    if (ver == 3) {
+        /* read in chunks straight into the cache (no copy of the whole file
+         * in memory), the checksum formed on the way; the fingerprint first */
+        char fp[256];
+        if (fpl >= sizeof fp || !pread_all(fd, fp, fpl, 20) || memcmp(fp, em->fingerprint, fpl)) {
+            why = "made by another embedding model";
+            goto bad;
         }
-    } else {
-        uint64_t sum;
-        memcpy(&sum, buf + n - 8, 8);
-        if ((ver == 2 ? fnv(buf, n - 8, FNV0) : kb_sum64(buf, n - 8)) != sum) { why = "checksum mismatch"; goto bad; }
+        enum { CHUNK = 4 << 20 }; /* a multiple of kb_sum64's 32-byte blocks */
+        if (!(buf = malloc(CHUNK)) || !cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
+        const size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl, end = body + rec * count;
+        uint64_t h[4] = {FNV0, FNV0 ^ 1, FNV0 ^ 2, FNV0 ^ 3}, sum = 0;
+        if (!pread_all(fd, &sum, 8, n - 8)) { why = "read failed or the file shrank"; goto bad; }
+        for (size_t p0 = 0; p0 < end; p0 += CHUNK) { /* end = n - 8: all but the stored sum */
+            const size_t len = end - p0 < CHUNK ? end - p0 : CHUNK;
+            if (!pread_all(fd, buf, len, p0)) { why = "read failed or the file shrank"; goto bad; }
+            sum64_blocks(h, (unsigned char *)buf, len);
+            if (p0 + len == end && sum64_end(h, (unsigned char *)buf + len - len % 32, len % 32, end) != sum) {
+                why = "checksum mismatch";
+                goto bad;
+            }
+            /* the records' bytes in this chunk into their fields */
+            for (size_t x = p0 > body ? p0 : body; x < p0 + len && x < end;) {
+                const size_t i = (x - body) / rec, j = (x - body) % rec;
+                char *dst = j < 8 ? (char *)&c->offset[i] + j
+                          : j < 16 ? (char *)&c->hash[i] + (j - 8)
+                                   : (char *)(c->vec + i * (size_t)dim) + (j - 16);
+                size_t piece = (j < 8 ? 8 : j < 16 ? 16 : rec) - j;
+                if (piece > p0 + len - x) piece = p0 + len - x;
+                memcpy(dst, buf + (x - p0), piece);
+                x += piece;
+            }
+        }
         c->sum = sum;
-        if (memcmp(buf + 20, em->fingerprint, fpl)) { why = "made by another embedding model"; goto bad; }
-        size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl;
-        if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
-        for (uint32_t i = 0; i < count; i++) {
-            const char *r = buf + body + rec * i;
-            memcpy(&c->offset[i], r, 8);
-            memcpy(&c->hash[i], r + 8, 8);
-            memcpy(c->vec + (size_t)i * dim, r + 16, 4 * (size_t)dim);
+    } else {
+        buf = malloc(n ? (size_t)n : 1);
+        if (!buf) { why = "out of memory"; goto bad; }
+        if (!pread_all(fd, buf, (size_t)n, 0)) { why = "read failed or the file shrank"; goto bad; }
+        if (ver == 1) {
+            size_t rec = 4 + 4 * (size_t)dim;
+            if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
+            for (uint32_t i = 0; i < count; i++) {
+                uint32_t off;
+                memcpy(&off, buf + 16 + rec * i, 4);
+                c->offset[i] = off;
+                c->hash[i] = 0; /* unknown */
+                memcpy(c->vec + (size_t)i * dim, buf + 16 + rec * i + 4, 4 * (size_t)dim);
+            }
+        } else {
+            uint64_t sum;
+            memcpy(&sum, buf + n - 8, 8);
+            if ((ver == 2 ? fnv(buf, n - 8, FNV0) : kb_sum64(buf, n - 8)) != sum) { why = "checksum mismatch"; goto bad; }
+            c->sum = sum;
+            if (memcmp(buf + 20, em->fingerprint, fpl)) { why = "made by another embedding model"; goto bad; }
+            size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl;
+            if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
+            for (uint32_t i = 0; i < count; i++) {
+                const char *r = buf + body + rec * i;
+                memcpy(&c->offset[i], r, 8);
+                memcpy(&c->hash[i], r + 8, 8);
+                memcpy(c->vec + (size_t)i * dim, r + 16, 4 * (size_t)dim);
+            }
         }
     }
     for (uint32_t i = 0; i < count; i++) {
@@ -625,6 +674,135 @@ bad:
     c->dim = em->dim;
 }
 
+/* ---- the cache's appended records: embeddings.add ----
+ * A pass that only appends entries writes their records to a second file
+ * beside the base instead of rewriting the whole cache:
+ *   magic "HXEA" | version u32 = 1 | count u32 | dim u32 | fpl u32 | fingerprint
+ *   | base_count u32 | base_sum u64 | count x { offset u64 | hash u64 | vector f32[dim] }
+ *   | checksum u64 (kb_sum64 of all before it)
+ * It applies only to the base it names (count and checksum), with offsets
+ * above the base's last; anything else is discarded with a warning and the
+ * base stands alone. Loaded, the cache's sum is the delta's checksum (which
+ * covers the base's): one number for the pair. */
+
+static void add_path(const char *path, char *out, size_t cap) {
+    size_t n = strlen(path);
+    if (n >= 4 && !strcmp(path + n - 4, ".bin")) snprintf(out, cap, "%.*s.add", (int)(n - 4), path);
+    else snprintf(out, cap, "%s.add", path);
+}
+
+/* c: the base as loaded (its sum set). Appends the delta's records when they
+ * belong to it; leaves c as it was otherwise. */
+static void load_add(kb_cache *c, const char *path, const kb_embedder *em) {
+    char ap[4200];
+    add_path(path, ap, sizeof ap);
+    struct stat sb;
+    if (lstat(ap, &sb) != 0 && errno == ENOENT) return;
+    hx_error e;
+    int fd = kb_open_regular(ap, true, &sb, &e);
+    if (fd < 0) { HX_WARN("%s; ignoring the appended records", e.msg); return; }
+    const char *why = NULL;
+    char *buf = NULL;
+    unsigned char hdr[20];
+    uint32_t ver = 0, count = 0, dim = 0, fpl = 0, base_n = 0;
+    uint64_t base_sum = 0, n = (uint64_t)sb.st_size, sum = 0;
+    const size_t rec = 16 + 4 * (size_t)em->dim;
+    if (n < 20 || !pread_all(fd, hdr, 20, 0) || memcmp(hdr, "HXEA", 4)) { why = "not an appended-records file"; goto bad; }
+    memcpy(&ver, hdr + 4, 4); memcpy(&count, hdr + 8, 4); memcpy(&dim, hdr + 12, 4); memcpy(&fpl, hdr + 16, 4);
+    if (ver != 1) { why = "unknown version"; goto bad; }
+    if (dim != (uint32_t)em->dim || fpl != strlen(em->fingerprint)) { why = "made by another embedding model"; goto bad; }
+    if (n != 20 + (uint64_t)fpl + 12 + (uint64_t)count * rec + 8) { why = "size differs from what its header promises"; goto bad; }
+    if (!c->sum || !c->n) { why = "no base cache to apply it to"; goto bad; }
+    if (!(buf = malloc((size_t)n))) { why = "out of memory"; goto bad; }
+    if (!pread_all(fd, buf, (size_t)n, 0)) { why = "read failed or the file shrank"; goto bad; }
+    memcpy(&sum, buf + n - 8, 8);
+    if (kb_sum64(buf, n - 8) != sum) { why = "checksum mismatch"; goto bad; }
+    if (memcmp(buf + 20, em->fingerprint, fpl)) { why = "made by another embedding model"; goto bad; }
+    memcpy(&base_n, buf + 20 + fpl, 4);
+    memcpy(&base_sum, buf + 24 + fpl, 8);
+    if (base_n != c->n || base_sum != c->sum) { why = "written for another base cache"; goto bad; }
+    const size_t body = 32 + fpl, D = (size_t)dim, m = c->n + count;
+    for (uint32_t i = 0; i < count; i++) {
+        const char *r = buf + body + rec * i;
+        uint64_t off, prev = c->offset[c->n - 1];
+        memcpy(&off, r, 8);
+        if (i) memcpy(&prev, r - rec, 8);
+        if (off <= prev) { why = "offsets not increasing"; goto bad; }
+    }
+    uint64_t *ro = realloc(c->offset, m * 8), *rh = ro ? realloc(c->hash, m * 8) : NULL;
+    float *rv = rh ? realloc(c->vec, m * D * sizeof(float)) : NULL;
+    if (ro) c->offset = ro;
+    if (rh) c->hash = rh;
+    if (!rv) { why = "out of memory"; goto bad; }
+    c->vec = rv;
+    for (uint32_t i = 0; i < count; i++) {
+        const char *r = buf + body + rec * i;
+        memcpy(&c->offset[c->n + i], r, 8);
+        memcpy(&c->hash[c->n + i], r + 8, 8);
+        memcpy(c->vec + (c->n + i) * D, r + 16, 4 * D);
+        if (!vec_sane(c->vec + (c->n + i) * D, dim)) { why = "a vector is not finite and unit length"; goto bad; }
+    }
+    c->n = m; /* until here the base stood alone (the rows past n are spare room) */
+    c->sum = sum;
+    free(buf);
+    close(fd);
+    return;
+bad:
+    HX_WARN("%s: %s; ignoring it (its entries will be embedded again)", ap, why);
+    free(buf);
+    close(fd);
+}
+
+void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em) {
+    load_base(c, path, em);
+    load_add(c, path, em);
+}
+
+hx_status kb_cache_save_append(kb_cache *c, size_t n_kept, const char *path, const kb_embedder *em, hx_error *e) {
+    /* the base on disk: its count and checksum (the pass holds the KB's lock,
+     * so it is the one loaded) */
+    struct stat sb;
+    hx_error e2;
+    unsigned char hdr[16];
+    uint32_t base_n = 0, ver = 0, dim = 0;
+    uint64_t base_sum = 0;
+    int fd = kb_open_regular(path, true, &sb, &e2);
+    bool ok = fd >= 0 && sb.st_size >= 36 && pread_all(fd, hdr, 16, 0) && !memcmp(hdr, "HXEC", 4) &&
+              pread_all(fd, &base_sum, 8, (uint64_t)sb.st_size - 8);
+    if (fd >= 0) close(fd);
+    if (ok) { memcpy(&ver, hdr + 4, 4); memcpy(&base_n, hdr + 8, 4); memcpy(&dim, hdr + 12, 4); }
+    /* a full rewrite when the base is not a v3 prefix of c, or the appended
+     * part has grown past a quarter of it (then reading two files costs more
+     * than writing one) */
+    if (!ok || ver != 3 || dim != (uint32_t)c->dim || base_n == 0 || base_n > n_kept || n_kept > c->n ||
+        c->n - base_n > base_n / 4)
+        return kb_cache_save(c, path, em, e);
+    char ap[4200];
+    add_path(path, ap, sizeof ap);
+    const uint32_t fpl = (uint32_t)strlen(em->fingerprint), count = (uint32_t)(c->n - base_n);
+    const size_t rec = 16 + 4 * (size_t)c->dim, n = 20 + fpl + 12 + rec * count + 8;
+    char *buf = malloc(n);
+    if (!buf) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", ap);
+    uint32_t h[5] = {0, 1, count, (uint32_t)c->dim, fpl};
+    memcpy(h, "HXEA", 4);
+    memcpy(buf, h, 20);
+    memcpy(buf + 20, em->fingerprint, fpl);
+    memcpy(buf + 20 + fpl, &base_n, 4);
+    memcpy(buf + 24 + fpl, &base_sum, 8);
+    for (uint32_t i = 0; i < count; i++) {
+        char *r = buf + 32 + fpl + rec * i;
+        memcpy(r, &c->offset[base_n + i], 8);
+        memcpy(r + 8, &c->hash[base_n + i], 8);
+        memcpy(r + 16, c->vec + (base_n + i) * (size_t)c->dim, 4 * (size_t)c->dim);
+    }
+    uint64_t sum = kb_sum64(buf, n - 8);
+    memcpy(buf + n - 8, &sum, 8);
+    hx_status st = hx_write_file_atomic(ap, buf, n, e);
+    if (!st) c->sum = sum;
+    free(buf);
+    return st;
+}
+
 hx_status kb_cache_save(kb_cache *c, const char *path, const kb_embedder *em, hx_error *e) {
     uint32_t fpl = (uint32_t)strlen(em->fingerprint);
     size_t rec = 16 + 4 * (size_t)c->dim, n = 20 + fpl + rec * c->n + 8;
@@ -645,5 +823,10 @@ hx_status kb_cache_save(kb_cache *c, const char *path, const kb_embedder *em, hx
     hx_status st = hx_write_file_atomic(path, buf, n, e);
     if (!st) c->sum = sum;
     free(buf);
+    if (!st) { /* appended records of the old base: stale now (and refused by their base check) */
+        char ap[4200];
+        add_path(path, ap, sizeof ap);
+        if (unlink(ap) != 0 && errno != ENOENT) HX_WARN("%s: cannot remove: %s", ap, strerror(errno));
+    }
     return st;
 }

@@ -578,7 +578,8 @@ hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
         if (!deleted) { st = hx_err(e, HX_ERR_NOMEM, "out of memory"); goto done; }
     }
     bool changed = embedded || old.n != r.cur.n || !old.sum;
-    if (changed && (st = kb_cache_save(&r.cur, cache_path, em, e))) goto done;
+    /* only appended (no deletes moved rows): the new records beside the base */
+    if (changed && (st = kb_cache_save_append(&r.cur, read_inc && !n_del ? n_old : 0, cache_path, em, e))) goto done;
     if (!changed) r.cur.sum = old.sum;
     {
         kb_state ns = {.cache_sum = r.cur.sum, .cache_n = r.cur.n, .read_to = log.read_to, .dev = (uint64_t)sb.st_dev,
