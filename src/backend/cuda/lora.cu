@@ -12,6 +12,7 @@
 // row: at decode a matrix has few blocks, and a warp walking a 3,072-long row
 // alone is a chain of dependent L2 round trips (~30 us for ffn_down).
 #include <stdio.h>
+#include <atomic>
 #include "backend/cuda/lora.cuh"
 #include "backend/cuda/warp.cuh"
 
@@ -251,7 +252,12 @@ __global__ void __launch_bounds__(LB_THREADS) k_lora(lset S) {
 
 // Dynamic shared memory the preloading kernels may take (set by hx_k_lora_prepare).
 enum { PRE_MAX = 200 * 1024 };
-static bool g_prepared = false;
+// The kernel attribute is the current device's: one bit per device prepared.
+static std::atomic<unsigned long long> g_prepared{0};
+static bool prepared() {
+    int dev = 0;
+    return cudaGetDevice(&dev) == cudaSuccess && (g_prepared.load() >> (dev & 63) & 1);
+}
 
 static size_t al16(size_t b) { return (b + 15) & ~(size_t)15; }
 
@@ -294,7 +300,7 @@ cudaError_t hx_k_lora(cudaStream_t st, int count, const hx_lora_dmat *const *Ms,
     int tiles = (n + LT - 1) / LT;
     size_t smem = sizeof(float) * LT * (size_t)rmax_block;
     if (smem > 48 * 1024) return cudaErrorInvalidValue; // ranks summing past 3,072
-    if (preload && g_prepared && n <= LT) { // the A and B rows a block reads, in shared memory
+    if (preload && prepared() && n <= LT) { // the A and B rows a block reads, in shared memory
         size_t a = 0, b = 0;
         for (int j = 0; j < S.count; j++) {
             size_t aj = (size_t)S.m[j].r * S.n_in * 2, bj = (((size_t)LB_ROWS * S.m[j].r + 1) & ~(size_t)1) * 2;
@@ -401,7 +407,7 @@ cudaError_t hx_k_lora_res(cudaStream_t st, const hx_lora_dmat *M, const float *i
     if (smem > 48 * 1024) return cudaErrorInvalidValue; // hx_k_lora_res_fits
     int pre_a = 0;
     size_t total = al16(smem) + al16((size_t)M->r * M->n_in * 2) + (((size_t)M->n_out * M->r + 1) & ~(size_t)1) * 2;
-    if (preload && g_prepared && total <= PRE_MAX) { pre_a = (int)al16(smem); smem = total; }
+    if (preload && prepared() && total <= PRE_MAX) { pre_a = (int)al16(smem); smem = total; }
     const __half *a = M->a, *b = M->b;
     const float *s = M->s;
     int r = M->r, n_in = M->n_in, n_x = M->n_out;
@@ -410,12 +416,14 @@ cudaError_t hx_k_lora_res(cudaStream_t st, const hx_lora_dmat *M, const float *i
 }
 
 cudaError_t hx_k_lora_prepare(void) {
-    if (g_prepared) return cudaSuccess;
+    if (prepared()) return cudaSuccess;
     cudaError_t rc = cudaFuncSetAttribute((const void *)k_lora<MODE_FUSED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           PRE_MAX);
     if (rc == cudaSuccess)
         rc = cudaFuncSetAttribute((const void *)k_lora_res, cudaFuncAttributeMaxDynamicSharedMemorySize, PRE_MAX);
-    if (rc == cudaSuccess) g_prepared = true;
+    int dev = 0;
+    if (rc == cudaSuccess) rc = cudaGetDevice(&dev);
+    if (rc == cudaSuccess) g_prepared.fetch_or(1ull << (dev & 63));
     return rc;
 }
 
