@@ -108,25 +108,9 @@ int main(int argc, char **argv) {
     hx_device d = !strncmp(dev, "cpu", 3) ? HX_DEVICE_CPU : !strcmp(dev, "cuda") ? HX_DEVICE_CUDA : HX_DEVICE_AUTO;
     kb_pairs_mode mode = !strcmp(dev, "cpu-f32") ? KB_PAIRS_F32 : !strcmp(dev, "cpu-i8") ? KB_PAIRS_I8 : KB_PAIRS_AUTO;
     if (!strcmp(dev, "cpu-both")) return both(n, dim, reps, threads);
-    float *v = malloc(n * (size_t)dim * sizeof *v);
-    uint64_t *off = malloc(n * sizeof *off);
-    int *topic = malloc(n * sizeof *topic), n_group = (int)(n / 25) + 1, n_single = 0;
-    size_t nc = n / 50 + 1;
-    float *ctr = malloc(nc * (size_t)dim * sizeof *ctr);
-    if (!v || !off || !topic || !ctr) { fprintf(stderr, "kb_allpairs_bench: out of memory\n"); return 1; }
-    for (size_t i = 0; i < nc * (size_t)dim; i++) ctr[i] = (float)grand();
-    for (size_t i = 0; i < n; i++) {
-        float *r = v + i * dim;
-        const float *c = ctr + (size_t)(urand() * nc) * dim;
-        double spread = 0.05 + 2.0 * urand() * urand(), s = 0;
-        for (int k = 0; k < dim; k++) { r[k] = (float)(c[k] + spread * grand()); s += (double)r[k] * r[k]; }
-        for (int k = 0; k < dim; k++) r[k] = (float)(r[k] / sqrt(s));
-        off[i] = 64 * (uint64_t)i;
-        topic[i] = i % 9 == 4 ? n_group + n_single++ : (int)((i * 7) % (size_t)n_group);
-    }
-    int T = n_group + n_single, *count = calloc((size_t)T, sizeof *count);
-    for (size_t i = 0; i < n; i++) count[topic[i]]++;
-    kb_rows r = {n, dim, off, topic, v, T, count};
+    rowset rs;
+    if (!make_rows(n, dim, &rs)) { fprintf(stderr, "kb_allpairs_bench: out of memory\n"); return 1; }
+    kb_rows r = {n, dim, rs.off, rs.topic, rs.v, rs.T, rs.count};
     kb_opts o = {.dup_threshold = 0.92f, .link_low = 0.75f, .link_high = 0.92f, .topic_threshold = 0.6f, .max_dups = 20,
                  .max_links = 50, .max_overlaps = KB_DEFAULT_MAX_OVERLAPS, .allpairs_device = d, .allpairs_log = true};
     hx_pool *pool = hx_pool_create(threads);
@@ -154,6 +138,6 @@ int main(int argc, char **argv) {
            "\"seconds\": %.4f, \"pairs_per_s\": %.4g, \"tflops_fp16_equiv\": %.1f}\n",
            n, dim, dev, t[reps / 2], (double)n * (n - 1) / 2 / t[reps / 2], flop / t[reps / 2] / 1e12);
     hx_pool_free(pool);
-    free(t); free(v); free(off); free(topic); free(ctr); free(count);
+    free(t); free(rs.v); free(rs.off); free(rs.topic); free(rs.count);
     return 0;
 }

@@ -11,19 +11,7 @@ set -euo pipefail
 BIN=${HX_BIN:-build/helix-bg}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-gen() { # gen COUNT SEED
-  python3 - "$1" "$2" <<'PY'
-import json, random, sys
-n, seed = int(sys.argv[1]), int(sys.argv[2]); r = random.Random(seed)
-vocab = [w.strip() for w in open("examples/kb/data.log").read().replace('"', ' ').replace(',', ' ').split() if w.isalpha()]
-prev = None
-for i in range(n):
-    words = prev if prev and i % 13 == 0 else [r.choice(vocab) for _ in range(r.randint(10, 60))]
-    prev = words
-    topic = "s%d_%d" % (seed, i) if i % 9 == 4 else "t%02d" % r.randrange(12)
-    print(json.dumps({"topic": topic, "title": " ".join(words[:4]), "text": " ".join(words)}))
-PY
-}
+. tests/kb_gen.bash
 int8=0
 pass() { # pass NAME: one-shot on $tmp/f32 and $tmp/i8, insights compared
   HX_ISA=avx2 "$BIN" one-shot "$tmp/f32" -t 2 > "$tmp/f32.out" 2> "$tmp/f32.err"
@@ -37,9 +25,9 @@ mkdir "$tmp/f32" "$tmp/i8"
 cp examples/kb/data.log "$tmp/f32/"; cp examples/kb/data.log "$tmp/i8/"
 pass "examples/kb"
 rm -rf "$tmp/f32"/* "$tmp/i8"/*
-gen 6000 1 > "$tmp/f32/data.log"; cp "$tmp/f32/data.log" "$tmp/i8/data.log"
+kb_gen 6000 1 > "$tmp/f32/data.log"; cp "$tmp/f32/data.log" "$tmp/i8/data.log"
 pass "6000 generated, full"
-gen 400 2 | tee -a "$tmp/f32/data.log" >> "$tmp/i8/data.log"
+kb_gen 400 2 | tee -a "$tmp/f32/data.log" >> "$tmp/i8/data.log"
 pass "+400, incremental"
 [ $int8 = 3 ] || echo "note: int8 tiles ran in $int8 of 3 passes (no AVX512-VNNI here?)"
 echo ok

@@ -13,21 +13,9 @@ rc=$?
 set -e
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-gen() { # gen COUNT SEED
-  python3 - "$1" "$2" <<'PY'
-import json, random, sys
-n, seed = int(sys.argv[1]), int(sys.argv[2]); r = random.Random(seed)
-vocab = [w.strip() for w in open("examples/kb/data.log").read().replace('"', ' ').replace(',', ' ').split() if w.isalpha()]
-prev = None
-for i in range(n):
-    words = prev if prev and i % 13 == 0 else [r.choice(vocab) for _ in range(r.randint(10, 60))]
-    prev = words
-    topic = "s%d_%d" % (seed, i) if i % 9 == 4 else "t%02d" % r.randrange(12)
-    print(json.dumps({"topic": topic, "title": " ".join(words[:4]), "text": " ".join(words)}))
-PY
-}
+. tests/kb_gen.bash
 mkdir "$tmp/cpu" "$tmp/cuda"
-gen 20000 1 > "$tmp/cpu/data.log"
+kb_gen 20000 1 > "$tmp/cpu/data.log"
 cp "$tmp/cpu/data.log" "$tmp/cuda/data.log"
 for step in full incremental; do
   for dev in cpu cuda; do
@@ -37,6 +25,6 @@ for step in full incremental; do
   cmp "$tmp/cpu/insights.json" "$tmp/cuda/insights.json" || { echo "FAIL: $step: insights differ"; exit 1; }
   grep "^all-pairs" "$tmp/cuda.err"
   echo "$step pass: insights.json identical ($(grep -c similarity "$tmp/cpu/insights.json") findings)"
-  gen 500 2 | tee -a "$tmp/cpu/data.log" >> "$tmp/cuda/data.log"
+  kb_gen 500 2 | tee -a "$tmp/cpu/data.log" >> "$tmp/cuda/data.log"
 done
 echo ok
