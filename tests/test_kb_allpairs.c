@@ -25,6 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A case's thresholds and list sizes, pairs on the CPU. */
+static kb_opts cpu_opts(float dup, float lo, float hi, float top, int kd, int kl, int ko) {
+    return (kb_opts){.dup_threshold = dup, .link_low = lo, .link_high = hi, .topic_threshold = top, .max_dups = kd,
+                     .max_links = kl, .max_overlaps = ko, .allpairs_device = HX_DEVICE_CPU};
+}
+
 static int failures;
 #define CHECK(c, ...) do { if (!(c)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
@@ -307,9 +313,7 @@ static void test_i8_pairs(void) {
             if (isa == HX_ISA_SCALAR && cs[c].n > 1200) continue; /* the scalar kernels are slow under sanitizers */
             set s = make_set(cs[c].n, cs[c].dim, cs[c].kind);
             kb_rows r = rows_of(&s);
-            kb_opts o = {.dup_threshold = cs[c].dup, .link_low = cs[c].lo, .link_high = cs[c].hi,
-                         .topic_threshold = cs[c].top, .max_dups = cs[c].kd, .max_links = cs[c].kl,
-                         .max_overlaps = cs[c].ko, .allpairs_device = HX_DEVICE_CPU};
+            kb_opts o = cpu_opts(cs[c].dup, cs[c].lo, cs[c].hi, cs[c].top, cs[c].kd, cs[c].kl, cs[c].ko);
             kb_klist x[3], y[3];
             hx_error e = {0};
             CHECK(kb_entry_pairs_mode(pool, &r, cs[c].row0, &o, KB_PAIRS_F32, &x[0], &x[1], &x[2], &e) == HX_OK,
@@ -391,9 +395,7 @@ static int test_gpu(void) {
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
         set s = make_set(cs[c].n, cs[c].dim, cs[c].kind);
         kb_rows r = rows_of(&s);
-        kb_opts o = {.dup_threshold = cs[c].dup, .link_low = cs[c].lo, .link_high = cs[c].hi,
-                     .topic_threshold = cs[c].top, .max_dups = cs[c].kd, .max_links = cs[c].kl,
-                     .max_overlaps = cs[c].ko, .allpairs_device = HX_DEVICE_CPU};
+        kb_opts o = cpu_opts(cs[c].dup, cs[c].lo, cs[c].hi, cs[c].top, cs[c].kd, cs[c].kl, cs[c].ko);
         kb_klist x[3], y[3];
         hx_error e = {0};
         double t0 = hx_now_s();
