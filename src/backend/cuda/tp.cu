@@ -548,8 +548,12 @@ static hx_status tp_new(const hx_model *m, const hx_backend_params *p, void **ou
         tp_free(t);
         return s;
     }
-    HX_INFO("tensor parallel over %d GPUs (%d..%d): all-reduce %s", n, p->gpu_index, p->gpu_index + n - 1,
-            p2p ? "one-shot peer-to-peer up to 256 KiB, NCCL above" : "NCCL");
+    if (p2p)
+        HX_INFO("tensor parallel over %d GPUs (%d..%d): all-reduces up to %zu KiB one-shot peer-to-peer, larger "
+                "through NCCL", n, p->gpu_index, p->gpu_index + n - 1, sizeof(float) * AR_CAP / 1024);
+    else
+        HX_INFO("tensor parallel over %d GPUs (%d..%d): all-reduces through NCCL", n, p->gpu_index,
+                p->gpu_index + n - 1);
     *out = t;
     return HX_OK;
 }
