@@ -114,6 +114,9 @@ int hx_dev_isa_level(void);
 int hx_dev_isa_avx2_level(void);
 const char *hx_dev_isa_level_name(int level);
 void hx_dev_isa_set(int level);
+/* The lowest level whose matvec kernels for `type` are `level`'s (the same code:
+ * cpu-test does not flag such a level slower); `level` when it has its own; -1 if bad. */
+int hx_isa_matvec_same_as(int type, int level);
 
 /* hx_pool (the thread pool the kernel functions take) is in helix.h. */
 

@@ -184,6 +184,18 @@ static void test_selection(void) {
         CHECK(hx_get_vec_dot(k_types[k], HX_ISA_AVX512_VNNI) == hx_get_vec_dot(k_types[k], best));
         CHECK(hx_get_vec_dot(k_types[k], HX_ISA_SCALAR) != NULL);
     }
+    /* hx_isa_matvec_same_as (cpu-test's "= kernels of"): a level maps to the lowest one with its
+     * exact decode kernels; AVX2 has its own for every type, AVX-512 without VNNI none */
+    for (int k = 0; k < N_TYPES; k++)
+        for (int lv = HX_ISA_SCALAR; lv <= HX_ISA_AVX512_VNNI; lv++) {
+            const int s = hx_isa_matvec_same_as(k_types[k], lv);
+            CHECK(s >= HX_ISA_SCALAR && s <= lv);
+            CHECK(hx_get_vec_dot(k_types[k], (hx_isa)s) == hx_get_vec_dot(k_types[k], (hx_isa)lv));
+            CHECK(hx_get_gemm(k_types[k], (hx_isa)s) == hx_get_gemm(k_types[k], (hx_isa)lv));
+            if (lv == HX_ISA_AVX2 && best >= HX_ISA_AVX2) CHECK(s == HX_ISA_AVX2);
+            if (lv == HX_ISA_AVX512 && best >= HX_ISA_AVX512) CHECK(s == HX_ISA_AVX2);
+        }
+    CHECK(hx_isa_matvec_same_as(-1, HX_ISA_AVX2) == -1 && hx_isa_matvec_same_as(HX_TYPE_Q4_0, 4) == -1);
     CHECK(hx_get_vec_dot(HX_TYPE_I8, best) == NULL);
     CHECK(hx_get_vec_dot(-1, best) == NULL);
     CHECK(hx_get_vec_dot(HX_TYPE_COUNT, best) == NULL);

@@ -223,6 +223,16 @@ hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa) {
                ? HX_ISA_SCALAR : HX_ISA_AVX2;
 }
 
+int hx_isa_matvec_same_as(int type, int level) {
+    if (type < 0 || type >= HX_TYPE_COUNT || level < HX_ISA_SCALAR || level > HX_ISA_AVX512_VNNI) return -1;
+    const hx_isa lv = (hx_isa)level;
+    for (int k = HX_ISA_SCALAR; k < level; k++)
+        if (hx_get_gemm(type, (hx_isa)k) == hx_get_gemm(type, lv) &&
+            hx_get_vec_dot(type, (hx_isa)k) == hx_get_vec_dot(type, lv))
+            return k;
+    return level;
+}
+
 void hx_vec_dot(int type, int64_t n, float *out, const void *w, const void *x) {
     hx_vec_dot_fn fn = hx_get_vec_dot(type, hx_isa_current());
     if (fn) fn(n, out, w, x);

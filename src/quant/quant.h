@@ -112,5 +112,10 @@ hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa);
  * llamafile's tinyBLAS for batches): one accumulator, blocks in order, one hsum; i.e.
  * bit-identical to hx_get_vec_dot(type, HX_ISA_AVX2). AVX2: Q8_0, Q5_0, Q6_K; else NULL. */
 hx_gemm_fn hx_get_gemm_ggml(int type, hx_isa isa);
+/* The lowest level (as an int, HX_ISA_*) whose decode kernels for `type` are `level`'s:
+ * the same hx_get_gemm tile and hx_get_vec_dot row kernel, i.e. the same code for a
+ * matvec. `level` itself when it has kernels of its own; -1 for a bad type or level.
+ * Plain ints so include/helix_dev.h can declare it for helix-bg cpu-test. */
+int hx_isa_matvec_same_as(int type, int level);
 
 #endif
