@@ -130,7 +130,11 @@ typedef struct kb_cache {
     uint64_t sum;         /* v2/v3 checksum as loaded or saved (0: none, v1) */
 } kb_cache;
 /* Loads path if it exists and matches (fingerprint, dim); a damaged or foreign
- * file gives an empty cache and a warning, never an error. */
+ * file gives an empty cache and a warning, never an error. The records an
+ * appending pass wrote beside it (embeddings.add for embeddings.bin: only the
+ * new vectors, naming the base's count and checksum) are appended when they
+ * belong to that base, else ignored with a warning. kb_cache_save writes the
+ * whole cache and drops them. */
 void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em);
 hx_status kb_cache_save(kb_cache *c, const char *path, const kb_embedder *em, hx_error *e); /* sets c->sum */
 void kb_cache_free(kb_cache *c);
