@@ -1,5 +1,6 @@
 /* allpairs_avx2.c — AVX2+FMA tile kernel: 4 rows x 16 columns in registers. */
 #include "kb/allpairs.h"
+#include "quant/dot.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -71,23 +72,6 @@ void kb_dots_fma(const float *const *a, const float *const *b, int n, int dim, f
 }
 
 void kb_dots_any_avx2(const float *const *a, const float *const *b, int n, int dim, float *out) {
-    for (int q = 0; q < n; q++) {
-        const float *x = a[q], *y = b[q];
-        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-        int k = 0;
-        for (; k + 32 <= dim; k += 32) {
-            c0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k), c0);
-            c1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), _mm256_loadu_ps(y + k + 8), c1);
-            c2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), _mm256_loadu_ps(y + k + 16), c2);
-            c3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), _mm256_loadu_ps(y + k + 24), c3);
-        }
-        for (; k + 8 <= dim; k += 8) c0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k), c0);
-        __m256 c = _mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3));
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        float s = _mm_cvtss_f32(h);
-        for (; k < dim; k++) s = fmaf(x[k], y[k], s);
-        out[q] = s;
-    }
+    /* the F32 weights' dot kernel: 4 chains of 8 lanes, any order is all this asks */
+    for (int q = 0; q < n; q++) hx_dot_f32_avx2(dim, &out[q], a[q], b[q]);
 }
