@@ -147,30 +147,37 @@ static __device__ __forceinline__ void st_release_sys(unsigned *p, unsigned v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-// mode 0: dst[i] = sum over ranks q (in order) of buf[q][i]; 1: dst[i] += it;
-// 2 (gather): dst[q * count + i] = buf[q][i]. Block b first
-// tells every peer it has started (its partial, written by the kernel before
-// on its stream, is complete), then waits until each peer's block b has said
-// the same; it then reads the slice of every partial it sums. Buffers
-// alternate by site parity: a rank writes a buffer again only two all-reduces
-// later, when every peer has started the one in between and so finished
-// reading it. Spinning more than ~10 s (a peer gone) traps.
-__global__ void __launch_bounds__(AR_THREADS) k_tp_allreduce(ar_args a, float *dst, size_t count, int mode) {
-    pdl_trigger();
-    pdl_wait();
+// Block b's barrier with block b of every peer: it tells each peer it has
+// started (its partial, written by the kernel before on its stream, is
+// complete), then waits until each peer's block b has said the same. Epochs
+// count the calls per block index, which stay in step because every rank
+// launches the same kernels in the same order. Spinning more than ~10 s (a
+// peer gone) traps. Ends with a __syncthreads.
+static __device__ __forceinline__ void peer_barrier(const ar_args &a, int b) {
     __shared__ unsigned ep;
-    if (threadIdx.x == 0) ep = a.epoch[blockIdx.x] + 1;
+    if (threadIdx.x == 0) ep = a.epoch[b] + 1;
     __syncthreads();
     int q = threadIdx.x;
     if (q < a.n && q != a.rank) {
-        st_release_sys(&a.flags[q][blockIdx.x * HX_SHARD_MAX + a.rank], ep);
-        const unsigned *f = &a.flags[a.rank][blockIdx.x * HX_SHARD_MAX + q];
+        st_release_sys(&a.flags[q][b * HX_SHARD_MAX + a.rank], ep);
+        const unsigned *f = &a.flags[a.rank][b * HX_SHARD_MAX + q];
         long long t0 = clock64();
         while ((int)(ld_acquire_sys(f) - ep) < 0)
             if (clock64() - t0 > 20000000000ll) __trap();
     }
-    if (threadIdx.x == 0) a.epoch[blockIdx.x] = ep;
+    if (threadIdx.x == 0) a.epoch[b] = ep;
     __syncthreads();
+}
+
+// mode 0: dst[i] = sum over ranks q (in order) of buf[q][i]; 1: dst[i] += it;
+// 2 (gather): dst[q * count + i] = buf[q][i]. After its barrier, block b
+// reads the slice of every partial it sums. Buffers alternate by site
+// parity: a rank writes a buffer again only two all-reduces later, when every
+// peer has started the one in between and so finished reading it.
+__global__ void __launch_bounds__(AR_THREADS) k_tp_allreduce(ar_args a, float *dst, size_t count, int mode) {
+    pdl_trigger();
+    pdl_wait();
+    peer_barrier(a, blockIdx.x);
     size_t step = (size_t)gridDim.x * blockDim.x;
     if (mode == 2) {
         for (int r = 0; r < a.n; r++)
@@ -185,9 +192,8 @@ __global__ void __launch_bounds__(AR_THREADS) k_tp_allreduce(ar_args a, float *d
     }
 }
 
-// hx_tp_sum_q8: one block (block 0's flags and epoch: every rank launches
-// the same kernels in the same order, so each block index's epochs stay in
-// step). The new x is kept in shared memory for the norm and the quantization.
+// hx_tp_sum_q8: one block (block 0's barrier). The new x is kept in shared
+// memory for the norm and the quantization.
 #define ARQ_THREADS 1024
 __global__ void __launch_bounds__(ARQ_THREADS) k_tp_allreduce_q8(ar_args a, float *x, int count, const float *g,
                                                                 float eps, int8_t *xq, float *xd) {
@@ -195,19 +201,7 @@ __global__ void __launch_bounds__(ARQ_THREADS) k_tp_allreduce_q8(ar_args a, floa
     pdl_wait();
     extern __shared__ float xs[];
     __shared__ float red[32];
-    __shared__ unsigned ep;
-    if (threadIdx.x == 0) ep = a.epoch[0] + 1;
-    __syncthreads();
-    int q = threadIdx.x;
-    if (q < a.n && q != a.rank) {
-        st_release_sys(&a.flags[q][a.rank], ep);
-        const unsigned *f = &a.flags[a.rank][q];
-        long long t0 = clock64();
-        while ((int)(ld_acquire_sys(f) - ep) < 0)
-            if (clock64() - t0 > 20000000000ll) __trap();
-    }
-    if (threadIdx.x == 0) a.epoch[0] = ep;
-    __syncthreads();
+    peer_barrier(a, 0);
     float ss = 0.0f;
     for (int i = threadIdx.x; i < count; i += blockDim.x) {
         float s = a.buf[0][i];
@@ -225,25 +219,8 @@ __global__ void __launch_bounds__(ARQ_THREADS) k_tp_allreduce_q8(ar_args a, floa
     }
 }
 
-cudaError_t hx_tp_sum_q8(const hx_tp_comm *t, float *dst, const float *partial, int count, int site, const float *g,
-                         float eps, int8_t *xq, float *xd, cudaStream_t st) {
-    if (!partial || count > 8192 || count % 32) return cudaErrorInvalidValue;
-    ar_args a = {};
-    for (int r = 0; r < t->n; r++) {
-        a.buf[r] = t->buf[site & 1][r];
-        a.flags[r] = t->flags[r];
-    }
-    a.epoch = t->epoch;
-    a.n = t->n;
-    a.rank = t->rank;
-    void *args[] = {&a, &dst, &count, &g, &eps, &xq, &xd};
-    return hx_k_launch_pdl((const void *)k_tp_allreduce_q8, dim3(1), dim3(ARQ_THREADS), sizeof(float) * count, st,
-                           args);
-}
-
-// The one-shot kernel over the given buffers (one per rank).
-static cudaError_t oneshot(const hx_tp_comm *t, float *const *bufs, float *dst, size_t count, int mode,
-                           cudaStream_t st) {
+// The one-shot kernels' view of this rank's comm, over the given buffers (one per rank).
+static ar_args args_of(const hx_tp_comm *t, float *const *bufs) {
     ar_args a = {};
     for (int r = 0; r < t->n; r++) {
         a.buf[r] = bufs[r];
@@ -252,6 +229,22 @@ static cudaError_t oneshot(const hx_tp_comm *t, float *const *bufs, float *dst, 
     a.epoch = t->epoch;
     a.n = t->n;
     a.rank = t->rank;
+    return a;
+}
+
+cudaError_t hx_tp_sum_q8(const hx_tp_comm *t, float *dst, const float *partial, int count, int site, const float *g,
+                         float eps, int8_t *xq, float *xd, cudaStream_t st) {
+    if (!partial || count > 8192 || count % 32) return cudaErrorInvalidValue;
+    ar_args a = args_of(t, t->buf[site & 1]);
+    void *args[] = {&a, &dst, &count, &g, &eps, &xq, &xd};
+    return hx_k_launch_pdl((const void *)k_tp_allreduce_q8, dim3(1), dim3(ARQ_THREADS), sizeof(float) * count, st,
+                           args);
+}
+
+// The one-shot kernel over the given buffers.
+static cudaError_t oneshot(const hx_tp_comm *t, float *const *bufs, float *dst, size_t count, int mode,
+                           cudaStream_t st) {
+    ar_args a = args_of(t, bufs);
     void *args[] = {&a, &dst, &count, &mode};
     return hx_k_launch_pdl((const void *)k_tp_allreduce, dim3(t->blocks), dim3(AR_THREADS), 0, st, args);
 }
@@ -310,7 +303,7 @@ struct tp_ctx {
     // worker spins briefly for the next call (and the caller for the last rank) before it sleeps
     std::atomic<unsigned long> agen;
     std::atomic<int> aleft;
-    std::function<hx_status(int, hx_error *)> job;
+    const std::function<hx_status(int, hx_error *)> *job; // run_all's, alive until every rank is done
     bool broken;    // a rank failed on the device: its peers' collectives were aborted
     hx_error why;
 };
@@ -338,7 +331,7 @@ static void worker(tp_ctx *t, int i) {
     cudaSetDevice(t->r[i].dev);
     unsigned long seen = 0;
     for (;;) {
-        std::function<hx_status(int, hx_error *)> f;
+        const std::function<hx_status(int, hx_error *)> *f;
         for (int k = 0; k < 20000 && t->agen.load(std::memory_order_acquire) == seen; k++) cpu_relax();
         {
             std::unique_lock<std::mutex> lk(t->mu);
@@ -348,7 +341,7 @@ static void worker(tp_ctx *t, int i) {
             f = t->job;
         }
         hx_error err = {};
-        hx_status st = f(i, &err);
+        hx_status st = (*f)(i, &err);
         std::lock_guard<std::mutex> lk(t->mu);
         t->r[i].err = err;
         t->r[i].st = st;
@@ -362,11 +355,11 @@ static void worker(tp_ctx *t, int i) {
 // that fails alone (the device) would leave its peers waiting in a
 // collective: their communicators are aborted and the context refuses
 // further work.
-static hx_status run_all(tp_ctx *t, std::function<hx_status(int, hx_error *)> f, hx_error *e) {
+static hx_status run_all(tp_ctx *t, const std::function<hx_status(int, hx_error *)> &f, hx_error *e) {
     if (t->broken) return hx_err(e, HX_ERR_DEVICE, "%s", t->why.msg);
     {
         std::lock_guard<std::mutex> lk(t->mu);
-        t->job = f;
+        t->job = &f;
         t->left = t->n - 1;
         t->aleft.store(t->n - 1);
         t->gen++;
