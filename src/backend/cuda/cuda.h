@@ -113,6 +113,11 @@ void hx_cuda_bert_free(hx_cuda_bert *b);
 hx_status hx_cuda_bert_encode(hx_cuda_bert *b, const int32_t *ids, const int *lens, int n_seq, int pooling,
                               bool normalize, float *out, hx_error *e);
 
+/* Whether one-token decode steps of this context run every layer in the
+ * persistent kernel (backend/cuda/mega.h); when not, *why (if why is not NULL)
+ * says why (also logged at info level when the context is made). */
+bool hx_cuda_persistent(const hx_cuda_ctx *c, const char **why);
+
 /* Whether the GPU kernels handle weights of this type. */
 bool hx_cuda_type_supported(int type);
 

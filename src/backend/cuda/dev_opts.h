@@ -39,6 +39,13 @@ typedef struct hx_cuda_dev_opts {
                                 that are not launched at all, to time what the others cost; NULL: none */
     bool no_fuse_attn;       /* HX_CUDA_NO_FUSE_ATTN: decode runs RoPE + KV store and attention as two kernels
                                 (the prefill ones) instead of the fused decode attention */
+    bool mega;               /* (results, rounding) HX_CUDA_MEGA: one-token decode steps run every layer in the
+                                persistent kernel (mega.h) where the model and device allow; slower than one
+                                kernel per op on the H100 so far (bench/RESULTS.md, "Persistent decode kernel") */
+    bool mega_times;         /* HX_CUDA_MEGA_TIMES: the persistent kernel's block 0 times each phase; the time
+                                per layer is printed to stderr when the context is freed */
+    int mega_threads;        /* HX_CUDA_MEGA_THREADS: threads per block of the persistent kernel, 256 or 512;
+                                0: 256 */
     int mvq;                 /* (results) HX_CUDA_MVQ: decode matvecs with 8-bit activations. 0: default
                                 (every matrix that has the kernel); 1: q/k/v and gate/up only; -1: none
                                 (HX_CUDA_MVQ=0), f32 activations everywhere */

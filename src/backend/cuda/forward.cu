@@ -34,6 +34,7 @@
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/lora.cuh"
+#include "backend/cuda/mega.h"
 #include "backend/cuda/tp.h"
 extern "C" {
 #include "api/backend.h"
@@ -149,6 +150,10 @@ struct hx_cuda_ctx {
     int vocab_n;
     float *lpart, *lgath;
     bool mute;                     // a follower rank: forward copies no logits or hidden states to the host
+    // The persistent decode kernel (mega.h): every layer of a one-token step
+    // in one launch, when the model and device allow it (NULL: one kernel per op)
+    hx_mega *mega;
+    char mega_why[256];            // why not, when mega is NULL
 };
 
 static bool skipped(const char *list, const char *label) {
@@ -318,6 +323,7 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     if (c->gs.xh) cudaFree(c->gs.xh);
     if (c->gs.blas) cublasDestroy(c->gs.blas);
     if (c->wbuf) cudaFree(c->wbuf);
+    hx_mega_free(c->mega);
     if (c->lbuf) cudaFree(c->lbuf);
     if (c->lt) cudaFree(c->lt);
     if (c->st) cudaStreamDestroy(c->st);
@@ -435,6 +441,75 @@ static cudaError_t mvq_runs(hx_cuda_ctx *c, int count, const hx_dmat *const *Ws,
 
 static hx_status ensure_logits(hx_cuda_ctx *c, int rows, hx_error *e);
 
+// The persistent decode kernel's plan for this context (developer option
+// dv.mega: it is slower than one kernel per op so far), or the reason it runs
+// one kernel per op (logged at info level). Not with tensor parallelism,
+// post-norms (Gemma 3's sandwich norms need a whole row between wo and the
+// residual), or f32 activations.
+static hx_status mega_plan(hx_cuda_ctx *c, int tpn, hx_error *e) {
+    const hx_model_config *cfg = &c->cfg;
+    const char *off = !c->dv.mega ? "the persistent kernel is a developer option (hx_cuda_dev_opts.mega)"
+                      : tpn > 1      ? "tensor parallel"
+                      : cfg->post_norms ? "post-attention and post-FFN norms"
+                      : c->mvq < 2   ? "8-bit activations not on for every matrix"
+                                     : NULL;
+    if (off) {
+        snprintf(c->mega_why, sizeof c->mega_why, "%s", off);
+        HX_INFO("cuda: one kernel per op at decode: %s", off);
+        return HX_OK;
+    }
+    std::vector<hx_mega_layer_in> ls(cfg->n_layer);
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const dlayer *L = &c->L[l];
+        hx_mega_layer_in &y = ls[l];
+        y.wq = &L->wq; y.wk = &L->wk; y.wv = &L->wv; y.wo = &L->wo;
+        y.gate = &L->gate; y.up = &L->up; y.down = &L->down;
+        y.bq = L->bq; y.bk = L->bk; y.bv = L->bv; y.bo = L->bo; y.up_b = L->up_b; y.down_b = L->down_b;
+        y.attn_norm = L->attn_norm;
+        y.ffn_norm = L->ffn_norm;
+        y.q_norm = cfg->qk_norm ? L->q_norm : NULL;
+        y.k_norm = cfg->qk_norm ? L->k_norm : NULL;
+        y.kc = c->kc[l];
+        y.vc = c->vc[l];
+        y.slot_stride = (size_t)c->kv_rows[l] * cfg->n_head_kv * cfg->head_dim;
+        y.kv_rows = c->kv_rows[l];
+        bool swa = cfg->layer_is_swa[l];
+        y.rope_base = swa ? cfg->rope_base_swa : cfg->rope_base;
+        y.window = swa ? cfg->sliding_window : 0;
+        y.rope_tab = c->rope_tab[swa ? 1 : 0];
+    }
+    hx_mega_in in = {};
+    in.n_layer = cfg->n_layer;
+    in.n_embd = cfg->n_embd;
+    in.n_ff = cfg->n_ff;
+    in.n_head = cfg->n_head;
+    in.n_head_kv = cfg->n_head_kv;
+    in.head_dim = cfg->head_dim;
+    in.eps = cfg->norm_eps;
+    in.attn_scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)cfg->head_dim);
+    in.softcap = cfg->attn_logit_softcap;
+    in.rope_scale = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0f;
+    in.neox = cfg->rope_style == HX_ROPE_NEOX;
+    in.act = cfg->act == HX_ACT_SILU ? 0 : 1;
+    // chunks of 256 positions or more: short contexts take one item per head (no merge); a chunk
+    // chosen by the developer switch (tests: merges on short runs) as given
+    in.att_chunk = hx_k_attn_decode_chunk(c->n_ctx, &c->dv);
+    if (!c->dv.att_chunk && in.att_chunk < 256) in.att_chunk = 256;
+    in.att_splits = hx_k_attn_decode_splits(c->n_ctx, &c->dv);
+    in.layers = ls.data();
+    in.times = c->dv.mega_times;
+    in.threads = c->dv.mega_threads;
+    c->mega = hx_mega_new(&in, c->mega_why, sizeof c->mega_why);
+    if (!c->mega) {
+        cudaError_t rc = cudaGetLastError();
+        if (rc != cudaSuccess) return cfail(e, rc, __FILE__, __LINE__, "hx_mega_new");
+        HX_INFO("cuda: one kernel per op at decode: %s", c->mega_why);
+    } else {
+        HX_INFO("cuda: decode runs every layer in one persistent kernel");
+    }
+    return HX_OK;
+}
+
 extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts, hx_cuda_ctx **out, hx_error *e) {
     *out = NULL;
     const hx_model_config *cfg = &m->cfg;
@@ -538,7 +613,9 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
                       c->n_seq, c->n_ctx, free_b / 1073741824.0);
     }
     c->kv_bytes = kv_bytes;
-    FAILC(cudaMalloc((void **)&c->wbuf, total ? total : 1));
+    // (+256: the persistent decode kernel copies rows in 16-byte units and may
+    // read up to 15 bytes past a matrix's last row)
+    FAILC(cudaMalloc((void **)&c->wbuf, total + 256));
     c->wbytes = total;
     FAIL(upload_all(c, plan, e));
     // small vectors
@@ -634,6 +711,7 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
         for (int i = 0; i < o.n_dump_positions; i++) c->dump_pos.push_back(o.dump_positions[i]);
     }
     c->ahead_on = c->use_graph && !c->prof && !c->dump_dir && c->piece == 0 && !c->dv.no_ahead;
+    FAIL(mega_plan(c, tpn, e));
     c->load_s = hx_now_s() - t0;
     *out = c;
     return HX_OK;
@@ -642,6 +720,10 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
 }
 
 extern "C" int hx_cuda_n_ctx(const hx_cuda_ctx *c) { return c->n_ctx; }
+extern "C" bool hx_cuda_persistent(const hx_cuda_ctx *c, const char **why) {
+    if (why) *why = c->mega ? NULL : c->mega_why;
+    return c->mega != NULL;
+}
 
 // Keep the first pos positions of slot seq: pos, or 0 when a ring lost what
 // position pos needs (hx_kv_rewind).
@@ -772,7 +854,13 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
     if (!c->lw.empty() && c->lw.back().r > 0) PK("lora embd", hx_k_lora_embd(st, &c->lw.back(), c->d_tok, n, c->x));
     float scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)hd);
     float rs = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0f;
-    for (int l = 0; l < cfg->n_layer; l++) {
+    // one token of one sequence without adapters: every layer in the persistent kernel
+    const bool mega = c->mega && n == 1 && !multi && !dump && !c->skip && c->lw.empty() && !tpar;
+    if (mega) {
+        hx_mega_bufs mb = {c->x, c->q, c->k, c->v, c->att, c->gate, c->xq, c->xd, c->apart, c->acount};
+        PK("layers (persistent)", hx_mega_launch(c->mega, &mb, st, slot, c->d_pos));
+    }
+    for (int l = 0; l < (mega ? 0 : cfg->n_layer); l++) {
         dlayer *L = &c->L[l];
         if (dump) { hx_status s = dump_rows(c, pos0, n, l, "input", c->x, e); if (s) return s; }
         const hx_dmat *qkv[3] = {&L->wq, &L->wk, &L->wv};

@@ -631,6 +631,7 @@ static int att_chunk(int max_ctx, const hx_cuda_dev_opts *dv) {
     need = (need + 31) / 32 * 32;
     return need > c ? need : c;
 }
+int hx_k_attn_decode_chunk(int max_ctx, const hx_cuda_dev_opts *dv) { return att_chunk(max_ctx, dv); }
 int hx_k_attn_decode_splits(int max_ctx, const hx_cuda_dev_opts *dv) {
     return (max_ctx + att_chunk(max_ctx, dv) - 1) / att_chunk(max_ctx, dv);
 }

@@ -165,6 +165,7 @@ cudaError_t hx_k_attn_decode(cudaStream_t st, const float *q, const float *k, co
 // NULL (and hd a multiple of 32): the output also quantized as hx_k_quant_q8
 // would (for the wo matvec).
 int hx_k_attn_decode_splits(int max_ctx, const hx_cuda_dev_opts *dv);
+int hx_k_attn_decode_chunk(int max_ctx, const hx_cuda_dev_opts *dv); // positions per (head, split) item
 // Dynamic shared memory (bytes) of one decode attention block for chunk positions.
 size_t hx_k_attn_decode_smem(int hd, int chunk);
 // The decode attention's arguments (one work item: attn_decode_item in decode.cuh).

@@ -86,6 +86,8 @@ extern "C" hx_status hx_cuda_dev_opts_from_env(hx_cuda_dev_opts *o, hx_error *e)
     o->no_pdl = env_on("HX_CUDA_NO_PDL");
     o->profile = env_on("HX_CUDA_PROFILE");
     o->no_fuse_attn = env_on("HX_CUDA_NO_FUSE_ATTN");
+    o->mega = env_on("HX_CUDA_MEGA");
+    o->mega_times = env_on("HX_CUDA_MEGA_TIMES");
     o->naive_attn = env_on("HX_CUDA_NAIVE_ATTN");
     o->att_block = env_on("HX_CUDA_ATT_BLOCK");
     o->lora_plain = env_on("HX_CUDA_LORA_PLAIN");
@@ -102,6 +104,7 @@ extern "C" hx_status hx_cuda_dev_opts_from_env(hx_cuda_dev_opts *o, hx_error *e)
     if ((s = env_int("HX_CUDA_ATT_CHUNK", 32, 4096, &o->att_chunk, e))) return s;
     if ((s = env_int("HX_CUDA_TP_AR_BLOCKS", 1, 64, &o->tp_ar_blocks, e))) return s;
     if ((s = env_int("HX_CUDA_WPR", 1, 4, &o->wpr, e))) return s;
+    if ((s = env_int("HX_CUDA_MEGA_THREADS", 256, 512, &o->mega_threads, e))) return s;
     if (o->wpr == 3) return hx_err(e, HX_ERR_ARG, "HX_CUDA_WPR=3: expected 1, 2 or 4");
     if ((s = env_int("HX_CUDA_CUBLAS_MIN_N", 1, 1 << 20, &o->cublas_min_n, e))) return s;
     return env_wpr(o, e);
