@@ -2,7 +2,11 @@
  * Links a llama.cpp build (peer, outside this repository) through its public C API only.
  *
  *   llama_greedy -m FILE (-p TEXT | --ids 1,2,3) [-n 64] [-t 2] [--tokenize]
+ *                [--lora ADAPTER.gguf] [--lora-scaled ADAPTER.gguf S] ...
  *
+ * --lora / --lora-scaled (repeatable, as llama-cli's) load GGUF LoRA adapters with
+ * llama_adapter_lora_init and apply them all (scale 1, or S) with llama_set_adapters_lora
+ * (bench/lora_llama_compare.sh).
  * -p TEXT is tokenized the way llama-tokenize / llama-simple do it (special tokens added as the
  * model asks, special tokens written in the text parsed). Prints one JSON object:
  *   {"prompt_ids":[..], "generated_ids":[..], "top2":[[id1,logit1,id2,logit2], ..]}
@@ -51,6 +55,8 @@ static bool dump_cb(struct ggml_tensor *t, bool ask, void *ud) {
 
 static bool no_progress(float p, void *ud) { (void)p; (void)ud; return true; }
 
+#define MAX_LORA 8
+
 static void print_ids(const char *key, const llama_token *v, int n) {
     printf("\"%s\":[", key);
     for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", v[i]);
@@ -60,6 +66,9 @@ static void print_ids(const char *key, const llama_token *v, int n) {
 int main(int argc, char **argv) {
     const char *model_path = NULL, *text = NULL, *ids = NULL;
     int n_gen = 64, n_threads = 2, tokenize_only = 0;
+    const char *lora_path[MAX_LORA];
+    float lora_scale[MAX_LORA];
+    int n_lora = 0;
     for (int i = 1; i < argc; i++) {
         int has = i + 1 < argc;
         if (!strcmp(argv[i], "-m") && has) model_path = argv[++i];
@@ -68,7 +77,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-n") && has) n_gen = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-t") && has) n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tokenize")) tokenize_only = 1;
-        else { fprintf(stderr, "usage: llama_greedy -m FILE (-p TEXT | --ids 1,2,3) [-n 64] [-t 2] [--tokenize]\n"); return 2; }
+        else if ((!strcmp(argv[i], "--lora") && has) || (!strcmp(argv[i], "--lora-scaled") && i + 2 < argc)) {
+            if (n_lora == MAX_LORA) { fprintf(stderr, "llama_greedy: at most %d adapters\n", MAX_LORA); return 2; }
+            int scaled = !strcmp(argv[i], "--lora-scaled");
+            lora_path[n_lora] = argv[++i];
+            lora_scale[n_lora++] = scaled ? strtof(argv[++i], NULL) : 1.0f;
+        }
+        else {
+            fprintf(stderr, "usage: llama_greedy -m FILE (-p TEXT | --ids 1,2,3) [-n 64] [-t 2] [--tokenize]\n"
+                            "                    [--lora ADAPTER.gguf] [--lora-scaled ADAPTER.gguf S] ...\n");
+            return 2;
+        }
     }
     if (!model_path || !text == !ids) { fprintf(stderr, "llama_greedy: need -m and one of -p / --ids\n"); return 2; }
     llama_log_set(quiet, NULL);
@@ -119,6 +138,15 @@ int main(int argc, char **argv) {
     if (dump_dir) { cp.cb_eval = dump_cb; cp.cb_eval_user_data = NULL; }
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "llama_greedy: cannot create a context\n"); return 1; }
+    struct llama_adapter_lora *lora[MAX_LORA];
+    for (int i = 0; i < n_lora; i++) {
+        lora[i] = llama_adapter_lora_init(model, lora_path[i]);
+        if (!lora[i]) { fprintf(stderr, "llama_greedy: cannot load the LoRA adapter %s\n", lora_path[i]); return 1; }
+    }
+    if (n_lora && llama_set_adapters_lora(ctx, lora, (size_t)n_lora, lora_scale)) {
+        fprintf(stderr, "llama_greedy: llama_set_adapters_lora failed\n");
+        return 1;
+    }
 
     llama_token *gen = malloc(sizeof *gen * (size_t)(n_gen + 1));
     float (*top)[4] = malloc(sizeof *top * (size_t)(n_gen + 1));
@@ -148,6 +176,7 @@ int main(int argc, char **argv) {
         printf("%s[%d,%.6f,%d,%.6f]", i ? "," : "", (int)top[i][0], top[i][1], (int)top[i][2], top[i][3]);
     printf("]}\n");
     llama_free(ctx);
+    for (int i = 0; i < n_lora; i++) llama_adapter_lora_free(lora[i]);
     llama_model_free(model);
     free(gen); free(top); free(prompt);
     return 0;

@@ -58,6 +58,7 @@
 #include "backend/cpu/matmul.h"
 #include "core/core.h"
 #include "model/lora.h"
+#include "model/lora_mm.h"
 #include "quant/quant.h"
 
 /* Norm weights and biases of one layer as f32 (NULL when the model has none). */
@@ -738,8 +739,11 @@ static hx_status linear_group(hx_cpu_ctx *c, int count, const hx_tensor *const *
 
 /* LoRA: y (n, n_out) += s * B (A x) for every adapter that adapts matrix
  * `slot` of `layer` (layer -1: the output head), x (n, n_in). A x runs as one
- * small f32 matmul over the n tokens, (n, rank), then B over that. */
-static hx_status lora_add(hx_cpu_ctx *c, int layer, int slot, const float *x, int n, float *y, hx_error *e) {
+ * small f32 matmul over the n tokens, (n, rank), then B over that. In parity
+ * mode both products sum in ggml's order (model/lora_mm.h), which depends on
+ * the product's columns in llama.cpp's graph: cols (n, or the output rows in
+ * the last layer's FFN and the head). */
+static hx_status lora_add(hx_cpu_ctx *c, int layer, int slot, const float *x, int n, int cols, float *y, hx_error *e) {
     for (int k = 0; k < c->n_lora; k++) {
         const struct hx_adapter *ad = c->lora[k];
         const hx_lora_w *w = layer < 0 ? &ad->output : hx_lora_at(ad, layer, slot);
@@ -755,6 +759,12 @@ static hx_status lora_add(hx_cpu_ctx *c, int layer, int slot, const float *x, in
             float *p = realloc(c->lora_d, sizeof(float) * nd);
             if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for LoRA");
             c->lora_d = p; c->lora_d_cap = nd;
+        }
+        if (c->ggml_compat) { /* y + (float)(s * (B t)): ggml's scale, then its add */
+            hx_lora_mm_ggml(c->pool, w->a, w->rank, w->n_in, x, n, cols > 1, c->lora_t);
+            hx_lora_mm_ggml(c->pool, w->b, w->n_out, w->rank, c->lora_t, n, cols > 1, c->lora_d);
+            for (size_t i = 0; i < nd; i++) y[i] += s * c->lora_d[i];
+            continue;
         }
         hx_tensor A = { "lora_a", HX_TYPE_F32, { w->n_in, w->rank, 1, 1 }, w->a };
         hx_tensor B = { "lora_b", HX_TYPE_F32, { w->rank, w->n_out, 1, 1 }, w->b };
@@ -894,7 +904,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
             const float *B[3] = { V->bq, V->bk, V->bv };
             float *Y[3] = { c->q, c->k, c->v };
             TRY(linear_group(c, 3, W, c->h, n, Y, B, e));
-            for (int j = 0; j < 3 && c->n_lora; j++) TRY(lora_add(c, l, HX_LORA_Q + j, c->h, n, Y[j], e));
+            for (int j = 0; j < 3 && c->n_lora; j++) TRY(lora_add(c, l, HX_LORA_Q + j, c->h, n, n, Y[j], e));
         }
         if (cfg->qk_norm) {
             norm_rows(c->q, c->q, n * nh, hd, V->q_norm, cfg->norm_eps);
@@ -923,18 +933,20 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
         hx_pool_run(big ? c->pool : NULL, (int64_t)n * nh, attn_task, &aj);
         if (c->probe) probe_layer(c, ub, l);
         TRY(linear(c, &L->wo, c->att, n, c->o, V->bo, e));
-        if (c->n_lora) TRY(lora_add(c, l, HX_LORA_O, c->att, n, c->o, e));
+        if (c->n_lora) TRY(lora_add(c, l, HX_LORA_O, c->att, n, n, c->o, e));
         if (cfg->post_norms) norm_rows(c->o, c->o, n, D, V->attn_post_norm, cfg->norm_eps);
         if (c->dump_dir) TRY(dump_rows(c, ub, l, "attn", c->o, e));
         for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] += c->o[i];
 
         norm_rows(c->h, c->x, n, D, V->ffn_norm, cfg->norm_eps);
+        /* llama.cpp keeps only the rows that give logits before the last layer's FFN */
+        const int ffn_cols = l == cfg->n_layer - 1 && ub->n_out > 0 ? ub->n_out : n;
         {
             const hx_tensor *W[2] = { &L->ffn_gate, &L->ffn_up };
             const float *B[2] = { NULL, V->ffn_up_b };
             float *Y[2] = { c->gate, c->up };
             TRY(linear_group(c, 2, W, c->h, n, Y, B, e));
-            for (int j = 0; j < 2 && c->n_lora; j++) TRY(lora_add(c, l, HX_LORA_GATE + j, c->h, n, Y[j], e));
+            for (int j = 0; j < 2 && c->n_lora; j++) TRY(lora_add(c, l, HX_LORA_GATE + j, c->h, n, ffn_cols, Y[j], e));
         }
         if (c->ggml_compat) { /* ggml's rounding of the gated activation (glu.h), row by row */
             const bool avx2 = hx_isa_current() >= HX_ISA_AVX2;
@@ -951,7 +963,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
             }
         }
         TRY(linear(c, &L->ffn_down, c->gate, n, c->o, V->ffn_down_b, e));
-        if (c->n_lora) TRY(lora_add(c, l, HX_LORA_DOWN, c->gate, n, c->o, e));
+        if (c->n_lora) TRY(lora_add(c, l, HX_LORA_DOWN, c->gate, n, ffn_cols, c->o, e));
         if (cfg->post_norms) norm_rows(c->o, c->o, n, D, V->ffn_post_norm, cfg->norm_eps);
         if (c->dump_dir) TRY(dump_rows(c, ub, l, "ffn", c->o, e));
         for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] += c->o[i];
@@ -974,7 +986,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
     if (hidden) memcpy(hidden, c->h, sizeof(float) * (size_t)ub->n_out * D);
     if (logits) {
         TRY(linear(c, &m->output, c->h, ub->n_out, logits, NULL, e));
-        if (c->n_lora) TRY(lora_add(c, -1, 0, c->h, ub->n_out, logits, e));
+        if (c->n_lora) TRY(lora_add(c, -1, 0, c->h, ub->n_out, ub->n_out, logits, e));
         if (cfg->final_logit_softcap > 0) {
             float cap = cfg->final_logit_softcap;
             for (size_t i = 0; i < (size_t)ub->n_out * cfg->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
