@@ -20,15 +20,24 @@ void kb_tfidf_free(kb_tfidf *x) {
     memset(x, 0, sizeof *x);
 }
 
-static bool word_byte(unsigned char c) { return isalnum(c) || c == '_' || c >= 0x80; }
+/* The word reader's byte classes, from the C library's ctype at call time
+ * (a word is a run of alphanumerics, '_' and non-ASCII bytes, lowercased):
+ * lower[c] is c lowercased for a word byte, 0 for a separator (no word byte
+ * lowercases to 0). */
+typedef struct word_table { unsigned char lower[256]; } word_table;
+
+static void word_table_init(word_table *t) {
+    for (int c = 0; c < 256; c++)
+        t->lower[c] = isalnum(c) || c == '_' || c >= 0x80 ? (unsigned char)tolower(c) : 0;
+}
 
 /* Appends the FNV-1a hashes of s's lowercased words to h; returns the new count. */
-static size_t word_hashes(const char *s, uint64_t *h, size_t m) {
+static size_t word_hashes(const word_table *t, const char *s, uint64_t *h, size_t m) {
     for (const unsigned char *p = (const unsigned char *)s; p && *p;) {
-        while (*p && !word_byte(*p)) p++;
+        while (*p && !t->lower[*p]) p++;
         if (!*p) break;
         uint64_t v = 0xcbf29ce484222325ull;
-        for (; *p && word_byte(*p); p++) { v ^= (unsigned char)tolower(*p); v *= 0x100000001b3ull; }
+        for (unsigned char c; (c = t->lower[*p]); p++) { v ^= c; v *= 0x100000001b3ull; }
         h[m++] = v;
     }
     return m;
@@ -39,68 +48,187 @@ static int u64_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-hx_status kb_tfidf_build(const char *const *title, const char *const *text, size_t n, kb_tfidf *out, hx_error *e) {
-    memset(out, 0, sizeof *out);
-    /* words per row, sorted: distinct hashes with their tf */
-    size_t cap = 0;
-    for (size_t i = 0; i < n; i++)
-        cap += (title && title[i] ? strlen(title[i]) : 0) / 2 + (text && text[i] ? strlen(text[i]) : 0) / 2 + 2;
-    uint64_t *h = malloc(sizeof *h * (cap + 1)), *vocab = NULL;
-    float *tf = malloc(sizeof *tf * (cap + 1));
-    uint32_t *df = NULL;
-    out->n = n;
-    out->start = calloc(n + 1, sizeof *out->start);
-    if (!h || !tf || !out->start) goto nomem;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t s = m;
-        m = word_hashes(title && title[i] ? title[i] : NULL, h, m);
-        m = word_hashes(text && text[i] ? text[i] : NULL, h, m);
-        qsort(h + s, m - s, sizeof *h, u64_cmp);
-        size_t k = s;
-        for (size_t j = s; j < m;) {
-            size_t r = j;
-            while (r < m && h[r] == h[j]) r++;
-            h[k] = h[j];
-            tf[k++] = (float)(r - j);
-            j = r;
+static void sort_u64(uint64_t *h, size_t n) {
+    if (n > 96) { qsort(h, n, sizeof *h, u64_cmp); return; }
+    for (size_t i = 1; i < n; i++) {   /* a note's few dozen words: insertion sort */
+        uint64_t v = h[i];
+        size_t j = i;
+        for (; j > 0 && h[j - 1] > v; j--) h[j] = h[j - 1];
+        h[j] = v;
+    }
+}
+
+/* Rows are read in chunks of TF_CHUNK, each chunk into its own buffer: a
+ * row's words hashed, sorted and counted in place, so the buffer holds the
+ * chunk's (hash, tf) pairs row after row, packed. */
+enum { TF_CHUNK = 512 };
+
+typedef struct tf_chunk {
+    uint64_t *h;      /* distinct word hashes, each row's ascending */
+    uint32_t *tf;     /* their counts in the row */
+    size_t nnz;
+    bool nomem;
+} tf_chunk;
+
+typedef struct tf_job {
+    const char *const *title, *const *text;
+    size_t n;
+    word_table wt;
+    tf_chunk *ch;     /* (n + TF_CHUNK - 1) / TF_CHUNK */
+    size_t *cnt;      /* n: distinct words of row i */
+    /* the weights pass */
+    const kb_tfidf *x;
+    const uint32_t *id;      /* vocabulary slot -> feature (rank of its hash) */
+    const double *idf;       /* feature -> ln((1 + n) / (1 + df)) + 1 */
+    float *w;                /* nnz: tf on entry, the weight on return */
+    uint32_t *feat;          /* nnz: slot on entry, the feature on return */
+} tf_job;
+
+static void tf_read_chunk(void *ctx, int64_t c, int thread) {
+    (void)thread;
+    tf_job *j = ctx;
+    size_t r0 = (size_t)c * TF_CHUNK, r1 = r0 + TF_CHUNK < j->n ? r0 + TF_CHUNK : j->n, cap = 0;
+    /* a string of L bytes holds at most L / 2 + 1 words */
+    for (size_t i = r0; i < r1; i++) {
+        const char *ti = j->title ? j->title[i] : NULL, *tx = j->text ? j->text[i] : NULL;
+        size_t need = (ti ? strlen(ti) : 0) / 2 + (tx ? strlen(tx) : 0) / 2 + 2;
+        if (need > cap) cap = need;   /* the most any one row needs: rows are packed as read */
+    }
+    tf_chunk *ch = &j->ch[c];
+    size_t room = cap * 2 + 1024, m = 0;
+    ch->h = malloc(sizeof *ch->h * room);
+    ch->tf = malloc(sizeof *ch->tf * room);
+    if (!ch->h || !ch->tf) { ch->nomem = true; return; }
+    for (size_t i = r0; i < r1; i++) {
+        const char *ti = j->title ? j->title[i] : NULL, *tx = j->text ? j->text[i] : NULL;
+        size_t need = (ti ? strlen(ti) : 0) / 2 + (tx ? strlen(tx) : 0) / 2 + 2;
+        if (m + need > room) {
+            room = (m + need) * 2;
+            uint64_t *h = realloc(ch->h, sizeof *h * room);
+            if (h) ch->h = h;
+            uint32_t *tf = h ? realloc(ch->tf, sizeof *tf * room) : NULL;
+            if (tf) ch->tf = tf;
+            if (!h || !tf) { ch->nomem = true; return; }
         }
+        size_t s = m;
+        m = word_hashes(&j->wt, ti, ch->h, m);
+        m = word_hashes(&j->wt, tx, ch->h, m);
+        sort_u64(ch->h + s, m - s);
+        size_t k = s;
+        for (size_t q = s; q < m;) {
+            size_t r = q;
+            while (r < m && ch->h[r] == ch->h[q]) r++;
+            ch->h[k] = ch->h[q];
+            ch->tf[k++] = (uint32_t)(r - q);
+            q = r;
+        }
+        j->cnt[i] = k - s;
         m = k;
-        out->start[i + 1] = m;
     }
-    /* the vocabulary: distinct hashes of all rows, sorted; df = rows holding one */
-    vocab = malloc(sizeof *vocab * (m + 1));
-    df = calloc(m + 1, sizeof *df);
-    out->feat = malloc(sizeof *out->feat * (m + 1));
-    out->w = malloc(sizeof *out->w * (m + 1));
-    if (!vocab || !df || !out->feat || !out->w) goto nomem;
-    memcpy(vocab, h, sizeof *h * m);
-    qsort(vocab, m, sizeof *vocab, u64_cmp);
-    size_t nv = 0;
-    for (size_t j = 0; j < m; j++) {
-        if (nv == 0 || vocab[nv - 1] != vocab[j]) vocab[nv++] = vocab[j];
-        df[nv - 1]++;
-    }
-    if (nv > UINT32_MAX) { free(h); free(tf); free(vocab); free(df); kb_tfidf_free(out);
-                           return hx_err(e, HX_ERR_ARG, "classify: %zu distinct words", nv); }
-    out->n_feat = (uint32_t)nv;
-    for (size_t i = 0; i < n; i++) {
+    ch->nnz = m;
+}
+
+/* w = (1 + ln tf) * idf, each row L2-normalized: the arithmetic (double, the
+ * row's words in feature order, the float rounding of w before the scale) is
+ * what the weights have always been, so they are the same bits. */
+static void tf_weigh_chunk(void *ctx, int64_t c, int thread) {
+    (void)thread;
+    const tf_job *j = ctx;
+    size_t r0 = (size_t)c * TF_CHUNK, r1 = r0 + TF_CHUNK < j->n ? r0 + TF_CHUNK : j->n;
+    for (size_t i = r0; i < r1; i++) {
+        size_t a = j->x->start[i], b = j->x->start[i + 1];
         double nn = 0;
-        for (size_t j = out->start[i]; j < out->start[i + 1]; j++) {
-            size_t lo = 0, hi = nv;   /* h[j] is in vocab: binary search */
-            while (lo < hi) { size_t mid = (lo + hi) / 2; if (vocab[mid] < h[j]) lo = mid + 1; else hi = mid; }
-            double w = (1.0 + log(tf[j])) * (log((1.0 + (double)n) / (1.0 + df[lo])) + 1.0);
-            out->feat[j] = (uint32_t)lo;
-            out->w[j] = (float)w;
+        for (size_t k = a; k < b; k++) {
+            uint32_t f = j->id[j->feat[k]];
+            double tf = j->w[k];
+            double w = (1.0 + log(tf)) * j->idf[f];
+            j->feat[k] = f;
+            j->w[k] = (float)w;
             nn += w * w;
         }
         float inv = nn > 0 ? (float)(1.0 / sqrt(nn)) : 0.0f;
-        for (size_t j = out->start[i]; j < out->start[i + 1]; j++) out->w[j] *= inv;
+        for (size_t k = a; k < b; k++) j->w[k] *= inv;
     }
-    free(h); free(tf); free(vocab); free(df);
+}
+
+/* The vocabulary: an open-addressing table of word hashes (the first slot
+ * past the hash's home, wrapping); df 0 marks an empty slot. */
+typedef struct vslot { uint64_t key; uint32_t df, id; } vslot;
+
+static size_t vslot_home(uint64_t key, size_t mask) { return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 32) & mask; }
+
+hx_status kb_tfidf_build(hx_pool *pool, const char *const *title, const char *const *text, size_t n, kb_tfidf *out,
+                         hx_error *e) {
+    memset(out, 0, sizeof *out);
+    size_t n_ch = (n + TF_CHUNK - 1) / TF_CHUNK;
+    tf_job j = {.title = title, .text = text, .n = n};
+    word_table_init(&j.wt);
+    j.ch = calloc(n_ch + 1, sizeof *j.ch);
+    j.cnt = calloc(n + 1, sizeof *j.cnt);
+    vslot *tab = NULL;
+    uint64_t *keys = NULL;
+    uint32_t *id = NULL;
+    double *idf = NULL;
+    out->n = n;
+    out->start = calloc(n + 1, sizeof *out->start);
+    if (!j.ch || !j.cnt || !out->start) goto nomem;
+    /* 1. each row's distinct words and their counts (in parallel, by chunks) */
+    hx_pool_run(pool, (int64_t)n_ch, tf_read_chunk, &j);
+    for (size_t c = 0; c < n_ch; c++)
+        if (j.ch[c].nomem) goto nomem;
+    for (size_t i = 0; i < n; i++) out->start[i + 1] = out->start[i] + j.cnt[i];
+    size_t nnz = out->start[n];
+    out->feat = malloc(sizeof *out->feat * (nnz + 1));
+    out->w = malloc(sizeof *out->w * (nnz + 1));
+    /* 2. df per distinct word: rows holding it (each row's words are distinct) */
+    size_t cap = 1024;
+    while (cap < 2 * nnz) cap *= 2;   /* distinct words <= nnz: the table stays under half full */
+    tab = calloc(cap, sizeof *tab);
+    if (!out->feat || !out->w || !tab) goto nomem;
+    size_t nv = 0, q = 0;
+    for (size_t c = 0; c < n_ch; c++) {
+        tf_chunk *ch = &j.ch[c];
+        for (size_t k = 0; k < ch->nnz; k++, q++) {
+            size_t s = vslot_home(ch->h[k], cap - 1);
+            while (tab[s].df && tab[s].key != ch->h[k]) s = (s + 1) & (cap - 1);
+            if (!tab[s].df) { tab[s].key = ch->h[k]; nv++; }
+            tab[s].df++;
+            out->feat[q] = (uint32_t)s;          /* the slot, until step 4 */
+            out->w[q] = (float)ch->tf[k];        /* tf, until step 4 */
+        }
+        free(ch->h); free(ch->tf);
+        ch->h = NULL; ch->tf = NULL;
+    }
+    if (nv > UINT32_MAX || cap > UINT32_MAX) {
+        free(tab); free(j.ch); free(j.cnt); kb_tfidf_free(out);
+        return hx_err(e, HX_ERR_ARG, "classify: %zu distinct words", nv);
+    }
+    /* 3. features numbered in ascending hash order (the rank of the word's
+     * hash): the order every sum over a row's features or over the
+     * vocabulary runs in */
+    keys = malloc(sizeof *keys * (nv + 1));
+    id = malloc(sizeof *id * cap);
+    idf = malloc(sizeof *idf * (nv + 1));
+    if (!keys || !id || !idf) goto nomem;
+    size_t m = 0;
+    for (size_t s = 0; s < cap; s++)
+        if (tab[s].df) keys[m++] = tab[s].key;
+    qsort(keys, nv, sizeof *keys, u64_cmp);
+    for (size_t f = 0; f < nv; f++) {
+        size_t s = vslot_home(keys[f], cap - 1);
+        while (tab[s].key != keys[f] || !tab[s].df) s = (s + 1) & (cap - 1);
+        id[s] = (uint32_t)f;
+        idf[f] = log((1.0 + (double)n) / (1.0 + (double)tab[s].df)) + 1.0;
+    }
+    out->n_feat = (uint32_t)nv;
+    /* 4. weights, row by row (in parallel) */
+    j.x = out; j.id = id; j.idf = idf; j.w = out->w; j.feat = out->feat;
+    hx_pool_run(pool, (int64_t)n_ch, tf_weigh_chunk, &j);
+    free(tab); free(keys); free(id); free(idf); free(j.ch); free(j.cnt);
     return HX_OK;
 nomem:
-    free(h); free(tf); free(vocab); free(df);
+    for (size_t c = 0; j.ch && c < n_ch; c++) { free(j.ch[c].h); free(j.ch[c].tf); }
+    free(tab); free(keys); free(id); free(idf); free(j.ch); free(j.cnt);
     kb_tfidf_free(out);
     return hx_err(e, HX_ERR_NOMEM, "classify: out of memory");
 }
@@ -124,6 +252,7 @@ typedef struct cjob {
     float temp;
     size_t stride;           /* scores_only: row = task * stride */
     float *scores;           /* scores_only: (tasks, n_cand) */
+    const float *cos_all;    /* (n, n_cand): every row's scores, computed for the fit; NULL: computed per row */
     kb_class *out;
     double *scratch;         /* (threads, n_cand) */
 } cjob;
@@ -175,8 +304,12 @@ static void score_row(void *ctx, int64_t k, int thread) {
 static void classify_row(void *ctx, int64_t i, int thread) {
     const cjob *j = ctx;
     double *dot = j->scratch + (size_t)thread * 2 * j->n_cand;
-    float *cos = (float *)(dot + j->n_cand);
-    row_scores(j, (size_t)i, cos, dot);
+    const float *cos = j->cos_all ? j->cos_all + (size_t)i * j->n_cand : NULL;   /* the fit's, kept */
+    if (!cos) {
+        float *c = (float *)(dot + j->n_cand);
+        row_scores(j, (size_t)i, c, dot);
+        cos = c;
+    }
     int own = j->cand_of[j->topic[i]];
     int best = 0;
     float mx = cos[0];
@@ -310,7 +443,7 @@ hx_status kb_classify_centroid_rows(hx_pool *pool, const float *vec, int dim, co
         cs_start[x->n_feat] = wq;
     }
     cjob j = {vec, dim, x, topic, cand_of, sum, cs_start, cs_c, cs_v, norm2, cnt, nc, cand_topic,
-              op.temperature, 1, NULL, out, scratch};
+              op.temperature, 1, NULL, NULL, out, scratch};
     if (op.temperature <= 0) {
         /* fit 1/T on a strided sample of rows: bisection on the NLL's slope in log beta */
         size_t stride = ((size_t)nc * n + 3999999) / 4000000;
@@ -339,6 +472,7 @@ hx_status kb_classify_centroid_rows(hx_pool *pool, const float *vec, int dim, co
             }
             j.temp = (float)exp(-(lo + hi) / 2);
         }
+        if (stride == 1) j.cos_all = scores;   /* the sample was every row: not scored twice */
     }
     hx_pool_run(pool, (int64_t)n, classify_row, &j);
     *n_candidates = nc;

@@ -521,13 +521,14 @@ void kb_cache_free(kb_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
-static bool cache_alloc(kb_cache *c, size_t n, int dim) {
+/* keep_vec false: offsets and hashes only (c->vec stays NULL). */
+static bool cache_alloc(kb_cache *c, size_t n, int dim, bool keep_vec) {
     c->offset = calloc(n ? n : 1, sizeof *c->offset);
     c->hash = calloc(n ? n : 1, sizeof *c->hash);
-    c->vec = calloc((n ? n : 1) * (size_t)dim, sizeof *c->vec);
+    c->vec = keep_vec ? calloc((n ? n : 1) * (size_t)dim, sizeof *c->vec) : NULL;
     c->n = n;
     c->dim = dim;
-    return c->offset && c->hash && c->vec;
+    return c->offset && c->hash && (c->vec || !keep_vec);
 }
 
 /* Vectors in a cache are unit length (or all zero: a text without words). A
@@ -546,10 +547,15 @@ static bool vec_sane(const float *v, int dim) {
     return s2 == 0 || fabs(s2 - 1.0) <= 1e-3;
 }
 
-static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
+/* keep_vec false: every check as with it (checksum, each vector sane), but
+ * only offsets and hashes kept; a vector is checked in scratch (one record's
+ * room) as it goes by, the first bad one remembered for the check below. */
+static void load_base(kb_cache *c, const char *path, const kb_embedder *em, bool keep_vec) {
     memset(c, 0, sizeof *c);
     c->dim = em->dim;
     char *buf = NULL;
+    float *scratch = NULL;
+    uint64_t first_bad = UINT64_MAX;
     char why_buf[200];
     const char *why = NULL;
     struct stat sb;
@@ -595,7 +601,11 @@ static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
             goto bad;
         }
         enum { CHUNK = 4 << 20 }; /* a multiple of kb_sum64's 32-byte blocks */
-        if (!(buf = malloc(CHUNK)) || !cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
+        if (!(buf = malloc(CHUNK)) || !cache_alloc(c, count, (int)dim, keep_vec) ||
+            !(scratch = malloc(sizeof *scratch * ((size_t)dim + 1)))) {
+            why = "out of memory";
+            goto bad;
+        }
         const size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl, end = body + rec * count;
         uint64_t h[4] = {FNV0, FNV0 ^ 1, FNV0 ^ 2, FNV0 ^ 3}, sum = 0;
         if (!pread_all(fd, &sum, 8, n - 8)) { why = "read failed or the file shrank"; goto bad; }
@@ -612,27 +622,33 @@ static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
                 const size_t i = (x - body) / rec, j = (x - body) % rec;
                 char *dst = j < 8 ? (char *)&c->offset[i] + j
                           : j < 16 ? (char *)&c->hash[i] + (j - 8)
-                                   : (char *)(c->vec + i * (size_t)dim) + (j - 16);
+                          : keep_vec ? (char *)(c->vec + i * (size_t)dim) + (j - 16)
+                                     : (char *)scratch + (j - 16);
                 size_t piece = (j < 8 ? 8 : j < 16 ? 16 : rec) - j;
                 if (piece > p0 + len - x) piece = p0 + len - x;
                 memcpy(dst, buf + (x - p0), piece);
                 x += piece;
+                if (!keep_vec && j + piece == rec && first_bad == UINT64_MAX && !vec_sane(scratch, (int)dim))
+                    first_bad = i;
             }
         }
         c->sum = sum;
     } else {
         buf = malloc(n ? (size_t)n : 1);
-        if (!buf) { why = "out of memory"; goto bad; }
+        scratch = malloc(sizeof *scratch * ((size_t)dim + 1));
+        if (!buf || !scratch) { why = "out of memory"; goto bad; }
         if (!pread_all(fd, buf, (size_t)n, 0)) { why = "read failed or the file shrank"; goto bad; }
         if (ver == 1) {
             size_t rec = 4 + 4 * (size_t)dim;
-            if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
+            if (!cache_alloc(c, count, (int)dim, keep_vec)) { why = "out of memory"; goto bad; }
             for (uint32_t i = 0; i < count; i++) {
                 uint32_t off;
                 memcpy(&off, buf + 16 + rec * i, 4);
                 c->offset[i] = off;
                 c->hash[i] = 0; /* unknown */
-                memcpy(c->vec + (size_t)i * dim, buf + 16 + rec * i + 4, 4 * (size_t)dim);
+                float *v = keep_vec ? c->vec + (size_t)i * dim : scratch;
+                memcpy(v, buf + 16 + rec * i + 4, 4 * (size_t)dim);
+                if (!keep_vec && first_bad == UINT64_MAX && !vec_sane(v, (int)dim)) first_bad = i;
             }
         } else {
             uint64_t sum;
@@ -641,12 +657,14 @@ static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
             c->sum = sum;
             if (memcmp(buf + 20, em->fingerprint, fpl)) { why = "made by another embedding model"; goto bad; }
             size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl;
-            if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
+            if (!cache_alloc(c, count, (int)dim, keep_vec)) { why = "out of memory"; goto bad; }
             for (uint32_t i = 0; i < count; i++) {
                 const char *r = buf + body + rec * i;
                 memcpy(&c->offset[i], r, 8);
                 memcpy(&c->hash[i], r + 8, 8);
-                memcpy(c->vec + (size_t)i * dim, r + 16, 4 * (size_t)dim);
+                float *v = keep_vec ? c->vec + (size_t)i * dim : scratch;
+                memcpy(v, r + 16, 4 * (size_t)dim);
+                if (!keep_vec && first_bad == UINT64_MAX && !vec_sane(v, (int)dim)) first_bad = i;
             }
         }
     }
@@ -656,7 +674,7 @@ static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
             why = why_buf;
             goto bad;
         }
-        if (!vec_sane(c->vec + (size_t)i * dim, (int)dim)) {
+        if (keep_vec ? !vec_sane(c->vec + (size_t)i * dim, (int)dim) : i == first_bad) {
             snprintf(why_buf, sizeof why_buf, "record %u (offset %llu): vector is not finite and unit length", i,
                      (unsigned long long)c->offset[i]);
             why = why_buf;
@@ -664,11 +682,13 @@ static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
         }
     }
     free(buf);
+    free(scratch);
     close(fd);
     return;
 bad:
     HX_WARN("%s: %s; discarding it (entries will be embedded again)", path, why);
     free(buf);
+    free(scratch);
     close(fd);
     kb_cache_free(c);
     c->dim = em->dim;
@@ -693,7 +713,7 @@ static void add_path(const char *path, char *out, size_t cap) {
 
 /* c: the base as loaded (its sum set). Appends the delta's records when they
  * belong to it; leaves c as it was otherwise. */
-static void load_add(kb_cache *c, const char *path, const kb_embedder *em) {
+static void load_add(kb_cache *c, const char *path, const kb_embedder *em, bool keep_vec) {
     char ap[4200];
     add_path(path, ap, sizeof ap);
     struct stat sb;
@@ -703,6 +723,7 @@ static void load_add(kb_cache *c, const char *path, const kb_embedder *em) {
     if (fd < 0) { HX_WARN("%s; ignoring the appended records", e.msg); return; }
     const char *why = NULL;
     char *buf = NULL;
+    float *scratch = NULL;
     unsigned char hdr[20];
     uint32_t ver = 0, count = 0, dim = 0, fpl = 0, base_n = 0;
     uint64_t base_sum = 0, n = (uint64_t)sb.st_size, sum = 0;
@@ -730,32 +751,40 @@ static void load_add(kb_cache *c, const char *path, const kb_embedder *em) {
         if (off <= prev) { why = "offsets not increasing"; goto bad; }
     }
     uint64_t *ro = realloc(c->offset, m * 8), *rh = ro ? realloc(c->hash, m * 8) : NULL;
-    float *rv = rh ? realloc(c->vec, m * D * sizeof(float)) : NULL;
+    float *rv = rh && keep_vec ? realloc(c->vec, m * D * sizeof(float)) : NULL;
     if (ro) c->offset = ro;
     if (rh) c->hash = rh;
-    if (!rv) { why = "out of memory"; goto bad; }
-    c->vec = rv;
+    if (keep_vec ? !rv : !(rv = scratch = malloc(sizeof *scratch * (D + 1)))) { why = "out of memory"; goto bad; }
+    if (keep_vec) c->vec = rv;
     for (uint32_t i = 0; i < count; i++) {
         const char *r = buf + body + rec * i;
         memcpy(&c->offset[c->n + i], r, 8);
         memcpy(&c->hash[c->n + i], r + 8, 8);
-        memcpy(c->vec + (c->n + i) * D, r + 16, 4 * D);
-        if (!vec_sane(c->vec + (c->n + i) * D, dim)) { why = "a vector is not finite and unit length"; goto bad; }
+        float *v = keep_vec ? c->vec + (c->n + i) * D : scratch;   /* scratch: checked, not kept */
+        memcpy(v, r + 16, 4 * D);
+        if (!vec_sane(v, dim)) { why = "a vector is not finite and unit length"; goto bad; }
     }
     c->n = m; /* until here the base stood alone (the rows past n are spare room) */
     c->sum = sum;
     free(buf);
+    free(scratch);
     close(fd);
     return;
 bad:
     HX_WARN("%s: %s; ignoring it (its entries will be embedded again)", ap, why);
     free(buf);
+    free(scratch);
     close(fd);
 }
 
 void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em) {
-    load_base(c, path, em);
-    load_add(c, path, em);
+    load_base(c, path, em, true);
+    load_add(c, path, em, true);
+}
+
+void kb_cache_load_index(kb_cache *c, const char *path, const kb_embedder *em) {
+    load_base(c, path, em, false);
+    load_add(c, path, em, false);
 }
 
 hx_status kb_cache_save_append(kb_cache *c, size_t n_kept, const char *path, const kb_embedder *em, hx_error *e) {

@@ -37,6 +37,7 @@ static int count_words(const char *s) {
 }
 
 typedef struct topic_ref { const char *name; size_t row; } topic_ref;
+typedef struct tslot { const char *name; uint64_t h; int id; } tslot;   /* topic names' hash table */
 static int cmp_topic_ref(const void *a, const void *b) {
     const topic_ref *x = a, *y = b;
     int c = strcmp(x->name, y->name);
@@ -98,7 +99,10 @@ static hx_status ask_batch(think *t, char **prompts, const uint64_t (*keys)[2], 
     return HX_OK;
 }
 
-static hx_status load(think *t, const char *dir, kb_embedder *em, hx_error *e) {
+/* Live entries that have a vector in the cache are the rows (the entries the
+ * pass compared); their vectors are copied only when need_vec (the centroids
+ * are over embeddings, not words). */
+static hx_status load(think *t, const char *dir, kb_embedder *em, bool need_vec, hx_error *e) {
     char p[4096];
     snprintf(p, sizeof p, "%s/data.log", dir);
     t->log.quiet_below = UINT64_MAX;  /* the pass before reported malformed lines: count them silently */
@@ -106,13 +110,14 @@ static hx_status load(think *t, const char *dir, kb_embedder *em, hx_error *e) {
     if (st) return st;
     kb_cache c;
     snprintf(p, sizeof p, "%s/embeddings.bin", dir);
-    kb_cache_load(&c, p, em);
+    if (need_vec) kb_cache_load(&c, p, em);
+    else kb_cache_load_index(&c, p, em);
     size_t live = kb_log_live(&t->log);
     t->dim = em->dim;
     t->idx = malloc((live + 1) * sizeof *t->idx);
-    t->vec = malloc((live + 1) * (size_t)t->dim * sizeof *t->vec);
+    t->vec = need_vec ? malloc((live + 1) * (size_t)t->dim * sizeof *t->vec) : NULL;
     t->topic = malloc((live + 1) * sizeof *t->topic);
-    if (!t->idx || !t->vec || !t->topic) { kb_cache_free(&c); return hx_err(e, HX_ERR_NOMEM, "think: out of memory"); }
+    if (!t->idx || (need_vec && !t->vec) || !t->topic) { kb_cache_free(&c); return hx_err(e, HX_ERR_NOMEM, "think: out of memory"); }
     size_t j = 0;
     for (size_t i = 0; i < t->log.n; i++) {
         const kb_entry *en = &t->log.e[i];
@@ -120,24 +125,43 @@ static hx_status load(think *t, const char *dir, kb_embedder *em, hx_error *e) {
         while (j < c.n && c.offset[j] < en->offset) j++;
         if (j < c.n && c.offset[j] == en->offset && (c.hash[j] == en->hash || c.hash[j] == 0)) {
             t->idx[t->n] = i;
-            memcpy(t->vec + t->n * (size_t)t->dim, c.vec + j * (size_t)c.dim, sizeof(float) * (size_t)t->dim);
+            if (need_vec)
+                memcpy(t->vec + t->n * (size_t)t->dim, c.vec + j * (size_t)c.dim, sizeof(float) * (size_t)t->dim);
             t->n++;
         }
     }
     kb_cache_free(&c);
-    /* topics: sort (name, row) once, number the distinct names: O(n log n) */
+    /* topics: numbered in first-seen order through a hash table (O(n) string
+     * hashes), then renumbered in name order (a sort of the distinct names
+     * only): topic k is the k-th name in strcmp order, as it always was */
+    size_t cap = 16;
+    while (cap < 2 * (t->n + 1)) cap *= 2;
+    tslot *tab = calloc(cap, sizeof *tab);
+    int *first = malloc((t->n + 1) * sizeof *first), *rank = malloc((t->n + 1) * sizeof *rank);
     topic_ref *r = malloc((t->n + 1) * sizeof *r);
     t->topics = malloc((t->n + 1) * sizeof *t->topics);
     t->topic_count = calloc(t->n + 1, sizeof *t->topic_count);
-    if (!r || !t->topics || !t->topic_count) { free(r); return hx_err(e, HX_ERR_NOMEM, "think: out of memory"); }
-    for (size_t i = 0; i < t->n; i++) r[i] = (topic_ref){ent(t, i)->topic ? ent(t, i)->topic : "", i};
-    qsort(r, t->n, sizeof *r, cmp_topic_ref);
-    for (size_t i = 0; i < t->n; i++) {
-        if (i == 0 || strcmp(r[i].name, r[i - 1].name)) t->topics[t->n_topics++] = (char *)r[i].name;
-        t->topic[r[i].row] = t->n_topics - 1;
-        t->topic_count[t->n_topics - 1]++;
+    if (!tab || !first || !rank || !r || !t->topics || !t->topic_count) {
+        free(tab); free(first); free(rank); free(r);
+        return hx_err(e, HX_ERR_NOMEM, "think: out of memory");
     }
-    free(r);
+    int nd = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const char *name = ent(t, i)->topic ? ent(t, i)->topic : "";
+        uint64_t h = fnv_str(name, FNV0);
+        size_t q = (size_t)(h * 0x9e3779b97f4a7c15ull >> 32) & (cap - 1);
+        while (tab[q].name && (tab[q].h != h || strcmp(tab[q].name, name))) q = (q + 1) & (cap - 1);
+        if (!tab[q].name) { tab[q] = (tslot){name, h, nd}; r[nd] = (topic_ref){name, (size_t)nd}; nd++; }
+        first[i] = tab[q].id;
+    }
+    qsort(r, (size_t)nd, sizeof *r, cmp_topic_ref);   /* distinct names: no ties */
+    for (int k = 0; k < nd; k++) { rank[r[k].row] = k; t->topics[k] = (char *)r[k].name; }
+    t->n_topics = nd;
+    for (size_t i = 0; i < t->n; i++) {
+        t->topic[i] = rank[first[i]];
+        t->topic_count[t->topic[i]]++;
+    }
+    free(tab); free(first); free(rank); free(r);
     return HX_OK;
 }
 
@@ -263,7 +287,12 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     think t = {0};
     t.o = o;
     t.st = st;
-    hx_status s = load(&t, dir, em, e);
+    /* the built-in lexical embedder's vectors are its words hashed into 384
+     * signed buckets, so unrelated notes share buckets by chance and topics
+     * blur; the words themselves, TF-IDF weighted, say the same without that
+     * noise. A neural embedder's vectors carry meaning the words lack: kept. */
+    bool words = !strncmp(em->fingerprint, "lexical-", 8);
+    hx_status s = load(&t, dir, em, !words, e);
     char ipath[4096];
     snprintf(ipath, sizeof ipath, "%s/insights.json", dir);
     char *json = NULL;
@@ -274,6 +303,7 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     float *central = NULL;
     if (!s && (s = hx_read_file(ipath, &json, &jn, e)) == HX_OK && !(root = cJSON_ParseWithLength(json, jn)))
         s = hx_err(e, HX_ERR_FORMAT, "%s: not valid JSON (run a pass first)", ipath);
+    st->load_seconds = hx_now_s() - t0;
     if (s) goto out;
     if (o->llm) {
         snprintf(t.cache_path, sizeof t.cache_path, "%s/llm.bin", dir);
@@ -285,20 +315,17 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     mis = malloc(sizeof *mis * (t.n + 1));
     int nc = 0;
     if (!cls || !mis) { s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
-    /* the built-in lexical embedder's vectors are its words hashed into 384
-     * signed buckets, so unrelated notes share buckets by chance and topics
-     * blur; the words themselves, TF-IDF weighted, say the same without that
-     * noise. A neural embedder's vectors carry meaning the words lack: kept. */
-    bool words = !strncmp(em->fingerprint, "lexical-", 8);
     kb_classify_opts co = kb_classify_defaults();
     co.temperature = 0;   /* fitted to the KB (classify.h) */
     float temp = 0;
+    double tc = hx_now_s();
     if (words) {
         const char **ti = malloc(sizeof *ti * (t.n + 1)), **tx = malloc(sizeof *tx * (t.n + 1));
         kb_tfidf x;
         if (!ti || !tx) s = hx_err(e, HX_ERR_NOMEM, "think: out of memory");
         for (size_t i = 0; i < t.n && !s; i++) { ti[i] = ent(&t, i)->title; tx[i] = ent(&t, i)->text; }
-        if (!s && !(s = kb_tfidf_build(ti, tx, t.n, &x, e))) {
+        if (!s && !(s = kb_tfidf_build(pool, ti, tx, t.n, &x, e))) {
+            st->tfidf_seconds = hx_now_s() - tc;
             s = kb_classify_centroid_rows(pool, NULL, 0, &x, t.n, t.topic, t.n_topics, &co, cls, &nc, &temp, e);
             kb_tfidf_free(&x);
         }
@@ -306,6 +333,7 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     } else {
         s = kb_classify_centroid_rows(pool, t.vec, t.dim, NULL, t.n, t.topic, t.n_topics, &co, cls, &nc, &temp, e);
     }
+    st->classify_seconds = hx_now_s() - tc;
     if (s) goto out;
     const char *method = "centroid";
     /* closeness of each entry to its own topic (centroid), for the digests: fixed
@@ -581,14 +609,19 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     }
 
     {
+        double tw = hx_now_s();
         char *out = cJSON_Print(root);
         if (!out) { s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
         s = hx_write_file_atomic(ipath, out, strlen(out), e);
         free(out);
+        st->write_seconds = hx_now_s() - tw;
     }
     if (!s && print) kb_print_report(stdout, &t.log, root, t.n, t.n_topics);
 out:
     st->seconds = hx_now_s() - t0;
+    if (!s && o->progress)
+        fprintf(stderr, "think: %zu rows, %.3f s: load %.3f s, classify %.3f s (TF-IDF rows %.3f s), write %.3f s\n",
+                t.n, st->seconds, st->load_seconds, st->classify_seconds, st->tfidf_seconds, st->write_seconds);
     free(central);
     free(cls);
     free(mis);
