@@ -121,8 +121,9 @@ static void ref_tfidf(const char *const *title, const char *const *text, size_t 
 }
 
 /* Random notes (words from a small vocabulary with repeats, mixed case,
- * punctuation, non-ASCII bytes, empty and missing fields), more rows than one
- * chunk of the builder: its features and weights are the reference's bits. */
+ * punctuation, non-ASCII bytes, empty and missing fields, and rare words
+ * enough to grow the vocabulary table), more rows than one chunk of the
+ * builder: its features and weights are the reference's bits. */
 static void check_tfidf_reference(hx_pool *pool) {
     static const char *words[] = {"Postgres", "index", "orders", "ORDERS", "tap", "faucet", "caf\xc3\xa9", "_tmp",
                                   "x86_64", "retry-after", "DNS", "dns", "a", "the", "\xe2\x80\x94", "v2", "42"};
@@ -136,7 +137,10 @@ static void check_tfidf_reference(hx_pool *pool) {
         char *a = calloc(4 * 16 + 1, 1), *b = calloc((size_t)nx * 16 + 1, 1);
         for (int k = 0; k < nt; k++) { strcat(a, words[(int)(hx_rng_uniform(&r) * NW) % NW]); strcat(a, " "); }
         for (int k = 0; k < nx; k++) {
-            strcat(b, words[(int)(hx_rng_uniform(&r) * NW) % NW]);
+            if (k % 3 == 2)   /* rare words: 20,000 possible, so the vocabulary table grows several times */
+                sprintf(b + strlen(b), "w%d", (int)(hx_rng_uniform(&r) * 20000));
+            else
+                strcat(b, words[(int)(hx_rng_uniform(&r) * NW) % NW]);
             strcat(b, k % 5 == 4 ? ", " : " ");
         }
         ti[i] = i % 31 == 5 ? (free(a), NULL) : a;
@@ -146,7 +150,7 @@ static void check_tfidf_reference(hx_pool *pool) {
     hx_error e;
     CHECK(kb_tfidf_build(pool, (const char *const *)ti, (const char *const *)tx, N, &got, &e) == HX_OK);
     ref_tfidf((const char *const *)ti, (const char *const *)tx, N, &want);
-    CHECK(got.n == want.n && got.n_feat == want.n_feat);
+    CHECK(got.n == want.n && got.n_feat == want.n_feat && want.n_feat > 10000);
     CHECK(!memcmp(got.start, want.start, sizeof *got.start * (N + 1)));
     size_t nnz = want.start[N];
     CHECK(nnz > 0 && !memcmp(got.feat, want.feat, sizeof *got.feat * nnz));

@@ -103,4 +103,9 @@ void kb_print_report(FILE *f, const kb_log *log, const cJSON *report, size_t n_l
 /* s fitted into max code points (see insights.c), into out (cap bytes). */
 void kb_fit_title(const char *s, int max, char *out, size_t cap);
 
+/* cJSON_Print's text for a number (buf: 32 bytes; returns the length) and a
+ * string (quoted and escaped into out, 6 * strlen(s) + 3 bytes; returns the
+ * length), byte for byte: for lists written as raw JSON text (think.c). */
+int kb_json_number(char buf[32], double d);
+size_t kb_json_string(char *out, const char *s);
 #endif

@@ -180,28 +180,52 @@ hx_status kb_tfidf_build(hx_pool *pool, const char *const *title, const char *co
     size_t nnz = out->start[n];
     out->feat = malloc(sizeof *out->feat * (nnz + 1));
     out->w = malloc(sizeof *out->w * (nnz + 1));
-    /* 2. df per distinct word: rows holding it (each row's words are distinct) */
-    size_t cap = 1024;
-    while (cap < 2 * nnz) cap *= 2;   /* distinct words <= nnz: the table stays under half full */
+    /* 2. df per distinct word: rows holding it (each row's words are
+     * distinct). The table doubles when half full, so it stays the size of
+     * the vocabulary, not of the word count; a slot's number is final only
+     * after the last doubling, so each word is noted by its hash first. */
+    size_t cap = 4096;
     tab = calloc(cap, sizeof *tab);
     if (!out->feat || !out->w || !tab) goto nomem;
     size_t nv = 0, q = 0;
     for (size_t c = 0; c < n_ch; c++) {
         tf_chunk *ch = &j.ch[c];
         for (size_t k = 0; k < ch->nnz; k++, q++) {
+            if (2 * (nv + 1) > cap) {
+                vslot *nt = calloc(2 * cap, sizeof *nt);
+                if (!nt) goto nomem;
+                for (size_t s = 0; s < cap; s++) {
+                    if (!tab[s].df) continue;
+                    size_t d = vslot_home(tab[s].key, 2 * cap - 1);
+                    while (nt[d].df) d = (d + 1) & (2 * cap - 1);
+                    nt[d] = tab[s];
+                }
+                free(tab);
+                tab = nt;
+                cap *= 2;
+            }
             size_t s = vslot_home(ch->h[k], cap - 1);
             while (tab[s].df && tab[s].key != ch->h[k]) s = (s + 1) & (cap - 1);
             if (!tab[s].df) { tab[s].key = ch->h[k]; nv++; }
             tab[s].df++;
-            out->feat[q] = (uint32_t)s;          /* the slot, until step 4 */
             out->w[q] = (float)ch->tf[k];        /* tf, until step 4 */
         }
-        free(ch->h); free(ch->tf);
-        ch->h = NULL; ch->tf = NULL;
     }
     if (nv > UINT32_MAX || cap > UINT32_MAX) {
         free(tab); free(j.ch); free(j.cnt); kb_tfidf_free(out);
         return hx_err(e, HX_ERR_ARG, "classify: %zu distinct words", nv);
+    }
+    /* each word's slot in the final table, from the hash it was noted by */
+    q = 0;
+    for (size_t c = 0; c < n_ch; c++) {
+        tf_chunk *ch = &j.ch[c];
+        for (size_t k = 0; k < ch->nnz; k++, q++) {
+            size_t s = vslot_home(ch->h[k], cap - 1);
+            while (tab[s].key != ch->h[k] || !tab[s].df) s = (s + 1) & (cap - 1);
+            out->feat[q] = (uint32_t)s;          /* the slot, until step 4 */
+        }
+        free(ch->h); free(ch->tf);
+        ch->h = NULL; ch->tf = NULL;
     }
     /* 3. features numbered in ascending hash order (the rank of the word's
      * hash): the order every sum over a row's features or over the

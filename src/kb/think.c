@@ -4,6 +4,8 @@
 #include "kb/think.h"
 
 #include <ctype.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,6 +265,89 @@ done:
     return st;
 }
 
+/* ---- JSON text as cJSON_Print writes it ----
+ * The classifications (one object per entry: 500,000 cJSON nodes at 100,000
+ * entries, each number printed and read back by cJSON) are written as one
+ * raw item instead, byte for byte the text cJSON_Print gave for the nodes
+ * (test_kb_report checks the pieces against cJSON). */
+
+int kb_json_number(char buf[32], double d) {
+    if (isnan(d) || isinf(d)) return snprintf(buf, 32, "null");
+    /* cJSON's valueint: the double clamped to int, truncated */
+    int vi = d >= INT_MAX ? INT_MAX : d <= (double)INT_MIN ? INT_MIN : (int)d;
+    if (d == (double)vi) return snprintf(buf, 32, "%d", vi);
+    int n = snprintf(buf, 32, "%1.15g", d);   /* 15 digits unless they do not read back as d */
+    double back = strtod(buf, NULL), mx = fmax(fabs(back), fabs(d));
+    if (!(fabs(back - d) <= mx * DBL_EPSILON)) n = snprintf(buf, 32, "%1.17g", d);
+    return n;
+}
+
+size_t kb_json_string(char *out, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    char *o = out;
+    *o++ = '"';
+    for (const unsigned char *p = (const unsigned char *)s; p && *p; p++) {
+        unsigned char c = *p;
+        if (c == '"' || c == '\\') { *o++ = '\\'; *o++ = (char)c; }
+        else if (c >= 32) *o++ = (char)c;
+        else {
+            *o++ = '\\';
+            switch (c) {
+            case '\b': *o++ = 'b'; break;
+            case '\f': *o++ = 'f'; break;
+            case '\n': *o++ = 'n'; break;
+            case '\r': *o++ = 'r'; break;
+            case '\t': *o++ = 't'; break;
+            default: *o++ = 'u'; *o++ = '0'; *o++ = '0'; *o++ = hex[c >> 4]; *o++ = hex[c & 15];
+            }
+        }
+    }
+    *o++ = '"';
+    *o = 0;
+    return (size_t)(o - out);
+}
+
+/* The "classifications" array's text at depth 1 of the report: objects
+ * {id, topic, predicted, probability} for the rows with a prediction,
+ * "[]" when none. NULL when out of memory. */
+static char *classifications_text(const think *t, const kb_class *cls, size_t *classified) {
+    char **esc = calloc((size_t)t->n_topics + 1, sizeof *esc);   /* each topic's quoted name, once */
+    size_t longest = 0;
+    bool ok = esc != NULL;
+    for (int k = 0; ok && k < t->n_topics; k++) {
+        size_t len = strlen(t->topics[k]);
+        if ((esc[k] = malloc(6 * len + 3))) {
+            len = kb_json_string(esc[k], t->topics[k]);
+            if (len > longest) longest = len;
+        } else ok = false;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = ok ? malloc(cap) : NULL;
+    *classified = 0;
+    if (buf) buf[n++] = '[';
+    for (size_t i = 0; buf && i < t->n; i++) {
+        if (cls[i].predicted < 0) continue;
+        size_t need = 2 * longest + 160;   /* the fixed text, two numbers of < 32 bytes */
+        if (n + need + 2 > cap) {
+            char *nb = realloc(buf, cap = 2 * cap + need);
+            if (!nb) { free(buf); buf = NULL; break; }
+            buf = nb;
+        }
+        char id[32], pr[32];
+        kb_json_number(id, (double)ent(t, i)->offset);
+        kb_json_number(pr, round(cls[i].prob * 10000) / 10000);
+        n += (size_t)snprintf(buf + n, cap - n,
+                              "%s{\n\t\t\t\"id\":\t%s,\n\t\t\t\"topic\":\t%s,\n\t\t\t\"predicted\":\t%s,\n"
+                              "\t\t\t\"probability\":\t%s\n\t\t}",
+                              *classified ? ", " : "", id, esc[t->topic[i]], esc[cls[i].predicted], pr);
+        ++*classified;
+    }
+    if (buf) { buf[n++] = ']'; buf[n] = 0; }
+    for (int k = 0; esc && k < t->n_topics; k++) free(esc[k]);
+    free(esc);
+    return buf;
+}
+
 /* union-find over rows */
 static size_t uf_find(size_t *p, size_t x) {
     while (p[x] != x) { p[x] = p[p[x]]; x = p[x]; }
@@ -345,7 +430,12 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
         if ((s = classify_llm(&t, cls, e))) goto out;
         method = "llm";
     }
-    cJSON *ca = cJSON_CreateArray(), *ma = cJSON_CreateArray();
+    double tw = hx_now_s();
+    char *ctext = classifications_text(&t, cls, &st->classified);
+    cJSON *ca = ctext ? cJSON_CreateRaw(ctext) : NULL, *ma = cJSON_CreateArray();
+    free(ctext);
+    if (!ca || !ma) { cJSON_Delete(ca); cJSON_Delete(ma); s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
+    st->write_seconds += hx_now_s() - tw;
     cJSON_DeleteItemFromObject(root, "classifications");
     cJSON_DeleteItemFromObject(root, "misfiled");
     cJSON_AddItemToObject(root, "classifications", ca);
@@ -357,16 +447,6 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     if (nc > 0) {
         cJSON_AddStringToObject(root, "centroid_space", words ? "tfidf" : "embedding");
         cJSON_AddNumberToObject(root, "centroid_temperature", round(temp * 1e5) / 1e5);
-    }
-    for (size_t i = 0; i < t.n; i++) {
-        if (cls[i].predicted < 0) continue;
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "id", (double)ent(&t, i)->offset);
-        cJSON_AddStringToObject(c, "topic", t.topics[t.topic[i]]);
-        cJSON_AddStringToObject(c, "predicted", t.topics[cls[i].predicted]);
-        cJSON_AddNumberToObject(c, "probability", round(cls[i].prob * 10000) / 10000);
-        cJSON_AddItemToArray(ca, c);
-        st->classified++;
     }
     size_t nm = kb_misfiled(cls, t.n, o->misfiled, mis);
     for (size_t k = 0; k < nm; k++) {
@@ -609,12 +689,12 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     }
 
     {
-        double tw = hx_now_s();
+        tw = hx_now_s();
         char *out = cJSON_Print(root);
         if (!out) { s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
         s = hx_write_file_atomic(ipath, out, strlen(out), e);
         free(out);
-        st->write_seconds = hx_now_s() - tw;
+        st->write_seconds += hx_now_s() - tw;
     }
     if (!s && print) kb_print_report(stdout, &t.log, root, t.n, t.n_topics);
 out:
