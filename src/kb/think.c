@@ -273,10 +273,11 @@ done:
 
 int kb_json_number(char buf[32], double d) {
     if (isnan(d) || isinf(d)) return snprintf(buf, 32, "null");
-    /* cJSON's valueint: the double clamped to int, truncated */
-    int vi = d >= INT_MAX ? INT_MAX : d <= (double)INT_MIN ? INT_MIN : (int)d;
-    if (d == (double)vi) return snprintf(buf, 32, "%d", vi);
-    int n = snprintf(buf, 32, "%1.15g", d);   /* 15 digits unless they do not read back as d */
+    /* cJSON prints "%1.15g", or "%1.17g" when that does not read back as d;
+     * an int prints the same digits by "%d", which is faster (not -0: "-0") */
+    if (d > INT_MIN && d < INT_MAX && d == (double)(int)d && !(d == 0 && signbit(d)))
+        return snprintf(buf, 32, "%d", (int)d);
+    int n = snprintf(buf, 32, "%1.15g", d);
     double back = strtod(buf, NULL), mx = fmax(fabs(back), fabs(d));
     if (!(fabs(back - d) <= mx * DBL_EPSILON)) n = snprintf(buf, 32, "%1.17g", d);
     return n;
