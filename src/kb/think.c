@@ -104,16 +104,38 @@ static hx_status ask_batch(think *t, char **prompts, const uint64_t (*keys)[2], 
 /* Live entries that have a vector in the cache are the rows (the entries the
  * pass compared); their vectors are copied only when need_vec (the centroids
  * are over embeddings, not words). */
-static hx_status load(think *t, const char *dir, kb_embedder *em, bool need_vec, hx_error *e) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s/data.log", dir);
-    t->log.quiet_below = UINT64_MAX;  /* the pass before reported malformed lines: count them silently */
-    hx_status st = kb_log_read(&t->log, p, e);
-    if (st) return st;
+typedef struct load_job {
+    think *t;
+    char log_path[4096], cache_path[4096];
+    const kb_embedder *em;
+    bool need_vec;
     kb_cache c;
-    snprintf(p, sizeof p, "%s/embeddings.bin", dir);
-    if (need_vec) kb_cache_load(&c, p, em);
-    else kb_cache_load_index(&c, p, em);
+    hx_status st;
+    hx_error e;
+} load_job;
+
+/* data.log and the embedding cache are read at once, one on each of two threads */
+static void load_part(void *ctx, int64_t part, int thread) {
+    (void)thread;
+    load_job *j = ctx;
+    if (part == 0) j->st = kb_log_read(&j->t->log, j->log_path, &j->e);
+    else if (j->need_vec) kb_cache_load(&j->c, j->cache_path, j->em);
+    else kb_cache_load_index(&j->c, j->cache_path, j->em);
+}
+
+static hx_status load(think *t, const char *dir, kb_embedder *em, bool need_vec, hx_pool *pool, hx_error *e) {
+    load_job *lj = calloc(1, sizeof *lj);
+    if (!lj) return hx_err(e, HX_ERR_NOMEM, "think: out of memory");
+    *lj = (load_job){.t = t, .em = em, .need_vec = need_vec};
+    snprintf(lj->log_path, sizeof lj->log_path, "%s/data.log", dir);
+    snprintf(lj->cache_path, sizeof lj->cache_path, "%s/embeddings.bin", dir);
+    t->log.quiet_below = UINT64_MAX;  /* the pass before reported malformed lines: count them silently */
+    hx_pool_run(pool, 2, load_part, lj);
+    kb_cache c = lj->c;
+    hx_status st = lj->st;
+    if (st && e) *e = lj->e;
+    free(lj);
+    if (st) { kb_cache_free(&c); return st; }
     size_t live = kb_log_live(&t->log);
     t->dim = em->dim;
     t->idx = malloc((live + 1) * sizeof *t->idx);
@@ -378,7 +400,7 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
      * blur; the words themselves, TF-IDF weighted, say the same without that
      * noise. A neural embedder's vectors carry meaning the words lack: kept. */
     bool words = !strncmp(em->fingerprint, "lexical-", 8);
-    hx_status s = load(&t, dir, em, !words, e);
+    hx_status s = load(&t, dir, em, !words, pool, e);
     char ipath[4096];
     snprintf(ipath, sizeof ipath, "%s/insights.json", dir);
     char *json = NULL;
