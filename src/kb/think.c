@@ -5,7 +5,6 @@
 
 #include <ctype.h>
 #include <float.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,12 +292,39 @@ done:
  * raw item instead, byte for byte the text cJSON_Print gave for the nodes
  * (test_kb_report checks the pieces against cJSON). */
 
+/* the digits of v, returns the length */
+static int put_u64(char *buf, uint64_t v) {
+    char tmp[24];
+    int n = 0;
+    do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+    for (int k = 0; k < n; k++) buf[k] = tmp[n - 1 - k];
+    buf[n] = 0;
+    return n;
+}
+
 int kb_json_number(char buf[32], double d) {
     if (isnan(d) || isinf(d)) return snprintf(buf, 32, "null");
-    /* cJSON prints "%1.15g", or "%1.17g" when that does not read back as d;
-     * an int prints the same digits by "%d", which is faster (not -0: "-0") */
-    if (d > INT_MIN && d < INT_MAX && d == (double)(int)d && !(d == 0 && signbit(d)))
-        return snprintf(buf, 32, "%d", (int)d);
+    /* the two kinds think writes by the 100,000, without printf: an integer
+     * below 1e15 ("%1.15g" prints all its digits, as "%d" does), and k / 10^4
+     * for 0 < k < 10^4 when d is exactly the double nearest it (15
+     * significant digits of d are k's, the rest zeros that %g drops) */
+    if (fabs(d) < 1e15 && d == floor(d) && !(d == 0 && signbit(d))) {
+        if (d >= 0) return put_u64(buf, (uint64_t)d);
+        buf[0] = '-';
+        return 1 + put_u64(buf + 1, (uint64_t)-d);
+    }
+    if (d > 0 && d < 1) {
+        long long k = llround(d * 10000);
+        if (k > 0 && k < 10000 && (double)k / 10000 == d) {
+            char *o = buf;
+            *o++ = '0';
+            *o++ = '.';
+            for (long long p = 1000; p && k; p /= 10) { *o++ = (char)('0' + k / p); k %= p; }
+            *o = 0;
+            return (int)(o - buf);
+        }
+    }
+    /* cJSON prints "%1.15g", or "%1.17g" when that does not read back as d */
     int n = snprintf(buf, 32, "%1.15g", d);
     double back = strtod(buf, NULL), mx = fmax(fabs(back), fabs(d));
     if (!(fabs(back - d) <= mx * DBL_EPSILON)) n = snprintf(buf, 32, "%1.17g", d);
@@ -356,13 +382,18 @@ static char *classifications_text(const think *t, const kb_class *cls, size_t *c
             if (!nb) { free(buf); buf = NULL; break; }
             buf = nb;
         }
-        char id[32], pr[32];
-        kb_json_number(id, (double)ent(t, i)->offset);
-        kb_json_number(pr, round(cls[i].prob * 10000) / 10000);
-        n += (size_t)snprintf(buf + n, cap - n,
-                              "%s{\n\t\t\t\"id\":\t%s,\n\t\t\t\"topic\":\t%s,\n\t\t\t\"predicted\":\t%s,\n"
-                              "\t\t\t\"probability\":\t%s\n\t\t}",
-                              *classified ? ", " : "", id, esc[t->topic[i]], esc[cls[i].predicted], pr);
+        if (*classified) { memcpy(buf + n, ", ", 2); n += 2; }
+#define PUT(str) (memcpy(buf + n, str, sizeof str - 1), n += sizeof str - 1)
+        PUT("{\n\t\t\t\"id\":\t");
+        n += (size_t)kb_json_number(buf + n, (double)ent(t, i)->offset);
+        PUT(",\n\t\t\t\"topic\":\t");
+        n += (size_t)(stpcpy(buf + n, esc[t->topic[i]]) - (buf + n));
+        PUT(",\n\t\t\t\"predicted\":\t");
+        n += (size_t)(stpcpy(buf + n, esc[cls[i].predicted]) - (buf + n));
+        PUT(",\n\t\t\t\"probability\":\t");
+        n += (size_t)kb_json_number(buf + n, round(cls[i].prob * 10000) / 10000);
+        PUT("\n\t\t}");
+#undef PUT
         ++*classified;
     }
     if (buf) { buf[n++] = ']'; buf[n] = 0; }
