@@ -349,22 +349,55 @@ static void classify_row(void *ctx, int64_t i, int thread) {
     o->prob_current = own >= 0 ? (float)(exp((double)(cos[own] - mx) / j->temp) / z) : 0.0f;
 }
 
-/* d/dbeta of the mean negative log-likelihood of the own topics at beta = 1/T:
- * E_softmax(beta cos)[cos] - cos_own, increasing in beta (the NLL is convex). */
-static double nll_slope(const float *sc, const int *own, size_t m, int nc, double beta) {
-    double g = 0;
-    size_t used = 0;
-    for (size_t r = 0; r < m; r++) {
-        if (own[r] < 0) continue;
-        const float *c = sc + r * (size_t)nc;
+/* The fit's objective: the mean negative log-likelihood of the own topics
+ * under softmax(beta cos), over the sample's rows with an own topic. Its
+ * slope in beta is E[cos] - cos_own (increasing: the NLL is convex in beta),
+ * its curvature Var[cos]. Rows are summed in fixed chunks on the pool and
+ * the chunks in order, so the sums (and the fit) do not depend on the
+ * number of threads. */
+enum { FIT_CHUNK = 2048 };
+
+typedef struct fit_job {
+    const float *sc;     /* (m, nc) scores */
+    const int *own;      /* (m) own candidate, or -1 */
+    size_t m;
+    int nc;
+    double beta;
+    double *part;        /* (chunks, 3): slope sum, curvature sum, rows used */
+} fit_job;
+
+static void fit_chunk(void *ctx, int64_t ch, int thread) {
+    (void)thread;
+    const fit_job *f = ctx;
+    size_t r0 = (size_t)ch * FIT_CHUNK, r1 = r0 + FIT_CHUNK < f->m ? r0 + FIT_CHUNK : f->m;
+    double g = 0, h = 0, used = 0;
+    for (size_t r = r0; r < r1; r++) {
+        if (f->own[r] < 0) continue;
+        const float *c = f->sc + r * (size_t)f->nc;
         float mx = c[0];
-        for (int k = 1; k < nc; k++) if (c[k] > mx) mx = c[k];
-        double z = 0, ez = 0;
-        for (int k = 0; k < nc; k++) { double p = exp(beta * (c[k] - mx)); z += p; ez += p * c[k]; }
-        g += ez / z - c[own[r]];
+        for (int k = 1; k < f->nc; k++) if (c[k] > mx) mx = c[k];
+        double z = 0, ez = 0, ez2 = 0;
+        for (int k = 0; k < f->nc; k++) {
+            double p = exp(f->beta * (c[k] - mx));
+            z += p; ez += p * c[k]; ez2 += p * c[k] * c[k];
+        }
+        double mean = ez / z;
+        g += mean - c[f->own[r]];
+        h += ez2 / z - mean * mean;
         used++;
     }
-    return used ? g / (double)used : 0;
+    f->part[3 * ch] = g; f->part[3 * ch + 1] = h; f->part[3 * ch + 2] = used;
+}
+
+/* slope and curvature of the mean NLL at beta (0 and 0 without rows) */
+static void nll_slope(hx_pool *pool, fit_job *f, double beta, double *slope, double *curv) {
+    size_t chunks = (f->m + FIT_CHUNK - 1) / FIT_CHUNK;
+    f->beta = beta;
+    hx_pool_run(pool, (int64_t)chunks, fit_chunk, f);
+    double g = 0, h = 0, used = 0;
+    for (size_t k = 0; k < chunks; k++) { g += f->part[3 * k]; h += f->part[3 * k + 1]; used += f->part[3 * k + 2]; }
+    *slope = used ? g / used : 0;
+    *curv = used ? h / used : 0;
 }
 
 typedef struct tc { int topic, count; } tc;
@@ -485,17 +518,32 @@ hx_status kb_classify_centroid_rows(hx_pool *pool, const float *vec, int dim, co
             own[r] = c >= 0 && cnt[c] > 1 ? c : -1;
             used += own[r] >= 0;
         }
-        double lo = log(1.0), hi = log(100.0);   /* beta = 1/T in [1, 100] */
+        /* u = ln beta in [0, ln 100] (T in [0.01, 1]): Newton steps on the
+         * slope in u (its derivative is beta * curvature), kept inside the
+         * bracket where the slope changes sign, bisection when a step would
+         * leave it; stops when u moves less than 1e-12 (about 6 steps where
+         * bisection alone took 40, each a pass over the sample's exps) */
+        fit_job fj = {scores, own, m, nc, 0, NULL};
+        double lo = log(1.0), hi = log(100.0), g, h;
+        fj.part = malloc(sizeof *fj.part * 3 * ((m + FIT_CHUNK - 1) / FIT_CHUNK + 1));
+        if (!fj.part) goto nomem;
         if (used == 0) j.temp = 0.05f;
-        else if (nll_slope(scores, own, m, nc, exp(hi)) <= 0) j.temp = (float)exp(-hi);
-        else if (nll_slope(scores, own, m, nc, exp(lo)) >= 0) j.temp = (float)exp(-lo);
+        else if (nll_slope(pool, &fj, exp(hi), &g, &h), g <= 0) j.temp = (float)exp(-hi);
+        else if (nll_slope(pool, &fj, exp(lo), &g, &h), g >= 0) j.temp = (float)exp(-lo);
         else {
-            for (int it = 0; it < 40; it++) {
-                double mid = (lo + hi) / 2;
-                if (nll_slope(scores, own, m, nc, exp(mid)) < 0) lo = mid; else hi = mid;
+            double u = (lo + hi) / 2;
+            for (int it = 0; it < 60 && hi - lo > 1e-12; it++) {
+                nll_slope(pool, &fj, exp(u), &g, &h);
+                if (g < 0) lo = u; else hi = u;
+                double d = exp(u) * h, next = d > 0 ? u - g / d : (lo + hi) / 2;
+                if (!(next > lo && next < hi)) next = (lo + hi) / 2;
+                bool done = fabs(next - u) < 1e-12;
+                u = next;
+                if (done) break;
             }
-            j.temp = (float)exp(-(lo + hi) / 2);
+            j.temp = (float)exp(-u);
         }
+        free(fj.part);
         if (stride == 1) j.cos_all = scores;   /* the sample was every row: not scored twice */
     }
     hx_pool_run(pool, (int64_t)n, classify_row, &j);
