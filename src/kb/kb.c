@@ -386,6 +386,100 @@ hx_status kb_log_read(kb_log *log, const char *path, hx_error *e) {
     return st;
 }
 
+hx_status kb_line_start(int fd, uint64_t p, uint64_t size, uint64_t *out, const char *path, hx_error *e) {
+    if (p == 0 || p >= size) { *out = p < size ? p : size; return HX_OK; }
+    char buf[65536];
+    uint64_t at = p - 1; /* the byte before p: a '\n' there makes p a line start */
+    while (at < size) {
+        size_t want = size - at < sizeof buf ? (size_t)(size - at) : sizeof buf;
+        ssize_t r = pread(fd, buf, want, (off_t)at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return hx_err(e, HX_ERR_IO, "%s: read failed at offset %llu", path, (unsigned long long)at);
+        char *nl = memchr(buf, '\n', (size_t)r);
+        if (nl) { *out = at + (uint64_t)(nl - buf) + 1; return HX_OK; }
+        at += (uint64_t)r;
+    }
+    *out = size;
+    return HX_OK;
+}
+
+hx_status kb_log_split_begin(kb_log_split *s, const char *path, int parts, uint64_t quiet_below, hx_error *e) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    struct stat sb;
+    int fd = kb_open_regular(path, false, &sb, e);
+    if (fd < 0) return e ? e->status : HX_ERR_IO;
+    uint64_t size = (uint64_t)sb.st_size;
+    /* parts of at least 1 MiB: below that a thread costs more than it saves */
+    if (parts > 16) parts = 16;
+    if ((uint64_t)parts > size / (1u << 20)) parts = (int)(size / (1u << 20));
+    if (parts < 1) parts = 1;
+    s->parts = parts;
+    s->bounds[parts] = size;
+    hx_status st = HX_OK;
+    for (int k = 1; k < parts && !st; k++) {
+        st = kb_line_start(fd, size / (uint64_t)parts * (uint64_t)k, size, &s->bounds[k], path, e);
+        if (!st && s->bounds[k] < s->bounds[k - 1]) s->bounds[k] = s->bounds[k - 1];
+    }
+    close(fd);
+    for (int k = 0; k < parts; k++)
+        s->part[k] = (kb_log){.read_to = s->bounds[k], .read_end = s->bounds[k + 1], .defer_below = s->bounds[k],
+                              .quiet_below = quiet_below};
+    return st;
+}
+
+void kb_log_split_read(kb_log_split *s, int k) {
+    if (k < 0 || k >= s->parts) return;
+    if (s->bounds[k + 1] > s->bounds[k] || (k == s->parts - 1 && s->bounds[k + 1] == 0))
+        s->st[k] = kb_log_read(&s->part[k], s->path, &s->err[k]);
+}
+
+hx_status kb_log_split_end(kb_log_split *s, kb_log *out, hx_error *e) {
+    hx_status st = HX_OK;
+    size_t total = 0;
+    for (int k = 0; k < s->parts; k++) {
+        if (s->st[k] && !st) {
+            st = s->st[k];
+            if (e) *e = s->err[k];
+        }
+        total += s->part[k].n;
+    }
+    memset(out, 0, sizeof *out);
+    if (!st && !(out->e = malloc((total ? total : 1) * sizeof *out->e))) st = hx_err(e, HX_ERR_NOMEM, "%s: out of memory", s->path);
+    if (st) {
+        for (int k = 0; k < s->parts; k++) kb_log_free(&s->part[k]);
+        return st;
+    }
+    /* entries in range order (offsets increase), ownership of their strings moved */
+    out->cap = total ? total : 1;
+    for (int k = 0; k < s->parts; k++) {
+        kb_log *p = &s->part[k];
+        if (p->n) memcpy(out->e + out->n, p->e, p->n * sizeof *p->e);
+        out->n += p->n;
+        out->n_malformed += p->n_malformed;
+        p->n = 0;
+    }
+    kb_log *last = &s->part[s->parts - 1];
+    out->read_to = last->read_to;
+    out->quiet_below = last->quiet_below;
+    /* deletes of entries in earlier ranges, in log order: every earlier entry
+     * is in out, so the single read's verdict is found there */
+    for (int k = 0; k < s->parts; k++) {
+        const kb_log *p = &s->part[k];
+        for (size_t q = 0; q < p->n_deferred; q++) {
+            uint64_t line = p->deferred[2 * q], x = p->deferred[2 * q + 1];
+            kb_entry *en = kb_log_find(out, x);
+            if (en) { en->deleted = true; continue; } /* deleting twice is harmless */
+            char why[160];
+            snprintf(why, sizeof why, "\"delete\": %llu names no entry (no entry line starts at that offset); ignored",
+                     (unsigned long long)x);
+            malformed(out, s->path, line, why);
+        }
+    }
+    for (int k = 0; k < s->parts; k++) kb_log_free(&s->part[k]);
+    return HX_OK;
+}
+
 hx_status kb_log_read_at(kb_log *log, const char *path, const uint64_t *offs, size_t n, hx_error *e) {
     struct stat sb;
     int fd = kb_open_regular(path, false, &sb, e);

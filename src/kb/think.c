@@ -104,20 +104,19 @@ static hx_status ask_batch(think *t, char **prompts, const uint64_t (*keys)[2], 
  * pass compared); their vectors are copied only when need_vec (the centroids
  * are over embeddings, not words). */
 typedef struct load_job {
-    think *t;
-    char log_path[4096], cache_path[4096];
+    kb_log_split split;      /* data.log in parts */
+    char cache_path[4096];
     const kb_embedder *em;
     bool need_vec;
     kb_cache c;
-    hx_status st;
-    hx_error e;
 } load_job;
 
-/* data.log and the embedding cache are read at once, one on each of two threads */
-static void load_part(void *ctx, int64_t part, int thread) {
+/* data.log's parts and the embedding cache, read at once on the pool: task
+ * 0 the cache, tasks 1.. the log's parts */
+static void load_part(void *ctx, int64_t task, int thread) {
     (void)thread;
     load_job *j = ctx;
-    if (part == 0) j->st = kb_log_read(&j->t->log, j->log_path, &j->e);
+    if (task > 0) kb_log_split_read(&j->split, (int)task - 1);
     else if (j->need_vec) kb_cache_load(&j->c, j->cache_path, j->em);
     else kb_cache_load_index(&j->c, j->cache_path, j->em);
 }
@@ -125,14 +124,17 @@ static void load_part(void *ctx, int64_t part, int thread) {
 static hx_status load(think *t, const char *dir, kb_embedder *em, bool need_vec, hx_pool *pool, hx_error *e) {
     load_job *lj = calloc(1, sizeof *lj);
     if (!lj) return hx_err(e, HX_ERR_NOMEM, "think: out of memory");
-    *lj = (load_job){.t = t, .em = em, .need_vec = need_vec};
-    snprintf(lj->log_path, sizeof lj->log_path, "%s/data.log", dir);
+    lj->em = em;
+    lj->need_vec = need_vec;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/data.log", dir);
     snprintf(lj->cache_path, sizeof lj->cache_path, "%s/embeddings.bin", dir);
-    t->log.quiet_below = UINT64_MAX;  /* the pass before reported malformed lines: count them silently */
-    hx_pool_run(pool, 2, load_part, lj);
+    /* quiet: the pass before reported malformed lines; they are only counted */
+    hx_status st = kb_log_split_begin(&lj->split, p, hx_pool_threads(pool), UINT64_MAX, e);
+    if (st) { free(lj); return st; }
+    hx_pool_run(pool, 1 + lj->split.parts, load_part, lj);
     kb_cache c = lj->c;
-    hx_status st = lj->st;
-    if (st && e) *e = lj->e;
+    st = kb_log_split_end(&lj->split, &t->log, e);
     free(lj);
     if (st) { kb_cache_free(&c); return st; }
     size_t live = kb_log_live(&t->log);
