@@ -469,8 +469,11 @@ hx_status kb_llm_cache_put(kb_llm_cache *c, uint32_t kind, uint64_t a, uint64_t 
  *                    summarize_min_words words
  *   digests          {topic, digest}: from the topic's most central entries
  *   merge_suggestions {a, b, suggestion}: for each near-duplicate pair
- * Classification without an LLM is the nearest topic centroid (kb/classify.h);
- * with one it is hx_classify over the topics as labels. Every LLM answer is
+ * Classification without an LLM is the nearest topic centroid (kb/classify.h),
+ * refit from all entries at every call: an appended entry changes every IDF
+ * weight (they count the entries) and its topic's centroid, so no earlier
+ * answer is reused and the result is a from-scratch run's; with an LLM it is
+ * hx_classify over the topics as labels. Every LLM answer is
  * cached in llm.bin (saved after each batch, so a killed pass keeps what it
  * finished); a later pass asks the model only about what changed. */
 
