@@ -212,6 +212,7 @@ hx_status kb_tfidf_build(hx_pool *pool, const char *const *title, const char *co
         }
     }
     if (nv > UINT32_MAX || cap > UINT32_MAX) {
+        for (size_t c = 0; c < n_ch; c++) { free(j.ch[c].h); free(j.ch[c].tf); }
         free(tab); free(j.ch); free(j.cnt); kb_tfidf_free(out);
         return hx_err(e, HX_ERR_ARG, "classify: %zu distinct words", nv);
     }
