@@ -7,8 +7,10 @@
 #   +100        100 entries appended: incremental (100 x N pairs)
 #   +10000      10,000 more appended: incremental (10,000 x N pairs)
 # Each line: seconds (total, embedding, pairs), the device that compared the
-# pairs, peak RSS; with --json one JSON object per pass as well (for
-# bench/results.jsonl).
+# pairs, peak RSS, then the think stage that follows the pass (classification,
+# patterns: its "think:" line) and the whole process's wall time; with --json
+# one JSON object per pass as well (for bench/results.jsonl). For the +100
+# pass alone, several binaries alternating: bench/kb_inc_bench.sh.
 #   bash bench/kb_bench.sh [N] [THREADS] [--json] [--device cpu|cuda|auto]
 # --device cuda: all-pairs on the GPU (--allpairs-device cuda), N defaults to
 # 1,000,000 and the passes skip the think stage (--no-think); cpu (default
@@ -59,23 +61,30 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)' "$o
 }
 run() { # run NAME [flags]
   local name=$1; shift
-  local rss line ap
+  local rss line ap th s wall
+  s=$(date +%s.%N)
   rss=$(peak "$tmp/out.txt" "$tmp/err.txt" "$BIN" one-shot "$tmp" -t "$T" --allpairs-device "$DEV" "${EXTRA[@]+"${EXTRA[@]}"}" "$@")
+  wall=$(echo "$(date +%s.%N) - $s" | bc)
   line=$(grep "embedded now" "$tmp/out.txt" | tail -1); ap=$(grep "^all-pairs: " "$tmp/err.txt" | tail -1 || true)
-  python3 - "$name" "$line" "$rss" "$N" "$T" "$JSON" "$DEV" "$ap" <<'PY'
+  th=$(grep "^think: " "$tmp/err.txt" | tail -1 || true)
+  python3 - "$name" "$line" "$rss" "$N" "$T" "$JSON" "$DEV" "$ap" "$th" "$wall" <<'PY'
 import json, re, subprocess, sys
-name, line, rss, n, t, js, dev, ap = sys.argv[1:9]
+name, line, rss, n, t, js, dev, ap, th, wall = sys.argv[1:11]
 m = re.search(r"^(\d+) entries .*?(\d+) embedded now .*?, ([\d.]+) s \(embedding ([\d.]+) s, (incremental pairs|all-pairs) ([\d.]+) s\)", line)
 live, emb, total, te, kind, tp = m.groups()
 ran = ap.split(" ")[1] if ap else "-"
 print("%-10s %7s entries %6s embedded  total %7s s  embedding %6s s  %-17s %7s s on %-4s  peak RSS %5d MiB"
       % (name, live, emb, total, te, kind, tp, ran, int(rss) // 1024))
 if ap: print("           " + ap)
+tm = re.search(r"^think: \d+ rows, ([\d.]+) s", th)
+print("           %sprocess wall %.2f s" % (("think %s s (%s), " % (tm.group(1), th.split(": ", 2)[2])) if tm else "",
+                                           float(wall)))
 if js == "--json":
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(json.dumps({"bench": "kb", "pass": name, "entries": int(live), "embedded": int(emb), "threads": int(t),
                       "seconds": float(total), "embed_seconds": float(te), "pairs": kind, "pairs_seconds": float(tp),
-                      "allpairs_device": ran, "peak_rss_mib": int(rss) // 1024, "commit": commit}))
+                      "allpairs_device": ran, "peak_rss_mib": int(rss) // 1024, "commit": commit,
+                      "think_seconds": float(tm.group(1)) if tm else None, "process_seconds": round(float(wall), 3)}))
 PY
 }
 gen "$N" 11 > "$tmp/data.log"

@@ -136,6 +136,11 @@ typedef struct kb_cache {
  * belong to that base, else ignored with a warning. kb_cache_save writes the
  * whole cache and drops them. */
 void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em);
+/* As kb_cache_load (the same checks: a cache it discards, this discards), but
+ * only offsets and hashes are kept: c->vec is NULL. For a caller that needs
+ * to know which entries have vectors, not the vectors (155 MB at 100,000 x
+ * 384 not allocated, filled and freed). */
+void kb_cache_load_index(kb_cache *c, const char *path, const kb_embedder *em);
 hx_status kb_cache_save(kb_cache *c, const char *path, const kb_embedder *em, hx_error *e); /* sets c->sum */
 void kb_cache_free(kb_cache *c);
 
@@ -464,8 +469,11 @@ hx_status kb_llm_cache_put(kb_llm_cache *c, uint32_t kind, uint64_t a, uint64_t 
  *                    summarize_min_words words
  *   digests          {topic, digest}: from the topic's most central entries
  *   merge_suggestions {a, b, suggestion}: for each near-duplicate pair
- * Classification without an LLM is the nearest topic centroid (kb/classify.h);
- * with one it is hx_classify over the topics as labels. Every LLM answer is
+ * Classification without an LLM is the nearest topic centroid (kb/classify.h),
+ * refit from all entries at every call: an appended entry changes every IDF
+ * weight (they count the entries) and its topic's centroid, so no earlier
+ * answer is reused and the result is a from-scratch run's; with an LLM it is
+ * hx_classify over the topics as labels. Every LLM answer is
  * cached in llm.bin (saved after each batch, so a killed pass keeps what it
  * finished); a later pass asks the model only about what changed. */
 
@@ -484,8 +492,13 @@ typedef struct kb_think_stats {
     size_t classified, misfiled, patterns, summaries, digests, merges;
     size_t llm_asked;            /* prompts the model ran this time (the rest came from llm.bin) */
     double seconds;
+    /* parts of seconds: reading data.log, the embedding cache and insights.json;
+     * the centroid classifier (TF-IDF rows included: tfidf_seconds); the
+     * insights written (the LLM stage and patterns are the rest) */
+    double load_seconds, classify_seconds, tfidf_seconds, write_seconds;
 } kb_think_stats;
 
+/* With o->progress, one stderr line "think: ..." gives the parts' seconds. */
 hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_think_opts *o, bool print,
                    kb_think_stats *st, hx_error *e);
 

@@ -4,6 +4,11 @@
  * (weights by hand, the sparse centroids give the dense path's answers) and
  * the fitted temperature (the likelihood's slope is zero there). The accuracy
  * on examples/kb is tests/kb_classify_lexical.sh's. */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "kb/classify.h"
 #include "kb/kb.h"
 #include "core/core.h"
@@ -41,6 +46,121 @@ static double slope_at(const double *cosv, const int *own, size_t n, int nc, dou
     return g / (double)n;
 }
 
+
+/* ---- the reference TF-IDF builder: the first one, written plainly (every
+ * row's hashes sorted, the vocabulary one sorted array, df by binary search).
+ * kb_tfidf_build must give its features and weights bit for bit. ---- */
+static bool ref_word_byte(unsigned char c) { return isalnum(c) || c == '_' || c >= 0x80; }
+
+static size_t ref_word_hashes(const char *s, uint64_t *h, size_t m) {
+    for (const unsigned char *p = (const unsigned char *)s; p && *p;) {
+        while (*p && !ref_word_byte(*p)) p++;
+        if (!*p) break;
+        uint64_t v = 0xcbf29ce484222325ull;
+        for (; *p && ref_word_byte(*p); p++) { v ^= (unsigned char)tolower(*p); v *= 0x100000001b3ull; }
+        h[m++] = v;
+    }
+    return m;
+}
+
+static int ref_u64_cmp(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void ref_tfidf(const char *const *title, const char *const *text, size_t n, kb_tfidf *out) {
+    size_t cap = 0;
+    for (size_t i = 0; i < n; i++)
+        cap += (title && title[i] ? strlen(title[i]) : 0) / 2 + (text && text[i] ? strlen(text[i]) : 0) / 2 + 2;
+    uint64_t *h = malloc(sizeof *h * (cap + 1)), *vocab = malloc(sizeof *vocab * (cap + 1));
+    float *tf = malloc(sizeof *tf * (cap + 1));
+    uint32_t *df = calloc(cap + 1, sizeof *df);
+    out->n = n;
+    out->start = calloc(n + 1, sizeof *out->start);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t s = m;
+        m = ref_word_hashes(title && title[i] ? title[i] : NULL, h, m);
+        m = ref_word_hashes(text && text[i] ? text[i] : NULL, h, m);
+        qsort(h + s, m - s, sizeof *h, ref_u64_cmp);
+        size_t k = s;
+        for (size_t j = s; j < m;) {
+            size_t r = j;
+            while (r < m && h[r] == h[j]) r++;
+            h[k] = h[j];
+            tf[k++] = (float)(r - j);
+            j = r;
+        }
+        m = k;
+        out->start[i + 1] = m;
+    }
+    memcpy(vocab, h, sizeof *h * m);
+    qsort(vocab, m, sizeof *vocab, ref_u64_cmp);
+    size_t nv = 0;
+    for (size_t j = 0; j < m; j++) {
+        if (nv == 0 || vocab[nv - 1] != vocab[j]) vocab[nv++] = vocab[j];
+        df[nv - 1]++;
+    }
+    out->n_feat = (uint32_t)nv;
+    out->feat = malloc(sizeof *out->feat * (m + 1));
+    out->w = malloc(sizeof *out->w * (m + 1));
+    for (size_t i = 0; i < n; i++) {
+        double nn = 0;
+        for (size_t j = out->start[i]; j < out->start[i + 1]; j++) {
+            size_t lo = 0, hi = nv;
+            while (lo < hi) { size_t mid = (lo + hi) / 2; if (vocab[mid] < h[j]) lo = mid + 1; else hi = mid; }
+            double w = (1.0 + log(tf[j])) * (log((1.0 + (double)n) / (1.0 + df[lo])) + 1.0);
+            out->feat[j] = (uint32_t)lo;
+            out->w[j] = (float)w;
+            nn += w * w;
+        }
+        float inv = nn > 0 ? (float)(1.0 / sqrt(nn)) : 0.0f;
+        for (size_t j = out->start[i]; j < out->start[i + 1]; j++) out->w[j] *= inv;
+    }
+    free(h); free(vocab); free(tf); free(df);
+}
+
+/* Random notes (words from a small vocabulary with repeats, mixed case,
+ * punctuation, non-ASCII bytes, empty and missing fields, and rare words
+ * enough to grow the vocabulary table), more rows than one chunk of the
+ * builder: its features and weights are the reference's bits. */
+static void check_tfidf_reference(hx_pool *pool) {
+    static const char *words[] = {"Postgres", "index", "orders", "ORDERS", "tap", "faucet", "caf\xc3\xa9", "_tmp",
+                                  "x86_64", "retry-after", "DNS", "dns", "a", "the", "\xe2\x80\x94", "v2", "42"};
+    enum { N = 1500, NW = (int)(sizeof words / sizeof *words) };
+    hx_rng r;
+    hx_rng_seed(&r, 11);
+    char **ti = calloc(N, sizeof *ti), **tx = calloc(N, sizeof *tx);
+    for (size_t i = 0; i < N; i++) {
+        int nt = (int)(hx_rng_uniform(&r) * 4), nx = (int)(hx_rng_uniform(&r) * 120);
+        if (i % 97 == 3) nx = 0;
+        char *a = calloc(4 * 16 + 1, 1), *b = calloc((size_t)nx * 16 + 1, 1);
+        for (int k = 0; k < nt; k++) { strcat(a, words[(int)(hx_rng_uniform(&r) * NW) % NW]); strcat(a, " "); }
+        for (int k = 0; k < nx; k++) {
+            if (k % 3 == 2)   /* rare words: 20,000 possible, so the vocabulary table grows several times */
+                sprintf(b + strlen(b), "w%d", (int)(hx_rng_uniform(&r) * 20000));
+            else
+                strcat(b, words[(int)(hx_rng_uniform(&r) * NW) % NW]);
+            strcat(b, k % 5 == 4 ? ", " : " ");
+        }
+        ti[i] = i % 31 == 5 ? (free(a), NULL) : a;
+        tx[i] = i % 53 == 7 ? (free(b), NULL) : b;
+    }
+    kb_tfidf got, want;
+    hx_error e;
+    CHECK(kb_tfidf_build(pool, (const char *const *)ti, (const char *const *)tx, N, &got, &e) == HX_OK);
+    ref_tfidf((const char *const *)ti, (const char *const *)tx, N, &want);
+    CHECK(got.n == want.n && got.n_feat == want.n_feat && want.n_feat > 10000);
+    CHECK(!memcmp(got.start, want.start, sizeof *got.start * (N + 1)));
+    size_t nnz = want.start[N];
+    CHECK(nnz > 0 && !memcmp(got.feat, want.feat, sizeof *got.feat * nnz));
+    CHECK(!memcmp(got.w, want.w, sizeof *got.w * nnz));
+    kb_tfidf_free(&got);
+    kb_tfidf_free(&want);
+    for (size_t i = 0; i < N; i++) { free(ti[i]); free(tx[i]); }
+    free(ti); free(tx);
+}
+
 static void check_tfidf(hx_pool *pool) {
     static const char *title[] = {"Postgres index", "Vacuum tuning", "Replica lag", "Slow query plan",
                                   "Sourdough starter", "Tomato sauce", "Roast potatoes", "Pasta water",
@@ -62,7 +182,7 @@ static void check_tfidf(hx_pool *pool) {
     int topic[N] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 1};   /* the last one filed under cooking */
     kb_tfidf x;
     hx_error e;
-    CHECK(kb_tfidf_build(title, text, N, &x, &e) == HX_OK);
+    CHECK(kb_tfidf_build(pool, title, text, N, &x, &e) == HX_OK);
     CHECK(x.n == N && x.start[0] == 0 && x.n_feat > 50);
     /* "postgres": in 4 of 12 rows, twice in row 0 (title and text: tf 2), the
      * heaviest of row 0's words in 4 rows ("orders" is there once) */
@@ -142,7 +262,7 @@ static void check_tfidf(hx_pool *pool) {
     /* rows without words and without titles */
     kb_tfidf y;
     const char *blank[3] = {"", "...", NULL};
-    CHECK(kb_tfidf_build(NULL, blank, 3, &y, &e) == HX_OK && y.n_feat == 0 && y.start[3] == 0);
+    CHECK(kb_tfidf_build(pool, NULL, blank, 3, &y, &e) == HX_OK && y.n_feat == 0 && y.start[3] == 0);
     kb_tfidf_free(&y);
     free(dense);
     kb_tfidf_free(&x);
@@ -207,6 +327,7 @@ int main(void) {
     CHECK(kb_classify_centroid(pool, vec, N, DIM, own, N, &o, cls, &nc, &e) == HX_OK && nc == 0);
 
     check_tfidf(pool);
+    check_tfidf_reference(pool);
 
     hx_pool_free(pool);
     printf("classify: %d checks, %d failures\n", t_checks, t_failures);

@@ -3,6 +3,7 @@
  * values), special files and planted links, the lock, blocked all-pairs and
  * topic overlaps vs brute force, memory with one topic per entry. */
 #include "kb/kb.h"
+#include "kb/analyze.h"
 #include "core/core.h"
 #include "test_util.h"
 
@@ -639,6 +640,76 @@ static void test_many_topics(void) {
     free(names); free(log.e); free(idx); free(v);
 }
 
+/* kb_log_split (think's parallel read) gives a single kb_log_read's log: a
+ * 3.5 MB log cut into 1 to 16 parts, with deletes of entries in earlier
+ * parts (deferred, then applied), of the same part, twice, of an offset that
+ * is no entry (in an earlier part and in its own), malformed lines, a bad
+ * UTF-8 line, and an unfinished last line. */
+static void test_log_split(void) {
+    size_t cap = 4 << 20, n = 0;
+    char *d = malloc(cap);
+    uint64_t *off = malloc(sizeof *off * 40000);
+    size_t ne = 0;
+    hx_rng r;
+    hx_rng_seed(&r, 5);
+    for (int i = 0; n + 600 < cap - (1 << 18) && ne < 40000; i++) {
+        int kind = (int)(hx_rng_uniform(&r) * 100);
+        if (kind < 4 && ne > 10) {            /* a delete of any earlier entry (maybe another part's) */
+            n += (size_t)snprintf(d + n, cap - n, "{\"delete\": %llu}\n",
+                                  (unsigned long long)off[(size_t)(hx_rng_uniform(&r) * (double)ne) % ne]);
+        } else if (kind < 5) {                /* names no entry: just past an entry's first byte */
+            n += (size_t)snprintf(d + n, cap - n, "{\"delete\": %llu}\n", (unsigned long long)(ne ? off[ne / 2] + 1 : 7));
+        } else if (kind < 6) {
+            n += (size_t)snprintf(d + n, cap - n, "{\"topic\": \"x\"}\n");        /* malformed: no text */
+        } else if (kind < 7) {
+            n += (size_t)snprintf(d + n, cap - n, "{\"topic\": \"x\", \"text\": \"bad \xff utf8\"}\n");
+        } else {
+            off[ne++] = n;
+            n += (size_t)snprintf(d + n, cap - n, "{\"topic\": \"t%d\", \"title\": \"note %d\", \"text\": \"%s words %d %.*s\"}\n",
+                                  i % 7, i, i % 3 ? "some" : "other", i, (int)(hx_rng_uniform(&r) * 300),
+                                  "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut "
+                                  "labore et dolore magna aliqua ut enim ad minim veniam quis nostrud exercitation ullamco laboris "
+                                  "nisi ut aliquip ex ea commodo consequat duis aute irure dolor in reprehenderit in voluptate velit");
+        }
+    }
+    n += (size_t)snprintf(d + n, cap - n, "{\"topic\": \"t\", \"text\": \"unfinished");
+    CHECK(n > (3u << 20));
+    kb_log want;
+    capture_begin();
+    CHECK(read_log(&want, d, n) == HX_OK);
+    free(capture_end());
+    char p[128];
+    path_in(p, sizeof p, "data.log");
+    int parts_seen[17] = {0};
+    for (int parts = 1; parts <= 16; parts += parts < 4 ? 1 : 4) {
+        kb_log_split sp;
+        kb_log got;
+        hx_error e;
+        capture_begin();
+        CHECK(kb_log_split_begin(&sp, p, parts, 0, &e) == HX_OK);
+        parts_seen[sp.parts] = 1;
+        for (int k = sp.parts - 1; k >= 0; k--) kb_log_split_read(&sp, k);   /* any order */
+        CHECK(kb_log_split_end(&sp, &got, &e) == HX_OK);
+        free(capture_end());
+        CHECKF(got.n == want.n && got.read_to == want.read_to && got.n_malformed == want.n_malformed,
+               "parts %d: %zu entries, read to %llu, %zu malformed; one read: %zu, %llu, %zu", parts, got.n,
+               (unsigned long long)got.read_to, got.n_malformed, want.n, (unsigned long long)want.read_to,
+               want.n_malformed);
+        size_t diff = 0;
+        for (size_t i = 0; i < got.n && i < want.n; i++) {
+            const kb_entry *a = &got.e[i], *b = &want.e[i];
+            diff += a->offset != b->offset || a->hash != b->hash || a->deleted != b->deleted || strcmp(a->topic, b->topic) ||
+                    strcmp(a->text, b->text) || !a->title != !b->title || (a->title && strcmp(a->title, b->title));
+        }
+        CHECKF(diff == 0, "parts %d: %zu entries differ from one read", parts, diff);
+        kb_log_free(&got);
+    }
+    CHECK(parts_seen[3] && kb_log_live(&want) < want.n);   /* 3 MB: up to 3 parts of 1 MiB; some deleted */
+    kb_log_free(&want);
+    free(d);
+    free(off);
+}
+
 int main(void) {
     hx_set_log_level(0); /* the damaged inputs below each warn; the checks say what matters */
     strcpy(dir, "/tmp/hx_kb_XXXXXX");
@@ -655,6 +726,7 @@ int main(void) {
     test_pass_links();
     test_topics();
     test_many_topics();
+    test_log_split();
     char p[128];
     snprintf(p, sizeof p, "%s/data.log", dir); unlink(p);
     snprintf(p, sizeof p, "%s/embeddings.bin", dir); unlink(p);

@@ -8,6 +8,7 @@
 #include "test_util.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <unistd.h>
 
 static bool valid_utf8(const char *s) {
@@ -26,8 +27,39 @@ static int cps(const char *s) {
     return n;
 }
 
+/* kb_json_number / kb_json_string (think.c's raw classifications) give the
+ * text cJSON prints for the same value, byte for byte. */
+static void check_json_text(void) {
+    double nums[] = {0, -0.0, 1, -1, 0.5, 0.0835, 0.0001, 1e-5, 0.99995, 1.0 / 3, 2147483646, 2147483647,
+                     2147483648.0, -2147483648.0, -2147483649.0, 3e9, 25914454, 1e15 + 1, 1234567890123456.0,
+                     9007199254740991.0, 1e300, 5e-324, NAN, INFINITY, -INFINITY};
+    char buf[32];
+    for (size_t i = 0; i < sizeof nums / sizeof *nums + 10001; i++) {
+        /* the listed values, then every probability as think rounds them */
+        double d = i < sizeof nums / sizeof *nums ? nums[i] : round((double)(i - sizeof nums / sizeof *nums) / 10000 * 10000) / 10000;
+        cJSON *n = cJSON_CreateNumber(d);
+        char *want = cJSON_PrintUnformatted(n);
+        int len = kb_json_number(buf, d);
+        CHECKF(want && !strcmp(buf, want) && len == (int)strlen(want), "%.17g: '%s', cJSON '%s'", d, buf, want);
+        free(want);
+        cJSON_Delete(n);
+    }
+    const char *strs[] = {"", "t05", "say \"hi\"", "back\\slash", "tab\there\nnew\rcr\bbs\fff", "\x01\x1f\x7f",
+                          "caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x98\x80", "/slash/"};
+    for (size_t i = 0; i < sizeof strs / sizeof *strs; i++) {
+        char out[256];
+        cJSON *x = cJSON_CreateString(strs[i]);
+        char *want = cJSON_PrintUnformatted(x);
+        size_t len = kb_json_string(out, strs[i]);
+        CHECKF(want && !strcmp(out, want) && len == strlen(want), "'%s': '%s', cJSON '%s'", strs[i], out, want);
+        free(want);
+        cJSON_Delete(x);
+    }
+}
+
 int main(void) {
     char out[256];
+    check_json_text();
     /* whole when it fits */
     kb_fit_title("Leaky faucet in the kitchen", 40, out, sizeof out);
     CHECK(!strcmp(out, "Leaky faucet in the kitchen"));

@@ -103,4 +103,33 @@ void kb_print_report(FILE *f, const kb_log *log, const cJSON *report, size_t n_l
 /* s fitted into max code points (see insights.c), into out (cap bytes). */
 void kb_fit_title(const char *s, int max, char *out, size_t cap);
 
+/* cJSON_Print's text for a number (buf: 32 bytes; returns the length) and a
+ * string (quoted and escaped into out, 6 * strlen(s) + 3 bytes; returns the
+ * length), byte for byte: for lists written as raw JSON text (think.c). */
+int kb_json_number(char buf[32], double d);
+size_t kb_json_string(char *out, const char *s);
+/* A whole data.log read as parts on several threads: the file cut at line
+ * starts into `parts` byte ranges (kb_line_start), each read by kb_log_read
+ * as a range (read_end, defer_below: a delete of an entry in an earlier range
+ * is deferred), then the ranges' entries joined in order and the deferred
+ * deletes applied (a delete naming no entry is warned about as a single read
+ * would). The entries, their flags and read_to are a single kb_log_read's
+ * from offset 0; warnings of different ranges may come in another order.
+ *   kb_log_split_begin (stats and cuts), kb_log_split_read(part) for every
+ *   part (any thread, each part once), kb_log_split_end (joins into out, a
+ *   fresh kb_log, and frees the split, also on error). */
+typedef struct kb_log_split {
+    char path[4096];
+    int parts;
+    uint64_t bounds[17];     /* parts + 1 line starts, bounds[parts] = the size read */
+    kb_log part[16];
+    hx_status st[16];
+    hx_error err[16];
+} kb_log_split;
+hx_status kb_log_split_begin(kb_log_split *s, const char *path, int parts, uint64_t quiet_below, hx_error *e);
+void kb_log_split_read(kb_log_split *s, int part);
+hx_status kb_log_split_end(kb_log_split *s, kb_log *out, hx_error *e);
+/* The first line start at or after p (0, or just after a '\n') in the file
+ * open as fd of size bytes; size when no line starts in [p, size). */
+hx_status kb_line_start(int fd, uint64_t p, uint64_t size, uint64_t *out, const char *path, hx_error *e);
 #endif

@@ -19,8 +19,11 @@ typedef struct kb_tfidf {
     uint32_t n_feat;
 } kb_tfidf;
 
-/* title[i] may be NULL (title may be NULL: no titles); text[i] may be NULL. */
-hx_status kb_tfidf_build(const char *const *title, const char *const *text, size_t n, kb_tfidf *out, hx_error *e);
+/* title[i] may be NULL (title may be NULL: no titles); text[i] may be NULL.
+ * Rows are read on the pool (NULL: this thread). Work O(text bytes + words +
+ * V log V) for V distinct words: the vocabulary is a hash table, sorted once. */
+hx_status kb_tfidf_build(hx_pool *pool, const char *const *title, const char *const *text, size_t n, kb_tfidf *out,
+                         hx_error *e);
 void kb_tfidf_free(kb_tfidf *x);
 
 /* kb_classify_centroid over dense unit vectors (vec, dim; x NULL) or TF-IDF

@@ -149,7 +149,14 @@ static bool utf8_valid(const unsigned char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         unsigned char c = s[i];
-        if (c < 0x80) { i++; continue; }
+        if (c < 0x80) {
+            i++;
+            for (uint64_t w; i + 8 <= n; i += 8) {   /* ASCII runs 8 bytes at a time */
+                memcpy(&w, s + i, 8);
+                if (w & 0x8080808080808080ull) break;
+            }
+            continue;
+        }
         int k = (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
         if (k < 0 || (size_t)k >= n - i) return false;
         uint32_t cp = c & (0x3fu >> k);
@@ -211,10 +218,13 @@ static bool find_u64(const uint64_t *v, size_t n, uint64_t x) {
 /* A JSON "\u0000" escape anywhere in the line (a backslash escape is skipped
  * whole, so "\\u0000" - an escaped backslash, then text - is not one). */
 static bool has_nul_escape(const char *s, size_t n) {
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (s[i] != '\\') continue;
+    size_t i = 0;
+    while (i + 1 < n) {
+        const char *b = memchr(s + i, '\\', n - 1 - i);   /* the next backslash with a byte after it */
+        if (!b) break;
+        i = (size_t)(b - s);
         if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return true;
-        i++; /* skip the escaped character */
+        i += 2; /* past the escaped character */
     }
     return false;
 }
@@ -308,10 +318,10 @@ static hx_status parse_line(kb_log *log, const char *path, char *line, size_t le
                    .title = cJSON_IsString(title) && *title->valuestring ? strdup(title->valuestring) : NULL};
     cJSON_Delete(j);
     if (!en.topic || !en.text) { free(en.topic); free(en.text); free(en.title); return HX_ERR_NOMEM; }
-    char *t = kb_entry_text(&en);
-    if (!t) { free(en.topic); free(en.text); free(en.title); return HX_ERR_NOMEM; }
-    en.hash = fnv(t, strlen(t), FNV0);
-    free(t);
+    /* the hash of kb_entry_text's "title\ntext" (or text), formed in pieces */
+    en.hash = FNV0;
+    if (en.title) en.hash = fnv("\n", 1, fnv(en.title, strlen(en.title), en.hash));
+    en.hash = fnv(en.text, strlen(en.text), en.hash);
     if (!log_push(log, en)) { free(en.topic); free(en.text); free(en.title); return HX_ERR_NOMEM; }
     return HX_OK;
 }
@@ -374,6 +384,100 @@ hx_status kb_log_read(kb_log *log, const char *path, hx_error *e) {
     close(fd);
     log->read_to = pos; /* a partial last line stays unread */
     return st;
+}
+
+hx_status kb_line_start(int fd, uint64_t p, uint64_t size, uint64_t *out, const char *path, hx_error *e) {
+    if (p == 0 || p >= size) { *out = p < size ? p : size; return HX_OK; }
+    char buf[65536];
+    uint64_t at = p - 1; /* the byte before p: a '\n' there makes p a line start */
+    while (at < size) {
+        size_t want = size - at < sizeof buf ? (size_t)(size - at) : sizeof buf;
+        ssize_t r = pread(fd, buf, want, (off_t)at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return hx_err(e, HX_ERR_IO, "%s: read failed at offset %llu", path, (unsigned long long)at);
+        char *nl = memchr(buf, '\n', (size_t)r);
+        if (nl) { *out = at + (uint64_t)(nl - buf) + 1; return HX_OK; }
+        at += (uint64_t)r;
+    }
+    *out = size;
+    return HX_OK;
+}
+
+hx_status kb_log_split_begin(kb_log_split *s, const char *path, int parts, uint64_t quiet_below, hx_error *e) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    struct stat sb;
+    int fd = kb_open_regular(path, false, &sb, e);
+    if (fd < 0) return e ? e->status : HX_ERR_IO;
+    uint64_t size = (uint64_t)sb.st_size;
+    /* parts of at least 1 MiB: below that a thread costs more than it saves */
+    if (parts > 16) parts = 16;
+    if ((uint64_t)parts > size / (1u << 20)) parts = (int)(size / (1u << 20));
+    if (parts < 1) parts = 1;
+    s->parts = parts;
+    s->bounds[parts] = size;
+    hx_status st = HX_OK;
+    for (int k = 1; k < parts && !st; k++) {
+        st = kb_line_start(fd, size / (uint64_t)parts * (uint64_t)k, size, &s->bounds[k], path, e);
+        if (!st && s->bounds[k] < s->bounds[k - 1]) s->bounds[k] = s->bounds[k - 1];
+    }
+    close(fd);
+    for (int k = 0; k < parts; k++)
+        s->part[k] = (kb_log){.read_to = s->bounds[k], .read_end = s->bounds[k + 1], .defer_below = s->bounds[k],
+                              .quiet_below = quiet_below};
+    return st;
+}
+
+void kb_log_split_read(kb_log_split *s, int k) {
+    if (k < 0 || k >= s->parts) return;
+    if (s->bounds[k + 1] > s->bounds[k] || (k == s->parts - 1 && s->bounds[k + 1] == 0))
+        s->st[k] = kb_log_read(&s->part[k], s->path, &s->err[k]);
+}
+
+hx_status kb_log_split_end(kb_log_split *s, kb_log *out, hx_error *e) {
+    hx_status st = HX_OK;
+    size_t total = 0;
+    for (int k = 0; k < s->parts; k++) {
+        if (s->st[k] && !st) {
+            st = s->st[k];
+            if (e) *e = s->err[k];
+        }
+        total += s->part[k].n;
+    }
+    memset(out, 0, sizeof *out);
+    if (!st && !(out->e = malloc((total ? total : 1) * sizeof *out->e))) st = hx_err(e, HX_ERR_NOMEM, "%s: out of memory", s->path);
+    if (st) {
+        for (int k = 0; k < s->parts; k++) kb_log_free(&s->part[k]);
+        return st;
+    }
+    /* entries in range order (offsets increase), ownership of their strings moved */
+    out->cap = total ? total : 1;
+    for (int k = 0; k < s->parts; k++) {
+        kb_log *p = &s->part[k];
+        if (p->n) memcpy(out->e + out->n, p->e, p->n * sizeof *p->e);
+        out->n += p->n;
+        out->n_malformed += p->n_malformed;
+        p->n = 0;
+    }
+    kb_log *last = &s->part[s->parts - 1];
+    out->read_to = last->read_to;
+    out->quiet_below = last->quiet_below;
+    /* deletes of entries in earlier ranges, in log order: every earlier entry
+     * is in out, so the single read's verdict is found there */
+    for (int k = 0; k < s->parts; k++) {
+        const kb_log *p = &s->part[k];
+        for (size_t q = 0; q < p->n_deferred; q++) {
+            uint64_t line = p->deferred[2 * q], x = p->deferred[2 * q + 1];
+            kb_entry *en = kb_log_find(out, x);
+            if (en) { en->deleted = true; continue; } /* deleting twice is harmless */
+            char why[160];
+            snprintf(why, sizeof why, "\"delete\": %llu names no entry (no entry line starts at that offset); ignored",
+                     (unsigned long long)x);
+            malformed(out, s->path, line, why);
+        }
+    }
+    for (int k = 0; k < s->parts; k++) kb_log_free(&s->part[k]);
+    return HX_OK;
 }
 
 hx_status kb_log_read_at(kb_log *log, const char *path, const uint64_t *offs, size_t n, hx_error *e) {
@@ -521,13 +625,14 @@ void kb_cache_free(kb_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
-static bool cache_alloc(kb_cache *c, size_t n, int dim) {
+/* keep_vec false: offsets and hashes only (c->vec stays NULL). */
+static bool cache_alloc(kb_cache *c, size_t n, int dim, bool keep_vec) {
     c->offset = calloc(n ? n : 1, sizeof *c->offset);
     c->hash = calloc(n ? n : 1, sizeof *c->hash);
-    c->vec = calloc((n ? n : 1) * (size_t)dim, sizeof *c->vec);
+    c->vec = keep_vec ? calloc((n ? n : 1) * (size_t)dim, sizeof *c->vec) : NULL;
     c->n = n;
     c->dim = dim;
-    return c->offset && c->hash && c->vec;
+    return c->offset && c->hash && (c->vec || !keep_vec);
 }
 
 /* Vectors in a cache are unit length (or all zero: a text without words). A
@@ -546,10 +651,15 @@ static bool vec_sane(const float *v, int dim) {
     return s2 == 0 || fabs(s2 - 1.0) <= 1e-3;
 }
 
-static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
+/* keep_vec false: every check as with it (checksum, each vector sane), but
+ * only offsets and hashes kept; a vector is checked in scratch (one record's
+ * room) as it goes by, the first bad one remembered for the check below. */
+static void load_base(kb_cache *c, const char *path, const kb_embedder *em, bool keep_vec) {
     memset(c, 0, sizeof *c);
     c->dim = em->dim;
     char *buf = NULL;
+    float *scratch = NULL;
+    uint64_t first_bad = UINT64_MAX;
     char why_buf[200];
     const char *why = NULL;
     struct stat sb;
@@ -595,7 +705,11 @@ static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
             goto bad;
         }
         enum { CHUNK = 4 << 20 }; /* a multiple of kb_sum64's 32-byte blocks */
-        if (!(buf = malloc(CHUNK)) || !cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
+        if (!(buf = malloc(CHUNK)) || !cache_alloc(c, count, (int)dim, keep_vec) ||
+            !(scratch = malloc(sizeof *scratch * ((size_t)dim + 1)))) {
+            why = "out of memory";
+            goto bad;
+        }
         const size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl, end = body + rec * count;
         uint64_t h[4] = {FNV0, FNV0 ^ 1, FNV0 ^ 2, FNV0 ^ 3}, sum = 0;
         if (!pread_all(fd, &sum, 8, n - 8)) { why = "read failed or the file shrank"; goto bad; }
@@ -612,27 +726,33 @@ static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
                 const size_t i = (x - body) / rec, j = (x - body) % rec;
                 char *dst = j < 8 ? (char *)&c->offset[i] + j
                           : j < 16 ? (char *)&c->hash[i] + (j - 8)
-                                   : (char *)(c->vec + i * (size_t)dim) + (j - 16);
+                          : keep_vec ? (char *)(c->vec + i * (size_t)dim) + (j - 16)
+                                     : (char *)scratch + (j - 16);
                 size_t piece = (j < 8 ? 8 : j < 16 ? 16 : rec) - j;
                 if (piece > p0 + len - x) piece = p0 + len - x;
                 memcpy(dst, buf + (x - p0), piece);
                 x += piece;
+                if (!keep_vec && j + piece == rec && first_bad == UINT64_MAX && !vec_sane(scratch, (int)dim))
+                    first_bad = i;
             }
         }
         c->sum = sum;
     } else {
         buf = malloc(n ? (size_t)n : 1);
-        if (!buf) { why = "out of memory"; goto bad; }
+        scratch = malloc(sizeof *scratch * ((size_t)dim + 1));
+        if (!buf || !scratch) { why = "out of memory"; goto bad; }
         if (!pread_all(fd, buf, (size_t)n, 0)) { why = "read failed or the file shrank"; goto bad; }
         if (ver == 1) {
             size_t rec = 4 + 4 * (size_t)dim;
-            if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
+            if (!cache_alloc(c, count, (int)dim, keep_vec)) { why = "out of memory"; goto bad; }
             for (uint32_t i = 0; i < count; i++) {
                 uint32_t off;
                 memcpy(&off, buf + 16 + rec * i, 4);
                 c->offset[i] = off;
                 c->hash[i] = 0; /* unknown */
-                memcpy(c->vec + (size_t)i * dim, buf + 16 + rec * i + 4, 4 * (size_t)dim);
+                float *v = keep_vec ? c->vec + (size_t)i * dim : scratch;
+                memcpy(v, buf + 16 + rec * i + 4, 4 * (size_t)dim);
+                if (!keep_vec && first_bad == UINT64_MAX && !vec_sane(v, (int)dim)) first_bad = i;
             }
         } else {
             uint64_t sum;
@@ -641,12 +761,14 @@ static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
             c->sum = sum;
             if (memcmp(buf + 20, em->fingerprint, fpl)) { why = "made by another embedding model"; goto bad; }
             size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl;
-            if (!cache_alloc(c, count, (int)dim)) { why = "out of memory"; goto bad; }
+            if (!cache_alloc(c, count, (int)dim, keep_vec)) { why = "out of memory"; goto bad; }
             for (uint32_t i = 0; i < count; i++) {
                 const char *r = buf + body + rec * i;
                 memcpy(&c->offset[i], r, 8);
                 memcpy(&c->hash[i], r + 8, 8);
-                memcpy(c->vec + (size_t)i * dim, r + 16, 4 * (size_t)dim);
+                float *v = keep_vec ? c->vec + (size_t)i * dim : scratch;
+                memcpy(v, r + 16, 4 * (size_t)dim);
+                if (!keep_vec && first_bad == UINT64_MAX && !vec_sane(v, (int)dim)) first_bad = i;
             }
         }
     }
@@ -656,7 +778,7 @@ static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
             why = why_buf;
             goto bad;
         }
-        if (!vec_sane(c->vec + (size_t)i * dim, (int)dim)) {
+        if (keep_vec ? !vec_sane(c->vec + (size_t)i * dim, (int)dim) : i == first_bad) {
             snprintf(why_buf, sizeof why_buf, "record %u (offset %llu): vector is not finite and unit length", i,
                      (unsigned long long)c->offset[i]);
             why = why_buf;
@@ -664,11 +786,13 @@ static void load_base(kb_cache *c, const char *path, const kb_embedder *em) {
         }
     }
     free(buf);
+    free(scratch);
     close(fd);
     return;
 bad:
     HX_WARN("%s: %s; discarding it (entries will be embedded again)", path, why);
     free(buf);
+    free(scratch);
     close(fd);
     kb_cache_free(c);
     c->dim = em->dim;
@@ -693,7 +817,7 @@ static void add_path(const char *path, char *out, size_t cap) {
 
 /* c: the base as loaded (its sum set). Appends the delta's records when they
  * belong to it; leaves c as it was otherwise. */
-static void load_add(kb_cache *c, const char *path, const kb_embedder *em) {
+static void load_add(kb_cache *c, const char *path, const kb_embedder *em, bool keep_vec) {
     char ap[4200];
     add_path(path, ap, sizeof ap);
     struct stat sb;
@@ -703,6 +827,7 @@ static void load_add(kb_cache *c, const char *path, const kb_embedder *em) {
     if (fd < 0) { HX_WARN("%s; ignoring the appended records", e.msg); return; }
     const char *why = NULL;
     char *buf = NULL;
+    float *scratch = NULL;
     unsigned char hdr[20];
     uint32_t ver = 0, count = 0, dim = 0, fpl = 0, base_n = 0;
     uint64_t base_sum = 0, n = (uint64_t)sb.st_size, sum = 0;
@@ -730,32 +855,40 @@ static void load_add(kb_cache *c, const char *path, const kb_embedder *em) {
         if (off <= prev) { why = "offsets not increasing"; goto bad; }
     }
     uint64_t *ro = realloc(c->offset, m * 8), *rh = ro ? realloc(c->hash, m * 8) : NULL;
-    float *rv = rh ? realloc(c->vec, m * D * sizeof(float)) : NULL;
+    float *rv = rh && keep_vec ? realloc(c->vec, m * D * sizeof(float)) : NULL;
     if (ro) c->offset = ro;
     if (rh) c->hash = rh;
-    if (!rv) { why = "out of memory"; goto bad; }
-    c->vec = rv;
+    if (keep_vec ? !rv : !(rv = scratch = malloc(sizeof *scratch * (D + 1)))) { why = "out of memory"; goto bad; }
+    if (keep_vec) c->vec = rv;
     for (uint32_t i = 0; i < count; i++) {
         const char *r = buf + body + rec * i;
         memcpy(&c->offset[c->n + i], r, 8);
         memcpy(&c->hash[c->n + i], r + 8, 8);
-        memcpy(c->vec + (c->n + i) * D, r + 16, 4 * D);
-        if (!vec_sane(c->vec + (c->n + i) * D, dim)) { why = "a vector is not finite and unit length"; goto bad; }
+        float *v = keep_vec ? c->vec + (c->n + i) * D : scratch;   /* scratch: checked, not kept */
+        memcpy(v, r + 16, 4 * D);
+        if (!vec_sane(v, dim)) { why = "a vector is not finite and unit length"; goto bad; }
     }
     c->n = m; /* until here the base stood alone (the rows past n are spare room) */
     c->sum = sum;
     free(buf);
+    free(scratch);
     close(fd);
     return;
 bad:
     HX_WARN("%s: %s; ignoring it (its entries will be embedded again)", ap, why);
     free(buf);
+    free(scratch);
     close(fd);
 }
 
 void kb_cache_load(kb_cache *c, const char *path, const kb_embedder *em) {
-    load_base(c, path, em);
-    load_add(c, path, em);
+    load_base(c, path, em, true);
+    load_add(c, path, em, true);
+}
+
+void kb_cache_load_index(kb_cache *c, const char *path, const kb_embedder *em) {
+    load_base(c, path, em, false);
+    load_add(c, path, em, false);
 }
 
 hx_status kb_cache_save_append(kb_cache *c, size_t n_kept, const char *path, const kb_embedder *em, hx_error *e) {

@@ -73,24 +73,6 @@ static double cpu_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The first line start at or after p (0, or just after a '\n'); size when
- * no line starts in [p, size). */
-static hx_status line_start(int fd, uint64_t p, uint64_t size, uint64_t *out, hx_error *e, const char *path) {
-    if (p == 0 || p >= size) { *out = p < size ? p : size; return HX_OK; }
-    char buf[65536];
-    uint64_t at = p - 1; /* the byte before p: a '\n' there makes p a line start */
-    while (at < size) {
-        size_t want = size - at < sizeof buf ? (size_t)(size - at) : sizeof buf;
-        ssize_t r = pread(fd, buf, want, (off_t)at);
-        if (r <= 0) return hx_err(e, HX_ERR_IO, "%s: read failed at offset %llu", path, (unsigned long long)at);
-        char *nl = memchr(buf, '\n', (size_t)r);
-        if (nl) { *out = at + (uint64_t)(nl - buf) + 1; return HX_OK; }
-        at += (uint64_t)r;
-    }
-    *out = size;
-    return HX_OK;
-}
-
 /* Pairs in rows [0, L) of the upper triangle of n rows: sum of n-1-a. */
 static double pairs_before(double L, double n) { return L * (n - 1) - L * (L - 1) / 2; }
 
@@ -230,7 +212,7 @@ hx_status kb_mpi_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
         bounds[0] = 0;
         bounds[R] = size;
         for (int k = 1; k < R && !st; k++) {
-            st = line_start(fd, size / (uint64_t)R * (uint64_t)k, size, &bounds[k], e, log_path);
+            st = kb_line_start(fd, size / (uint64_t)R * (uint64_t)k, size, &bounds[k], log_path, e);
             if (!st && bounds[k] < bounds[k - 1]) bounds[k] = bounds[k - 1];
         }
     }

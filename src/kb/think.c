@@ -4,6 +4,7 @@
 #include "kb/think.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ static int count_words(const char *s) {
 }
 
 typedef struct topic_ref { const char *name; size_t row; } topic_ref;
+typedef struct tslot { const char *name; uint64_t h; int id; } tslot;   /* topic names' hash table */
 static int cmp_topic_ref(const void *a, const void *b) {
     const topic_ref *x = a, *y = b;
     int c = strcmp(x->name, y->name);
@@ -98,21 +100,49 @@ static hx_status ask_batch(think *t, char **prompts, const uint64_t (*keys)[2], 
     return HX_OK;
 }
 
-static hx_status load(think *t, const char *dir, kb_embedder *em, hx_error *e) {
+/* Live entries that have a vector in the cache are the rows (the entries the
+ * pass compared); their vectors are copied only when need_vec (the centroids
+ * are over embeddings, not words). */
+typedef struct load_job {
+    kb_log_split split;      /* data.log in parts */
+    char cache_path[4096];
+    const kb_embedder *em;
+    bool need_vec;
+    kb_cache c;
+} load_job;
+
+/* data.log's parts and the embedding cache, read at once on the pool: task
+ * 0 the cache, tasks 1.. the log's parts */
+static void load_part(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    load_job *j = ctx;
+    if (task > 0) kb_log_split_read(&j->split, (int)task - 1);
+    else if (j->need_vec) kb_cache_load(&j->c, j->cache_path, j->em);
+    else kb_cache_load_index(&j->c, j->cache_path, j->em);
+}
+
+static hx_status load(think *t, const char *dir, kb_embedder *em, bool need_vec, hx_pool *pool, hx_error *e) {
+    load_job *lj = calloc(1, sizeof *lj);
+    if (!lj) return hx_err(e, HX_ERR_NOMEM, "think: out of memory");
+    lj->em = em;
+    lj->need_vec = need_vec;
     char p[4096];
     snprintf(p, sizeof p, "%s/data.log", dir);
-    t->log.quiet_below = UINT64_MAX;  /* the pass before reported malformed lines: count them silently */
-    hx_status st = kb_log_read(&t->log, p, e);
-    if (st) return st;
-    kb_cache c;
-    snprintf(p, sizeof p, "%s/embeddings.bin", dir);
-    kb_cache_load(&c, p, em);
+    snprintf(lj->cache_path, sizeof lj->cache_path, "%s/embeddings.bin", dir);
+    /* quiet: the pass before reported malformed lines; they are only counted */
+    hx_status st = kb_log_split_begin(&lj->split, p, hx_pool_threads(pool), UINT64_MAX, e);
+    if (st) { free(lj); return st; }
+    hx_pool_run(pool, 1 + lj->split.parts, load_part, lj);
+    kb_cache c = lj->c;
+    st = kb_log_split_end(&lj->split, &t->log, e);
+    free(lj);
+    if (st) { kb_cache_free(&c); return st; }
     size_t live = kb_log_live(&t->log);
     t->dim = em->dim;
     t->idx = malloc((live + 1) * sizeof *t->idx);
-    t->vec = malloc((live + 1) * (size_t)t->dim * sizeof *t->vec);
+    t->vec = need_vec ? malloc((live + 1) * (size_t)t->dim * sizeof *t->vec) : NULL;
     t->topic = malloc((live + 1) * sizeof *t->topic);
-    if (!t->idx || !t->vec || !t->topic) { kb_cache_free(&c); return hx_err(e, HX_ERR_NOMEM, "think: out of memory"); }
+    if (!t->idx || (need_vec && !t->vec) || !t->topic) { kb_cache_free(&c); return hx_err(e, HX_ERR_NOMEM, "think: out of memory"); }
     size_t j = 0;
     for (size_t i = 0; i < t->log.n; i++) {
         const kb_entry *en = &t->log.e[i];
@@ -120,24 +150,43 @@ static hx_status load(think *t, const char *dir, kb_embedder *em, hx_error *e) {
         while (j < c.n && c.offset[j] < en->offset) j++;
         if (j < c.n && c.offset[j] == en->offset && (c.hash[j] == en->hash || c.hash[j] == 0)) {
             t->idx[t->n] = i;
-            memcpy(t->vec + t->n * (size_t)t->dim, c.vec + j * (size_t)c.dim, sizeof(float) * (size_t)t->dim);
+            if (need_vec)
+                memcpy(t->vec + t->n * (size_t)t->dim, c.vec + j * (size_t)c.dim, sizeof(float) * (size_t)t->dim);
             t->n++;
         }
     }
     kb_cache_free(&c);
-    /* topics: sort (name, row) once, number the distinct names: O(n log n) */
+    /* topics: numbered in first-seen order through a hash table (O(n) string
+     * hashes), then renumbered in name order (a sort of the distinct names
+     * only): topic k is the k-th name in strcmp order, as it always was */
+    size_t cap = 16;
+    while (cap < 2 * (t->n + 1)) cap *= 2;
+    tslot *tab = calloc(cap, sizeof *tab);
+    int *first = malloc((t->n + 1) * sizeof *first), *rank = malloc((t->n + 1) * sizeof *rank);
     topic_ref *r = malloc((t->n + 1) * sizeof *r);
     t->topics = malloc((t->n + 1) * sizeof *t->topics);
     t->topic_count = calloc(t->n + 1, sizeof *t->topic_count);
-    if (!r || !t->topics || !t->topic_count) { free(r); return hx_err(e, HX_ERR_NOMEM, "think: out of memory"); }
-    for (size_t i = 0; i < t->n; i++) r[i] = (topic_ref){ent(t, i)->topic ? ent(t, i)->topic : "", i};
-    qsort(r, t->n, sizeof *r, cmp_topic_ref);
-    for (size_t i = 0; i < t->n; i++) {
-        if (i == 0 || strcmp(r[i].name, r[i - 1].name)) t->topics[t->n_topics++] = (char *)r[i].name;
-        t->topic[r[i].row] = t->n_topics - 1;
-        t->topic_count[t->n_topics - 1]++;
+    if (!tab || !first || !rank || !r || !t->topics || !t->topic_count) {
+        free(tab); free(first); free(rank); free(r);
+        return hx_err(e, HX_ERR_NOMEM, "think: out of memory");
     }
-    free(r);
+    int nd = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const char *name = ent(t, i)->topic ? ent(t, i)->topic : "";
+        uint64_t h = fnv_str(name, FNV0);
+        size_t q = (size_t)(h * 0x9e3779b97f4a7c15ull >> 32) & (cap - 1);
+        while (tab[q].name && (tab[q].h != h || strcmp(tab[q].name, name))) q = (q + 1) & (cap - 1);
+        if (!tab[q].name) { tab[q] = (tslot){name, h, nd}; r[nd] = (topic_ref){name, (size_t)nd}; nd++; }
+        first[i] = tab[q].id;
+    }
+    qsort(r, (size_t)nd, sizeof *r, cmp_topic_ref);   /* distinct names: no ties */
+    for (int k = 0; k < nd; k++) { rank[r[k].row] = k; t->topics[k] = (char *)r[k].name; }
+    t->n_topics = nd;
+    for (size_t i = 0; i < t->n; i++) {
+        t->topic[i] = rank[first[i]];
+        t->topic_count[t->topic[i]]++;
+    }
+    free(tab); free(first); free(rank); free(r);
     return HX_OK;
 }
 
@@ -239,6 +288,122 @@ done:
     return st;
 }
 
+/* ---- JSON text as cJSON_Print writes it ----
+ * The classifications (one object per entry: 500,000 cJSON nodes at 100,000
+ * entries, each number printed and read back by cJSON) are written as one
+ * raw item instead, byte for byte the text cJSON_Print gave for the nodes
+ * (test_kb_report checks the pieces against cJSON). */
+
+/* the digits of v, returns the length */
+static int put_u64(char *buf, uint64_t v) {
+    char tmp[24];
+    int n = 0;
+    do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+    for (int k = 0; k < n; k++) buf[k] = tmp[n - 1 - k];
+    buf[n] = 0;
+    return n;
+}
+
+int kb_json_number(char buf[32], double d) {
+    if (isnan(d) || isinf(d)) return snprintf(buf, 32, "null");
+    /* the two kinds think writes by the 100,000, without printf: an integer
+     * below 1e15 ("%1.15g" prints all its digits, as "%d" does), and k / 10^4
+     * for 0 < k < 10^4 when d is exactly the double nearest it (15
+     * significant digits of d are k's, the rest zeros that %g drops) */
+    if (fabs(d) < 1e15 && d == floor(d) && !(d == 0 && signbit(d))) {
+        if (d >= 0) return put_u64(buf, (uint64_t)d);
+        buf[0] = '-';
+        return 1 + put_u64(buf + 1, (uint64_t)-d);
+    }
+    if (d > 0 && d < 1) {
+        long long k = llround(d * 10000);
+        if (k > 0 && k < 10000 && (double)k / 10000 == d) {
+            char *o = buf;
+            *o++ = '0';
+            *o++ = '.';
+            for (long long p = 1000; p && k; p /= 10) { *o++ = (char)('0' + k / p); k %= p; }
+            *o = 0;
+            return (int)(o - buf);
+        }
+    }
+    /* cJSON prints "%1.15g", or "%1.17g" when that does not read back as d */
+    int n = snprintf(buf, 32, "%1.15g", d);
+    double back = strtod(buf, NULL), mx = fmax(fabs(back), fabs(d));
+    if (!(fabs(back - d) <= mx * DBL_EPSILON)) n = snprintf(buf, 32, "%1.17g", d);
+    return n;
+}
+
+size_t kb_json_string(char *out, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    char *o = out;
+    *o++ = '"';
+    for (const unsigned char *p = (const unsigned char *)s; p && *p; p++) {
+        unsigned char c = *p;
+        if (c == '"' || c == '\\') { *o++ = '\\'; *o++ = (char)c; }
+        else if (c >= 32) *o++ = (char)c;
+        else {
+            *o++ = '\\';
+            switch (c) {
+            case '\b': *o++ = 'b'; break;
+            case '\f': *o++ = 'f'; break;
+            case '\n': *o++ = 'n'; break;
+            case '\r': *o++ = 'r'; break;
+            case '\t': *o++ = 't'; break;
+            default: *o++ = 'u'; *o++ = '0'; *o++ = '0'; *o++ = hex[c >> 4]; *o++ = hex[c & 15];
+            }
+        }
+    }
+    *o++ = '"';
+    *o = 0;
+    return (size_t)(o - out);
+}
+
+/* The "classifications" array's text at depth 1 of the report: objects
+ * {id, topic, predicted, probability} for the rows with a prediction,
+ * "[]" when none. NULL when out of memory. */
+static char *classifications_text(const think *t, const kb_class *cls, size_t *classified) {
+    char **esc = calloc((size_t)t->n_topics + 1, sizeof *esc);   /* each topic's quoted name, once */
+    size_t longest = 0;
+    bool ok = esc != NULL;
+    for (int k = 0; ok && k < t->n_topics; k++) {
+        size_t len = strlen(t->topics[k]);
+        if ((esc[k] = malloc(6 * len + 3))) {
+            len = kb_json_string(esc[k], t->topics[k]);
+            if (len > longest) longest = len;
+        } else ok = false;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = ok ? malloc(cap) : NULL;
+    *classified = 0;
+    if (buf) buf[n++] = '[';
+    for (size_t i = 0; buf && i < t->n; i++) {
+        if (cls[i].predicted < 0) continue;
+        size_t need = 2 * longest + 160;   /* the fixed text, two numbers of < 32 bytes */
+        if (n + need + 2 > cap) {
+            char *nb = realloc(buf, cap = 2 * cap + need);
+            if (!nb) { free(buf); buf = NULL; break; }
+            buf = nb;
+        }
+        if (*classified) { memcpy(buf + n, ", ", 2); n += 2; }
+#define PUT(str) (memcpy(buf + n, str, sizeof str - 1), n += sizeof str - 1)
+        PUT("{\n\t\t\t\"id\":\t");
+        n += (size_t)kb_json_number(buf + n, (double)ent(t, i)->offset);
+        PUT(",\n\t\t\t\"topic\":\t");
+        n += (size_t)(stpcpy(buf + n, esc[t->topic[i]]) - (buf + n));
+        PUT(",\n\t\t\t\"predicted\":\t");
+        n += (size_t)(stpcpy(buf + n, esc[cls[i].predicted]) - (buf + n));
+        PUT(",\n\t\t\t\"probability\":\t");
+        n += (size_t)kb_json_number(buf + n, round(cls[i].prob * 10000) / 10000);
+        PUT("\n\t\t}");
+#undef PUT
+        ++*classified;
+    }
+    if (buf) { buf[n++] = ']'; buf[n] = 0; }
+    for (int k = 0; esc && k < t->n_topics; k++) free(esc[k]);
+    free(esc);
+    return buf;
+}
+
 /* union-find over rows */
 static size_t uf_find(size_t *p, size_t x) {
     while (p[x] != x) { p[x] = p[p[x]]; x = p[x]; }
@@ -263,7 +428,12 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     think t = {0};
     t.o = o;
     t.st = st;
-    hx_status s = load(&t, dir, em, e);
+    /* the built-in lexical embedder's vectors are its words hashed into 384
+     * signed buckets, so unrelated notes share buckets by chance and topics
+     * blur; the words themselves, TF-IDF weighted, say the same without that
+     * noise. A neural embedder's vectors carry meaning the words lack: kept. */
+    bool words = !strncmp(em->fingerprint, "lexical-", 8);
+    hx_status s = load(&t, dir, em, !words, pool, e);
     char ipath[4096];
     snprintf(ipath, sizeof ipath, "%s/insights.json", dir);
     char *json = NULL;
@@ -274,6 +444,7 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     float *central = NULL;
     if (!s && (s = hx_read_file(ipath, &json, &jn, e)) == HX_OK && !(root = cJSON_ParseWithLength(json, jn)))
         s = hx_err(e, HX_ERR_FORMAT, "%s: not valid JSON (run a pass first)", ipath);
+    st->load_seconds = hx_now_s() - t0;
     if (s) goto out;
     if (o->llm) {
         snprintf(t.cache_path, sizeof t.cache_path, "%s/llm.bin", dir);
@@ -285,20 +456,24 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     mis = malloc(sizeof *mis * (t.n + 1));
     int nc = 0;
     if (!cls || !mis) { s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
-    /* the built-in lexical embedder's vectors are its words hashed into 384
-     * signed buckets, so unrelated notes share buckets by chance and topics
-     * blur; the words themselves, TF-IDF weighted, say the same without that
-     * noise. A neural embedder's vectors carry meaning the words lack: kept. */
-    bool words = !strncmp(em->fingerprint, "lexical-", 8);
     kb_classify_opts co = kb_classify_defaults();
     co.temperature = 0;   /* fitted to the KB (classify.h) */
     float temp = 0;
-    if (words) {
+    double tc = hx_now_s();
+    int big = 0;   /* topics that can be candidates: fewer than two, and there is nothing to choose */
+    for (int k = 0; k < t.n_topics; k++) big += t.topic_count[k] >= co.min_members;
+    if (words && big < 2) {
+        /* as kb_classify_centroid_rows answers then, without building the rows
+         * (one topic per entry: 0.15 s of TF-IDF at 20,000 entries for nothing) */
+        for (size_t i = 0; i < t.n; i++) cls[i] = (kb_class){.row = i, .topic = t.topic[i], .predicted = -1};
+        temp = 0.05f;
+    } else if (words) {
         const char **ti = malloc(sizeof *ti * (t.n + 1)), **tx = malloc(sizeof *tx * (t.n + 1));
         kb_tfidf x;
         if (!ti || !tx) s = hx_err(e, HX_ERR_NOMEM, "think: out of memory");
         for (size_t i = 0; i < t.n && !s; i++) { ti[i] = ent(&t, i)->title; tx[i] = ent(&t, i)->text; }
-        if (!s && !(s = kb_tfidf_build(ti, tx, t.n, &x, e))) {
+        if (!s && !(s = kb_tfidf_build(pool, ti, tx, t.n, &x, e))) {
+            st->tfidf_seconds = hx_now_s() - tc;
             s = kb_classify_centroid_rows(pool, NULL, 0, &x, t.n, t.topic, t.n_topics, &co, cls, &nc, &temp, e);
             kb_tfidf_free(&x);
         }
@@ -306,6 +481,7 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     } else {
         s = kb_classify_centroid_rows(pool, t.vec, t.dim, NULL, t.n, t.topic, t.n_topics, &co, cls, &nc, &temp, e);
     }
+    st->classify_seconds = hx_now_s() - tc;
     if (s) goto out;
     const char *method = "centroid";
     /* closeness of each entry to its own topic (centroid), for the digests: fixed
@@ -317,7 +493,12 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
         if ((s = classify_llm(&t, cls, e))) goto out;
         method = "llm";
     }
-    cJSON *ca = cJSON_CreateArray(), *ma = cJSON_CreateArray();
+    double tw = hx_now_s();
+    char *ctext = classifications_text(&t, cls, &st->classified);
+    cJSON *ca = ctext ? cJSON_CreateRaw(ctext) : NULL, *ma = cJSON_CreateArray();
+    free(ctext);
+    if (!ca || !ma) { cJSON_Delete(ca); cJSON_Delete(ma); s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
+    st->write_seconds += hx_now_s() - tw;
     cJSON_DeleteItemFromObject(root, "classifications");
     cJSON_DeleteItemFromObject(root, "misfiled");
     cJSON_AddItemToObject(root, "classifications", ca);
@@ -329,16 +510,6 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     if (nc > 0) {
         cJSON_AddStringToObject(root, "centroid_space", words ? "tfidf" : "embedding");
         cJSON_AddNumberToObject(root, "centroid_temperature", round(temp * 1e5) / 1e5);
-    }
-    for (size_t i = 0; i < t.n; i++) {
-        if (cls[i].predicted < 0) continue;
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "id", (double)ent(&t, i)->offset);
-        cJSON_AddStringToObject(c, "topic", t.topics[t.topic[i]]);
-        cJSON_AddStringToObject(c, "predicted", t.topics[cls[i].predicted]);
-        cJSON_AddNumberToObject(c, "probability", round(cls[i].prob * 10000) / 10000);
-        cJSON_AddItemToArray(ca, c);
-        st->classified++;
     }
     size_t nm = kb_misfiled(cls, t.n, o->misfiled, mis);
     for (size_t k = 0; k < nm; k++) {
@@ -581,14 +752,19 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     }
 
     {
+        tw = hx_now_s();
         char *out = cJSON_Print(root);
         if (!out) { s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
         s = hx_write_file_atomic(ipath, out, strlen(out), e);
         free(out);
+        st->write_seconds += hx_now_s() - tw;
     }
     if (!s && print) kb_print_report(stdout, &t.log, root, t.n, t.n_topics);
 out:
     st->seconds = hx_now_s() - t0;
+    if (!s && o->progress)
+        fprintf(stderr, "think: %zu rows, %.3f s: load %.3f s, classify %.3f s (TF-IDF rows %.3f s), write %.3f s\n",
+                t.n, st->seconds, st->load_seconds, st->classify_seconds, st->tfidf_seconds, st->write_seconds);
     free(central);
     free(cls);
     free(mis);
