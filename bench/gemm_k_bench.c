@@ -34,6 +34,7 @@ int main(int argc, char **argv) {
         { "q4_K ggml gemv vnni", HX_TYPE_Q4_K, hx_gemm_q4_K_ggml_gemv_avx512vnni, HX_ISA_AVX512_VNNI },
         { "q6_K tiles 3x4 (avx2 order)", HX_TYPE_Q6_K, hx_gemm_q6_K_avx2, HX_ISA_AVX2 },
         { "q6_K packed avx2 (scalar order)", HX_TYPE_Q6_K, hx_gemm_q6_K_packed_avx2, HX_ISA_AVX2 },
+        { "q6_K ggml (avx2 order) vnni", HX_TYPE_Q6_K, hx_gemm_q6_K_ggml_avx512vnni, HX_ISA_AVX512_VNNI },
     };
     hx_rng r;
     hx_rng_seed(&r, 1);

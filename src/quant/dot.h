@@ -51,6 +51,9 @@ enum { HX_Q4K_SCALAR, HX_Q4K_PAIR, HX_Q4K_BLOCK };
 HX_DECL_GEMM(q4_K_ggml_gemm) HX_DECL_GEMM(q4_K_ggml_gemv) /* 8-row groups, HX_Q4K_PAIR / HX_Q4K_BLOCK */
 /* VNNI (gemm_kq_avx512.c): 16-row groups, the same three orders, the same bits */
 HX_DECL_GEMM_VNNI(q4_K_packed) HX_DECL_GEMM_VNNI(q4_K_ggml_gemm) HX_DECL_GEMM_VNNI(q4_K_ggml_gemv)
+/* Q6_K batches on 16-row groups with vpmaddubsw + vpdpwssd, bit-identical to hx_dot_q6_K_avx2
+ * (the parity mode's Q6_K order, hx_get_gemm_ggml) */
+HX_DECL_GEMM_VNNI(q6_K_ggml)
 /* sp[(c * nb + i) * 4 + k] = (S 2k, S 2k+1) as int16s, S j = bsum 2j + bsum 2j+1 of token c's
  * super-block i: what one madd against (m 2k, m 2k+1) pairs needs for the Q4_K mins */
 void hx_q8_K_pair_sums(int32_t *sp, const void *x, size_t ldx, int64_t nc, int64_t nb);

@@ -219,3 +219,138 @@ void hx_gemm_q4_K_ggml_gemv_avx512vnni(int64_t n, int64_t nr, int64_t nc, const 
                                        size_t ldx, float *y, size_t ldy) {
     gemm_q4_K16(HX_Q4K_BLOCK, n, nr, nc, w, ldw, x, ldx, y, ldy);
 }
+
+/* ------------------------------------------------------------------ Q6_K
+ *
+ * Q6_K batches in the order of the AVX2 per-row kernel (hx_dot_q6_K_avx2, the
+ * 1x1 tile; ggml's x86 vec_dot, so the parity mode's): an output is 8 float
+ * lanes, lane l the exact integer
+ *   si_l = sum over the 8 chunks ch of 32 elements: sc(sub-block 2 ch + l / 4) * (q . x over bytes 4l..4l+3 of ch)
+ *          - 32 * (sc 2l * bsum 2l + sc 2l+1 * bsum 2l+1)
+ * stepped acc_l = fma(bd * dw, si_l, acc_l) once per super-block and summed at
+ * the end as hsum_ps does: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+ * Here a zmm lane is a row again (16 rows), and lane l of the reference
+ * becomes its own accumulator: per (chunk, l) one vpmaddubsw of the 16 rows'
+ * 4 levels (u8, 0..63) against the token's broadcast 4 bytes (int16 pair
+ * sums, |.| <= 2 * 63 * 128, no saturation), then one vpdpwssd with the rows'
+ * (sc, sc) int16 pair: sc * 4 products added in int32. The same integers, the
+ * same float steps: the AVX2 kernel's bits. */
+typedef struct {
+    __m512i q[8][8];  /* [chunk ch][lane l]: lane r = levels 4l..4l+3 of chunk ch of row r (u8) */
+    __m512i sc[16];   /* [sub-block s]: lane r = (sc, sc) as int16 */
+    __m512i scp[8];   /* [l]: lane r = (sc 2l, sc 2l+1) as int16 */
+    __m512 d;         /* lane r = f16 d of row r */
+} q6_K_pack16;
+
+static void pack_q6_K16(q6_K_pack16 *p, int64_t nb, const uint8_t *w, size_t ldw, int rows) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i e[8][GR]; /* [chunk][row]: its 32 levels */
+        int32_t sc[16][GR], scp[8][GR];
+        float d[GR];
+        for (int r = 0; r < GR; r++) {
+            if (r >= rows) {
+                for (int g = 0; g < 8; g++) e[g][r] = _mm256_setzero_si256();
+                for (int s = 0; s < 16; s++) sc[s][r] = 0;
+                for (int l = 0; l < 8; l++) scp[l][r] = 0;
+                d[r] = 0.f;
+                continue;
+            }
+            const block_q6_K *a = (const block_q6_K *)(w + r * ldw) + i;
+            for (int j = 0; j < 2; j++) { /* chunk 4j + k: elements 128j + 32k .. +31 */
+                const __m256i b1 = loadu256(a->ql + 64 * j), b2 = loadu256(a->ql + 64 * j + 32);
+                const __m256i bh = loadu256(a->qh + 32 * j);
+                e[4 * j][r] = _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4));
+                e[4 * j + 1][r] = _mm256_or_si256(_mm256_and_si256(b2, m4),
+                                                  _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4));
+                e[4 * j + 2][r] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
+                                                  _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4));
+                e[4 * j + 3][r] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                                                  _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4));
+            }
+            for (int s = 0; s < 16; s++) sc[s][r] = (int32_t)((uint16_t)a->scales[s] * 0x10001u);
+            for (int l = 0; l < 8; l++)
+                scp[l][r] = (int32_t)((uint16_t)a->scales[2 * l] | (uint32_t)(uint16_t)a->scales[2 * l + 1] << 16);
+            d[r] = f16(a->d);
+        }
+        for (int g = 0; g < 8; g++) {
+            __m256i lo[8], hi[8];
+            transpose8x32(e[g], lo);
+            transpose8x32(e[g] + 8, hi);
+            for (int l = 0; l < 8; l++) p[i].q[g][l] = join256(lo[l], hi[l]);
+        }
+        for (int s = 0; s < 16; s++) p[i].sc[s] = _mm512_loadu_si512(sc[s]);
+        for (int l = 0; l < 8; l++) p[i].scp[l] = _mm512_loadu_si512(scp[l]);
+        p[i].d = _mm512_loadu_ps(d);
+    }
+}
+
+/* RN tokens against one packed group; out: [RN][16], each the hsum of its 8 lane accumulators */
+AI void q6_K_tile16(const int RN, int64_t nb, const q6_K_pack16 *p, const uint8_t *x, size_t ldx, float *out) {
+    __m512 acc[TN][8]; /* [token][reference lane l] */
+    UNROLL for (int c = 0; c < RN; c++) for (int l = 0; l < 8; l++) acc[c][l] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const block_q8_K *b[TN];
+        __m512 dd[TN];
+        UNROLL for (int c = 0; c < RN; c++) {
+            b[c] = (const block_q8_K *)(x + c * ldx) + i;
+            dd[c] = _mm512_mul_ps(_mm512_set1_ps(b[c]->d), p[i].d); /* bd * dw, as the reference */
+        }
+        for (int l = 0; l < 8; l++) {
+            __m512i s[TN];
+            UNROLL for (int c = 0; c < RN; c++) s[c] = _mm512_setzero_si512();
+            UNROLL for (int ch = 0; ch < 8; ch++) {
+                const __m512i wq = p[i].q[ch][l], scv = p[i].sc[2 * ch + l / 4];
+                UNROLL for (int c = 0; c < RN; c++) {
+                    int32_t v;
+                    memcpy(&v, b[c]->qs + 32 * ch + 4 * l, 4);
+                    s[c] = _mm512_dpwssd_epi32(s[c], _mm512_maddubs_epi16(wq, _mm512_set1_epi32(v)), scv);
+                }
+            }
+            UNROLL for (int c = 0; c < RN; c++) {
+                int32_t bs;
+                memcpy(&bs, b[c]->bsums + 2 * l, 4);
+                const __m512i off = _mm512_madd_epi16(p[i].scp[l], _mm512_set1_epi32(bs));
+                const __m512i si = _mm512_sub_epi32(s[c], _mm512_slli_epi32(off, 5));
+                acc[c][l] = _mm512_fmadd_ps(dd[c], _mm512_cvtepi32_ps(si), acc[c][l]);
+            }
+        }
+    }
+    UNROLL for (int c = 0; c < RN; c++) {
+        const __m512 *a = acc[c];
+        const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+                                       _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
+        _mm512_storeu_ps(out + GR * c, t);
+    }
+}
+
+typedef void (*q6_tile16_fn)(int64_t, const q6_K_pack16 *, const uint8_t *, size_t, float *);
+#define Q6T(N)                                                                                                    \
+    static void q6t_##N(int64_t nb, const q6_K_pack16 *p, const uint8_t *x, size_t ldx, float *o) {               \
+        q6_K_tile16(N, nb, p, x, ldx, o);                                                                         \
+    }
+Q6T(1) Q6T(2) Q6T(3) Q6T(4) Q6T(5) Q6T(6) Q6T(7) Q6T(8)
+static const q6_tile16_fn q6_tiles16[TN] = { q6t_1, q6t_2, q6t_3, q6t_4, q6t_5, q6t_6, q6t_7, q6t_8 };
+
+/* Same contract as hx_gemm_q6_K_avx2 and its bits (every output = hx_dot_q6_K_avx2's);
+ * without scratch memory hx_gemm_q6_K_avx2 does the work. */
+void hx_gemm_q6_K_ggml_avx512vnni(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+                                  size_t ldx, float *y, size_t ldy) {
+    const int64_t nb = n / QK_K;
+    q6_K_pack16 *p = aligned_alloc(64, sizeof(q6_K_pack16) * (size_t)nb);
+    if (!p) {
+        hx_gemm_q6_K_avx2(n, nr, nc, w, ldw, x, ldx, y, ldy);
+        return;
+    }
+    for (int64_t r0 = 0; r0 < nr; r0 += GR) {
+        const int rows = (int)(nr - r0 < GR ? nr - r0 : GR);
+        pack_q6_K16(p, nb, (const uint8_t *)w + r0 * ldw, ldw, rows);
+        for (int64_t c0 = 0; c0 < nc; c0 += TN) {
+            const int cn = (int)(nc - c0 < TN ? nc - c0 : TN);
+            float o[GR * TN];
+            q6_tiles16[cn - 1](nb, p, (const uint8_t *)x + c0 * ldx, ldx, o);
+            for (int c = 0; c < cn; c++) memcpy(y + (c0 + c) * ldy + r0, o + GR * c, sizeof(float) * rows);
+        }
+    }
+    free(p);
+}

@@ -191,8 +191,9 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
                 j.gemm[m] = n > 1 ? hx_get_gemm_q4_K_ggml(isa, true) : NULL;
                 j.gemm_main[m] = hx_get_gemm_q4_K_ggml(isa, false);
                 j.n_main[m] = n - n % 4;
-            } else if (W->type == HX_TYPE_Q8_0 || W->type == HX_TYPE_Q5_0 || W->type == HX_TYPE_Q6_K) {
-                j.gemm[m] = hx_get_gemm_ggml(W->type, isa); /* tiles in the AVX2 per-row (= ggml) order */
+            } else if (n > 1 && (W->type == HX_TYPE_Q8_0 || W->type == HX_TYPE_Q5_0 || W->type == HX_TYPE_Q6_K)) {
+                /* the AVX2 per-row (= ggml) order; matvec's hx_get_gemm tiles have it already */
+                j.gemm[m] = hx_get_gemm_ggml(W->type, isa);
             }
         }
         j.dot[m] = dot; j.w[m] = W->data; j.w_row[m] = w_row; j.rows[m] = rows; j.y[m] = Ys[m];
