@@ -144,6 +144,70 @@ AI void tile_q6_K(const int RM, const int RN, int64_t nb, const uint8_t *w, size
     UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
 }
 
+/* Q4_K matvec in the order of llama.cpp's repacked gemv (hx_dot_q4_K_ggml_gemv_avx2): per
+ * row and super-block the exact isum and imin (the 8 int32 lanes of the usual maddubs /
+ * madd sums, added across lanes in any order: integers), then acc = fma(isum, dw * bd, acc),
+ * accm = fma(imin, dmin * bd, accm) with the RM rows in the lanes of one __m128; result
+ * acc - accm. RM rows share each activation load, and the rows of the tile PF_TILES ahead
+ * are prefetched as the other matvec tiles do (gemm_tiles.h). */
+static inline __m128i hsum4_epi32(const __m256i v[4]) {
+    const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1)); /* lane r = sum of v[r] */
+}
+AI void tile_q4_K_gemv(const int RM, int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x, float *y) {
+    const int RN = 1;
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    PF_SETUP()
+    for (int64_t i = 0; i < nb; i++) {
+        PF(sizeof(block_q4_K), i)
+        const block_q8_K *b = (const block_q8_K *)x + i;
+        __m256i vs[4], vm[4];
+        float dw[4] = {0}, dmw[4] = {0};
+        UNROLL for (int r = 0; r < 4; r++) {
+            if (r >= RM) { vs[r] = vm[r] = _mm256_setzero_si256(); continue; }
+            const block_q4_K *a = (const block_q4_K *)(w + r * ldw) + i;
+            const __m128i sm = k4_scales_mins(a->scales);
+            const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+            __m256i s = _mm256_setzero_si256();
+            UNROLL for (int j = 0; j < 4; j++) {
+                const __m256i bits = loadu256(a->qs + 32 * j);
+                const __m256i lo = _mm256_and_si256(bits, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                const __m256i pl = _mm256_madd_epi16(_mm256_shuffle_epi8(sc, bcast16(2 * j)),
+                                                     _mm256_maddubs_epi16(lo, loadu256(b->qs + 64 * j)));
+                const __m256i ph = _mm256_madd_epi16(_mm256_shuffle_epi8(sc, bcast16(2 * j + 1)),
+                                                     _mm256_maddubs_epi16(hi, loadu256(b->qs + 64 * j + 32)));
+                s = _mm256_add_epi32(s, _mm256_add_epi32(pl, ph));
+            }
+            vs[r] = s;
+            vm[r] = k4_mins_dot(sm, b->bsums);
+            dw[r] = f16(a->d);
+            dmw[r] = f16(a->dmin);
+        }
+        const __m128 bd = _mm_set1_ps(b->d);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_epi32(vs)), _mm_mul_ps(_mm_loadu_ps(dw), bd), acc);
+        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_epi32(vm)), _mm_mul_ps(_mm_loadu_ps(dmw), bd), accm);
+    }
+    float o[4];
+    _mm_storeu_ps(o, _mm_sub_ps(acc, accm));
+    for (int r = 0; r < RM; r++) y[r] = o[r];
+}
+#define GV(M)                                                                                                     \
+    static void q4_K_gemv_##M(int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x, float *y) {            \
+        tile_q4_K_gemv(M, nb, w, ldw, x, y);                                                                      \
+    }
+GV(1) GV(2) GV(3) GV(4)
+
+/* nr rows against one token in the gemv order, 4 rows per tile */
+static void q4_K_gemv_rows(int64_t n, int64_t nr, const void *w, size_t ldw, const void *x, float *y) {
+    static void (*const t[4])(int64_t, const uint8_t *, size_t, const uint8_t *, float *) = {
+        q4_K_gemv_1, q4_K_gemv_2, q4_K_gemv_3, q4_K_gemv_4 };
+    for (int64_t r0 = 0; r0 < nr; r0 += 4) {
+        const int rm = (int)(nr - r0 < 4 ? nr - r0 : 4);
+        t[rm - 1](n / QK_K, (const uint8_t *)w + r0 * ldw, ldw, x, y + r0);
+    }
+}
+
 TILES(q8_0)
 TILES(q5_0)
 TILES(q4_0)
@@ -572,6 +636,11 @@ static hx_vec_dot_fn q4_K_ref(int ord) {
 
 static void gemm_q4_K_packed(int ord, int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
                              size_t ldx, float *y, size_t ldy) {
+    if (ord == HX_Q4K_BLOCK && nc < 4) { /* matvec and parity batches' last n % 4 tokens: no packing */
+        for (int64_t c = 0; c < nc; c++)
+            q4_K_gemv_rows(n, nr, w, ldw, (const uint8_t *)x + c * ldx, y + c * ldy);
+        return;
+    }
     const int64_t nb = n / QK_K;
     q4_K_pack *p = aligned_alloc(32, sizeof(q4_K_pack) * (size_t)nb);
     int32_t *sp = malloc(sizeof(int32_t) * 4 * (size_t)(nc * nb));

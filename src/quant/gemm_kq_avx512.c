@@ -174,6 +174,10 @@ T16S(SCALAR) T16S(PAIR) T16S(BLOCK)
  * AVX2 packed kernel of the same order (the same bits) does the work. */
 static void gemm_q4_K16(int ord, int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
                         size_t ldx, float *y, size_t ldy) {
+    if (ord == HX_Q4K_BLOCK && nc < 4) { /* matvec, a batch's last n % 4 tokens: the AVX2 row tiles */
+        hx_gemm_q4_K_ggml_gemv_avx2(n, nr, nc, w, ldw, x, ldx, y, ldy);
+        return;
+    }
     const int64_t nb = n / QK_K;
     q4_K_pack16 *p = aligned_alloc(64, sizeof(q4_K_pack16) * (size_t)nb);
     int32_t *sp = malloc(sizeof(int32_t) * 4 * (size_t)(nc * nb));

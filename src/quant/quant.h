@@ -116,7 +116,8 @@ hx_gemm_fn hx_get_gemm_ggml(int type, hx_isa isa);
 /* Q4_K batches summed in the orders of llama.cpp's repacked 8x8 kernels: every output
  * bit-identical to hx_dot_q4_K_ggml_gemm_avx2 (gemv_order false: its gemm, for rows of
  * activations in groups of 4) or hx_dot_q4_K_ggml_gemv_avx2 (true: its gemv). Weight rows
- * packed per call in groups of 8 (AVX2, AVX-512) or 16 (AVX512-VNNI, vpdpbusd); NULL below
+ * packed per call in groups of 8 (AVX2, AVX-512) or 16 (AVX512-VNNI, vpdpbusd); the gemv
+ * order with fewer than 4 tokens (matvec) runs prefetching 4-row tiles instead; NULL below
  * AVX2. */
 hx_gemm_fn hx_get_gemm_q4_K_ggml(hx_isa isa, bool gemv_order);
 /* The lowest level (as an int, HX_ISA_*) whose decode kernels for `type` are `level`'s:

@@ -186,9 +186,9 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
         if ((flags & HX_MM_GGML_ORDER) && isa >= HX_ISA_AVX2) {
             if (W->type == HX_TYPE_Q4_K && rows % 8 == 0) {
                 /* llama.cpp's repacked kernels: its gemm order for the first n - n % 4
-                 * tokens, its gemv order for the rest (and for matvec, per row) */
+                 * tokens, its gemv order for the rest and for matvec (row tiles) */
                 dot = hx_dot_q4_K_ggml_gemv_avx2;
-                j.gemm[m] = n > 1 ? hx_get_gemm_q4_K_ggml(isa, true) : NULL;
+                j.gemm[m] = hx_get_gemm_q4_K_ggml(isa, true);
                 j.gemm_main[m] = hx_get_gemm_q4_K_ggml(isa, false);
                 j.n_main[m] = n - n % 4;
             } else if (n > 1 && (W->type == HX_TYPE_Q8_0 || W->type == HX_TYPE_Q5_0 || W->type == HX_TYPE_Q6_K)) {
