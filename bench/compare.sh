@@ -49,8 +49,8 @@ table=$(mktemp)
 trap 'rm -f "$table"' EXIT
 
 jsonl() { # engine model mix test tokens_per_s
-  printf '{"date": "%s", "commit": "%s", "device": "%s", "engine": "%s", "model": "%s", "mix": "%s", "test": "%s", "tokens_per_s": %s}\n' \
-    "$date" "$commit" "$device" "$1" "$2" "$3" "$4" "$5" >> "$out"
+  printf '{"date": "%s", "commit": "%s", "device": "%s", "engine": "%s", "model": "%s", "mix": "%s", "test": "%s", "tokens_per_s": %s, "threads": %s}\n' \
+    "$date" "$commit" "$device" "$1" "$2" "$3" "$4" "$5" "$T" >> "$out"
 }
 
 echo "# uptime before: $(uptime)"

@@ -85,12 +85,11 @@ static void test_geglu(void) {
 
 /* The tiled flash-attention pieces (fa_ggml.h): AVX2 equals scalar bit for bit, masked
  * (-inf) scores give 0, and each piece agrees with a plain float64 computation. */
-static void test_fa_tiles(void) {
-    if (hx_isa_best() < HX_ISA_AVX2) { printf("SKIP AVX2 attention tiles: CPU lacks AVX2\n"); return; }
+static void test_fa_tiles_hd(const int HD) {
     hx_rng r;
-    hx_rng_seed(&r, 21);
-    enum { HD = 72 };
-    static float kt[HD * 64], v[64 * HD], q[HD], sa[64], sb[64], va[HD], vb[HD];
+    hx_rng_seed(&r, 21 + HD);
+    enum { MAXHD = 256 };
+    static float kt[MAXHD * 64], v[64 * MAXHD], q[MAXHD], sa[64], sb[64], va[MAXHD], vb[MAXHD];
     for (int i = 0; i < HD * 64; i++) { kt[i] = hx_rng_normal(&r); v[i] = hx_rng_normal(&r); }
     for (int d = 0; d < HD; d++) q[d] = hx_rng_normal(&r);
     hx_fa_scores64(HD, kt, q, 0.125f, sa, true);
@@ -117,7 +116,15 @@ static void test_fa_tiles(void) {
     for (int d = 0; d < HD; d++) va[d] = vb[d] = hx_rng_normal(&r);
     hx_fa_vacc64(HD, v, sa, va, true);
     hx_fa_vacc64(HD, v, sb, vb, false);
-    CHECK(!memcmp(va, vb, sizeof va));
+    CHECKF(!memcmp(va, vb, sizeof(float) * HD), "tile V accumulation hd %d: AVX2 differs from scalar", HD);
+}
+
+/* head sizes: one 64-dimension chunk plus a remainder, two chunks, four */
+static void test_fa_tiles(void) {
+    if (hx_isa_best() < HX_ISA_AVX2) { printf("SKIP AVX2 attention tiles: CPU lacks AVX2\n"); return; }
+    test_fa_tiles_hd(72);
+    test_fa_tiles_hd(128);
+    test_fa_tiles_hd(256);
 }
 
 int main(void) {

@@ -198,7 +198,7 @@ hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa) {
         if (type == HX_TYPE_Q8_0) return vnni ? hx_gemm_q8_0_packed_avx512vnni : hx_gemm_q8_0_packed_avx2;
         if (type == HX_TYPE_Q4_0) return vnni ? hx_gemm_q4_0_packed_avx512vnni : hx_gemm_q4_0_packed_avx2;
         if (type == HX_TYPE_Q5_0) return vnni ? hx_gemm_q5_0_packed_avx512vnni : hx_gemm_q5_0_packed_avx2;
-        if (type == HX_TYPE_Q4_K) return hx_gemm_q4_K_packed_avx2;
+        if (type == HX_TYPE_Q4_K) return vnni ? hx_gemm_q4_K_packed_avx512vnni : hx_gemm_q4_K_packed_avx2;
         if (type == HX_TYPE_Q6_K) return hx_gemm_q6_K_packed_avx2;
     }
     return hx_get_gemm(type, isa);
@@ -210,8 +210,15 @@ hx_gemm_fn hx_get_gemm_ggml(int type, hx_isa isa) {
     const bool vnni = isa >= HX_ISA_AVX512_VNNI; /* same bits as the AVX2 tiles */
     if (type == HX_TYPE_Q8_0) return vnni ? hx_gemm_q8_0_avx512vnni : hx_gemm_q8_0_avx2;
     if (type == HX_TYPE_Q5_0) return vnni ? hx_gemm_q5_0_avx512vnni : hx_gemm_q5_0_avx2;
-    if (type == HX_TYPE_Q6_K) return hx_gemm_q6_K_avx2;
+    if (type == HX_TYPE_Q6_K) return vnni ? hx_gemm_q6_K_ggml_avx512vnni : hx_gemm_q6_K_avx2;
     return NULL;
+}
+
+hx_gemm_fn hx_get_gemm_q4_K_ggml(hx_isa isa, bool gemv_order) {
+    if (!hx_get_gemm(HX_TYPE_Q4_K, isa)) return NULL; /* no AVX2 kernels here */
+    if (isa > hx_isa_best()) isa = hx_isa_best();
+    if (isa >= HX_ISA_AVX512_VNNI) return gemv_order ? hx_gemm_q4_K_ggml_gemv_avx512vnni : hx_gemm_q4_K_ggml_gemm_avx512vnni;
+    return gemv_order ? hx_gemm_q4_K_ggml_gemv_avx2 : hx_gemm_q4_K_ggml_gemm_avx2;
 }
 
 hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa) {
@@ -219,7 +226,7 @@ hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa) {
     return g == hx_gemm_q8_0_packed_avx2 || g == hx_gemm_q4_0_packed_avx2 || g == hx_gemm_q5_0_packed_avx2 ||
                    g == hx_gemm_q4_K_packed_avx2 || g == hx_gemm_q6_K_packed_avx2 ||
                    g == hx_gemm_q4_0_packed_avx512vnni || g == hx_gemm_q5_0_packed_avx512vnni ||
-                   g == hx_gemm_q8_0_packed_avx512vnni
+                   g == hx_gemm_q8_0_packed_avx512vnni || g == hx_gemm_q4_K_packed_avx512vnni
                ? HX_ISA_SCALAR : HX_ISA_AVX2;
 }
 

@@ -41,6 +41,23 @@ void hx_gemm_avx2_set_tile(int which, int mr, int nr, int mv);
 HX_DECL_GEMM(q8_0_packed) HX_DECL_GEMM(q4_0_packed) HX_DECL_GEMM(q5_0_packed) HX_DECL_GEMM(q4_K_packed)
 HX_DECL_GEMM(q6_K_packed)
 
+/* Q4_K batch kernels in three float orders (the integer sums are exact, so the
+ * order of the float steps alone decides the bits):
+ *   HX_Q4K_SCALAR  per super-block s += bd * (dw * isc - dmin * imin): hx_dot_q4_K_scalar
+ *   HX_Q4K_PAIR    per 64 elements acc = fma(is, dw * bd, acc), accm = fma(im, dmin * bd, accm),
+ *                  result acc - accm: hx_dot_q4_K_ggml_gemm_avx2 (llama.cpp's repacked gemm)
+ *   HX_Q4K_BLOCK   the same once per super-block: hx_dot_q4_K_ggml_gemv_avx2 (its gemv) */
+enum { HX_Q4K_SCALAR, HX_Q4K_PAIR, HX_Q4K_BLOCK };
+HX_DECL_GEMM(q4_K_ggml_gemm) HX_DECL_GEMM(q4_K_ggml_gemv) /* 8-row groups, HX_Q4K_PAIR / HX_Q4K_BLOCK */
+/* VNNI (gemm_kq_avx512.c): 16-row groups, the same three orders, the same bits */
+HX_DECL_GEMM_VNNI(q4_K_packed) HX_DECL_GEMM_VNNI(q4_K_ggml_gemm) HX_DECL_GEMM_VNNI(q4_K_ggml_gemv)
+/* Q6_K batches on 16-row groups with vpmaddubsw + vpdpwssd, bit-identical to hx_dot_q6_K_avx2
+ * (the parity mode's Q6_K order, hx_get_gemm_ggml) */
+HX_DECL_GEMM_VNNI(q6_K_ggml)
+/* sp[(c * nb + i) * 4 + k] = (S 2k, S 2k+1) as int16s, S j = bsum 2j + bsum 2j+1 of token c's
+ * super-block i: what one madd against (m 2k, m 2k+1) pairs needs for the Q4_K mins */
+void hx_q8_K_pair_sums(int32_t *sp, const void *x, size_t ldx, int64_t nc, int64_t nb);
+
 /* activation quantizers (act_avx2.c); nb = number of blocks */
 void hx_quant_act_q8_0_avx2(const float *x, void *y, int64_t nb);
 void hx_quant_act_q8_1_avx2(const float *x, void *y, int64_t nb);

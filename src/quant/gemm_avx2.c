@@ -33,25 +33,6 @@
 #define AI static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 4")
 
-/* 8 rows x 8 dwords -> 8 vectors of one dword position (lane = row) */
-static inline void transpose8x32(const __m256i v[8], __m256i out[8]) {
-    __m256i t[8], u[8];
-    for (int r = 0; r < 8; r += 2) {
-        t[r] = _mm256_unpacklo_epi32(v[r], v[r + 1]);
-        t[r + 1] = _mm256_unpackhi_epi32(v[r], v[r + 1]);
-    }
-    for (int r = 0; r < 8; r += 4)
-        for (int k = 0; k < 2; k++) {
-            u[r + k] = _mm256_unpacklo_epi64(t[r + k], t[r + k + 2]);
-            u[r + k + 2] = _mm256_unpackhi_epi64(t[r + k], t[r + k + 2]);
-        }
-    static const int dw_of[4] = { 0, 2, 1, 3 };
-    for (int k = 0; k < 4; k++) {
-        out[dw_of[k]] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
-        out[dw_of[k] + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
-    }
-}
-
 #define DOT_U8S8(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 #define Q4_OFFSET(xv) _mm256_maddubs_epi16(_mm256_set1_epi8(8), xv)
 #define Q4_DOT(wq, xv, m8) _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(wq, xv), m8), _mm256_set1_epi16(1))
@@ -161,6 +142,70 @@ AI void tile_q6_K(const int RM, const int RN, int64_t nb, const uint8_t *w, size
         }
     }
     UNROLL for (int r = 0; r < RM; r++) UNROLL for (int c = 0; c < RN; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+}
+
+/* Q4_K matvec in the order of llama.cpp's repacked gemv (hx_dot_q4_K_ggml_gemv_avx2): per
+ * row and super-block the exact isum and imin (the 8 int32 lanes of the usual maddubs /
+ * madd sums, added across lanes in any order: integers), then acc = fma(isum, dw * bd, acc),
+ * accm = fma(imin, dmin * bd, accm) with the RM rows in the lanes of one __m128; result
+ * acc - accm. RM rows share each activation load, and the rows of the tile PF_TILES ahead
+ * are prefetched as the other matvec tiles do (gemm_tiles.h). */
+static inline __m128i hsum4_epi32(const __m256i v[4]) {
+    const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1)); /* lane r = sum of v[r] */
+}
+AI void tile_q4_K_gemv(const int RM, int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x, float *y) {
+    const int RN = 1;
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    PF_SETUP()
+    for (int64_t i = 0; i < nb; i++) {
+        PF(sizeof(block_q4_K), i)
+        const block_q8_K *b = (const block_q8_K *)x + i;
+        __m256i vs[4], vm[4];
+        float dw[4] = {0}, dmw[4] = {0};
+        UNROLL for (int r = 0; r < 4; r++) {
+            if (r >= RM) { vs[r] = vm[r] = _mm256_setzero_si256(); continue; }
+            const block_q4_K *a = (const block_q4_K *)(w + r * ldw) + i;
+            const __m128i sm = k4_scales_mins(a->scales);
+            const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+            __m256i s = _mm256_setzero_si256();
+            UNROLL for (int j = 0; j < 4; j++) {
+                const __m256i bits = loadu256(a->qs + 32 * j);
+                const __m256i lo = _mm256_and_si256(bits, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                const __m256i pl = _mm256_madd_epi16(_mm256_shuffle_epi8(sc, bcast16(2 * j)),
+                                                     _mm256_maddubs_epi16(lo, loadu256(b->qs + 64 * j)));
+                const __m256i ph = _mm256_madd_epi16(_mm256_shuffle_epi8(sc, bcast16(2 * j + 1)),
+                                                     _mm256_maddubs_epi16(hi, loadu256(b->qs + 64 * j + 32)));
+                s = _mm256_add_epi32(s, _mm256_add_epi32(pl, ph));
+            }
+            vs[r] = s;
+            vm[r] = k4_mins_dot(sm, b->bsums);
+            dw[r] = f16(a->d);
+            dmw[r] = f16(a->dmin);
+        }
+        const __m128 bd = _mm_set1_ps(b->d);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_epi32(vs)), _mm_mul_ps(_mm_loadu_ps(dw), bd), acc);
+        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_epi32(vm)), _mm_mul_ps(_mm_loadu_ps(dmw), bd), accm);
+    }
+    float o[4];
+    _mm_storeu_ps(o, _mm_sub_ps(acc, accm));
+    for (int r = 0; r < RM; r++) y[r] = o[r];
+}
+#define GV(M)                                                                                                     \
+    static void q4_K_gemv_##M(int64_t nb, const uint8_t *w, size_t ldw, const uint8_t *x, float *y) {            \
+        tile_q4_K_gemv(M, nb, w, ldw, x, y);                                                                      \
+    }
+GV(1) GV(2) GV(3) GV(4)
+
+/* nr rows against one token in the gemv order, 4 rows per tile */
+static void q4_K_gemv_rows(int64_t n, int64_t nr, const void *w, size_t ldw, const void *x, float *y) {
+    static void (*const t[4])(int64_t, const uint8_t *, size_t, const uint8_t *, float *) = {
+        q4_K_gemv_1, q4_K_gemv_2, q4_K_gemv_3, q4_K_gemv_4 };
+    for (int64_t r0 = 0; r0 < nr; r0 += 4) {
+        const int rm = (int)(nr - r0 < 4 ? nr - r0 : 4);
+        t[rm - 1](n / QK_K, (const uint8_t *)w + r0 * ldw, ldw, x, y + r0);
+    }
 }
 
 TILES(q8_0)
@@ -486,10 +531,26 @@ static void pack_q4_K(q4_K_pack *p, int64_t nb, const uint8_t *w, size_t ldw, in
     }
 }
 
+void hx_q8_K_pair_sums(int32_t *sp, const void *x, size_t ldx, int64_t nc, int64_t nb) {
+    for (int64_t c = 0; c < nc; c++) {
+        const block_q8_K *b = (const block_q8_K *)((const uint8_t *)x + c * ldx);
+        for (int64_t i = 0; i < nb; i++)
+            for (int k = 0; k < 4; k++) {
+                const int s0 = b[i].bsums[4 * k] + b[i].bsums[4 * k + 1];
+                const int s1 = b[i].bsums[4 * k + 2] + b[i].bsums[4 * k + 3];
+                sp[(c * nb + i) * 4 + k] = (int32_t)((uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16);
+            }
+    }
+}
+
 /* RN tokens against one packed group; sp: per token and super-block, the 4
- * int16 pairs (S 2k, S 2k+1), S j = bsum 2j + bsum 2j+1 */
-AI void q4_K_packed_tile(const int RN, int64_t nb, const q4_K_pack *p, const uint8_t *x, size_t ldx,
-                         const int32_t *sp, float *acc_out) {
+ * int16 pairs (S 2k, S 2k+1), S j = bsum 2j + bsum 2j+1. ORD (dot.h) picks the
+ * float steps: HX_Q4K_SCALAR gives the whole result (scalar kernel's order);
+ * HX_Q4K_PAIR / HX_Q4K_BLOCK give the scale chain acc only (one fma per
+ * 64 elements / per super-block) and the driver subtracts the mins chain
+ * (q4_K_mins). */
+AI void q4_K_packed_tile(const int RN, const int ORD, int64_t nb, const q4_K_pack *p, const uint8_t *x,
+                         size_t ldx, const int32_t *sp, float *acc_out) {
     __m256 acc[4];
     UNROLL for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
@@ -511,32 +572,75 @@ AI void q4_K_packed_tile(const int RN, int64_t nb, const q4_K_pack *p, const uin
                 }
             }
             UNROLL for (int c = 0; c < RN; c++) isc[c] = _mm256_add_epi32(isc[c], _mm256_madd_epi16(s16[c], p[i].sc[j]));
+            if (ORD == HX_Q4K_PAIR && (j & 1)) /* one step per pair of sub-blocks, then a fresh sum */
+                UNROLL for (int c = 0; c < RN; c++) {
+                    const float bd = ((const block_q8_K *)(x + c * ldx) + i)->d;
+                    acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isc[c]), _mm256_mul_ps(p[i].d, _mm256_set1_ps(bd)),
+                                             acc[c]);
+                    isc[c] = _mm256_setzero_si256();
+                }
         }
         UNROLL for (int c = 0; c < RN; c++) {
-            const int32_t *s = sp + ((size_t)c * nb + i) * 4;
-            __m256i im = _mm256_madd_epi16(p[i].mn[0], _mm256_set1_epi32(s[0]));
-            UNROLL for (int k = 1; k < 4; k++)
-                im = _mm256_add_epi32(im, _mm256_madd_epi16(p[i].mn[k], _mm256_set1_epi32(s[k])));
-            const __m256 t = _mm256_sub_ps(_mm256_mul_ps(p[i].d, _mm256_cvtepi32_ps(isc[c])),
-                                           _mm256_mul_ps(p[i].dmin, _mm256_cvtepi32_ps(im)));
             const float bd = ((const block_q8_K *)(x + c * ldx) + i)->d;
-            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_set1_ps(bd), t));
+            if (ORD == HX_Q4K_BLOCK) {
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isc[c]), _mm256_mul_ps(p[i].d, _mm256_set1_ps(bd)), acc[c]);
+            } else if (ORD == HX_Q4K_SCALAR) {
+                const int32_t *s = sp + ((size_t)c * nb + i) * 4;
+                __m256i im = _mm256_madd_epi16(p[i].mn[0], _mm256_set1_epi32(s[0]));
+                UNROLL for (int k = 1; k < 4; k++)
+                    im = _mm256_add_epi32(im, _mm256_madd_epi16(p[i].mn[k], _mm256_set1_epi32(s[k])));
+                const __m256 t = _mm256_sub_ps(_mm256_mul_ps(p[i].d, _mm256_cvtepi32_ps(isc[c])),
+                                               _mm256_mul_ps(p[i].dmin, _mm256_cvtepi32_ps(im)));
+                acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_set1_ps(bd), t));
+            }
         }
     }
     UNROLL for (int c = 0; c < RN; c++) _mm256_storeu_ps(acc_out + 8 * c, acc[c]);
 }
 
-#define Q4K_PT(N)                                                                                                 \
-    static void q4_K_packed_##N(int64_t nb, const q4_K_pack *p, const uint8_t *x, size_t ldx, const int32_t *sp, \
-                                float *o) {                                                                       \
-        q4_K_packed_tile(N, nb, p, x, ldx, sp, o);                                                                \
+/* The mins chain of the ggml orders for one token: accm = fma(im, dmin * bd, accm)
+ * per pair of sub-blocks (PAIR) or per super-block (BLOCK), im exact. */
+static __m256 q4_K_mins(int ord, int64_t nb, const q4_K_pack *p, const uint8_t *x, const int32_t *sp) {
+    __m256 accm = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256 dm = _mm256_mul_ps(p[i].dmin, _mm256_set1_ps(((const block_q8_K *)x + i)->d));
+        __m256i im = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
+            im = _mm256_add_epi32(im, _mm256_madd_epi16(p[i].mn[k], _mm256_set1_epi32(sp[i * 4 + k])));
+            if (ord == HX_Q4K_PAIR) {
+                accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), dm, accm);
+                im = _mm256_setzero_si256();
+            }
+        }
+        if (ord == HX_Q4K_BLOCK) accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), dm, accm);
     }
-Q4K_PT(1) Q4K_PT(2) Q4K_PT(3) Q4K_PT(4)
+    return accm;
+}
 
-/* Same contract as hx_gemm_q4_K_avx2 but bit-identical to hx_dot_q4_K_scalar;
- * without scratch memory it computes the pairs with the scalar kernel. */
-void hx_gemm_q4_K_packed_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
-                              size_t ldx, float *y, size_t ldy) {
+typedef void (*q4_K_tile_fn)(int64_t, const q4_K_pack *, const uint8_t *, size_t, const int32_t *, float *);
+#define Q4K_PT(O, N)                                                                                              \
+    static void q4_K_packed_##O##_##N(int64_t nb, const q4_K_pack *p, const uint8_t *x, size_t ldx,              \
+                                      const int32_t *sp, float *o) {                                              \
+        q4_K_packed_tile(N, HX_Q4K_##O, nb, p, x, ldx, sp, o);                                                    \
+    }
+#define Q4K_PTS(O) Q4K_PT(O, 1) Q4K_PT(O, 2) Q4K_PT(O, 3) Q4K_PT(O, 4)                                           \
+    static const q4_K_tile_fn q4_K_tiles_##O[4] = { q4_K_packed_##O##_1, q4_K_packed_##O##_2,                     \
+                                                    q4_K_packed_##O##_3, q4_K_packed_##O##_4 };
+Q4K_PTS(SCALAR) Q4K_PTS(PAIR) Q4K_PTS(BLOCK)
+
+/* The per-row kernel each order reproduces (also the fallback without scratch memory). */
+static hx_vec_dot_fn q4_K_ref(int ord) {
+    return ord == HX_Q4K_PAIR ? hx_dot_q4_K_ggml_gemm_avx2 : ord == HX_Q4K_BLOCK ? hx_dot_q4_K_ggml_gemv_avx2
+                                                                               : hx_dot_q4_K_scalar;
+}
+
+static void gemm_q4_K_packed(int ord, int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+                             size_t ldx, float *y, size_t ldy) {
+    if (ord == HX_Q4K_BLOCK && nc < 4) { /* matvec and parity batches' last n % 4 tokens: no packing */
+        for (int64_t c = 0; c < nc; c++)
+            q4_K_gemv_rows(n, nr, w, ldw, (const uint8_t *)x + c * ldx, y + c * ldy);
+        return;
+    }
     const int64_t nb = n / QK_K;
     q4_K_pack *p = aligned_alloc(32, sizeof(q4_K_pack) * (size_t)nb);
     int32_t *sp = malloc(sizeof(int32_t) * 4 * (size_t)(nc * nb));
@@ -544,31 +648,48 @@ void hx_gemm_q4_K_packed_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, 
         free(p); free(sp);
         for (int64_t c = 0; c < nc; c++)
             for (int64_t r = 0; r < nr; r++)
-                hx_dot_q4_K_scalar(n, &y[c * ldy + r], (const uint8_t *)w + r * ldw, (const uint8_t *)x + c * ldx);
+                q4_K_ref(ord)(n, &y[c * ldy + r], (const uint8_t *)w + r * ldw, (const uint8_t *)x + c * ldx);
         return;
     }
-    for (int64_t c = 0; c < nc; c++) {
-        const block_q8_K *b = (const block_q8_K *)((const uint8_t *)x + c * ldx);
-        for (int64_t i = 0; i < nb; i++)
-            for (int k = 0; k < 4; k++) {
-                const int s0 = b[i].bsums[4 * k] + b[i].bsums[4 * k + 1];
-                const int s1 = b[i].bsums[4 * k + 2] + b[i].bsums[4 * k + 3];
-                sp[(c * nb + i) * 4 + k] = (int32_t)((uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16);
-            }
-    }
-    static void (*const tiles[4])(int64_t, const q4_K_pack *, const uint8_t *, size_t, const int32_t *, float *) = {
-        q4_K_packed_1, q4_K_packed_2, q4_K_packed_3, q4_K_packed_4 };
+    hx_q8_K_pair_sums(sp, x, ldx, nc, nb);
+    const q4_K_tile_fn *tiles = ord == HX_Q4K_PAIR ? q4_K_tiles_PAIR : ord == HX_Q4K_BLOCK ? q4_K_tiles_BLOCK
+                                                                                         : q4_K_tiles_SCALAR;
     for (int64_t r0 = 0; r0 < nr; r0 += 8) {
         const int rows = (int)(nr - r0 < 8 ? nr - r0 : 8);
         pack_q4_K(p, nb, (const uint8_t *)w + r0 * ldw, ldw, rows);
         for (int64_t c0 = 0; c0 < nc; c0 += 4) {
             const int cn = (int)(nc - c0 < 4 ? nc - c0 : 4);
-            float o[32];
+            float o[32], m[8];
             tiles[cn - 1](nb, p, (const uint8_t *)x + c0 * ldx, ldx, sp + c0 * nb * 4, o);
-            for (int c = 0; c < cn; c++) memcpy(y + (c0 + c) * ldy + r0, o + 8 * c, sizeof(float) * rows);
+            for (int c = 0; c < cn; c++) {
+                float *yc = y + (c0 + c) * ldy + r0;
+                if (ord == HX_Q4K_SCALAR) {
+                    memcpy(yc, o + 8 * c, sizeof(float) * rows);
+                    continue;
+                }
+                _mm256_storeu_ps(m, q4_K_mins(ord, nb, p, (const uint8_t *)x + (c0 + c) * ldx, sp + (c0 + c) * nb * 4));
+                for (int r = 0; r < rows; r++) yc[r] = o[8 * c + r] - m[r]; /* acc - accm, as the reference */
+            }
         }
     }
     free(p); free(sp);
+}
+
+/* Same contract as hx_gemm_q4_K_avx2 but bit-identical to hx_dot_q4_K_scalar;
+ * without scratch memory it computes the pairs with the scalar kernel. */
+void hx_gemm_q4_K_packed_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+                              size_t ldx, float *y, size_t ldy) {
+    gemm_q4_K_packed(HX_Q4K_SCALAR, n, nr, nc, w, ldw, x, ldx, y, ldy);
+}
+/* The same packed groups in llama.cpp's repacked 8x8 orders: bit-identical to
+ * hx_dot_q4_K_ggml_gemm_avx2 / hx_dot_q4_K_ggml_gemv_avx2. */
+void hx_gemm_q4_K_ggml_gemm_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+                                 size_t ldx, float *y, size_t ldy) {
+    gemm_q4_K_packed(HX_Q4K_PAIR, n, nr, nc, w, ldw, x, ldx, y, ldy);
+}
+void hx_gemm_q4_K_ggml_gemv_avx2(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
+                                 size_t ldx, float *y, size_t ldy) {
+    gemm_q4_K_packed(HX_Q4K_BLOCK, n, nr, nc, w, ldw, x, ldx, y, ldy);
 }
 
 /* ------------------------------------------- Q8_0 batch GEMM, packed rows

@@ -102,7 +102,7 @@ typedef void (*hx_gemm_fn)(int64_t n, int64_t nr, int64_t nc, const void *w, siz
 hx_gemm_fn hx_get_gemm(int type, hx_isa isa);
 /* GEMM for batches (nc > 1, prefill): hx_get_gemm's kernel, except where a
  * faster batch kernel exists (AVX2: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K on 8-row groups repacked
- * per call);
+ * per call; AVX512-VNNI: Q8_0, Q4_0, Q5_0 likewise, Q4_K on 16-row groups);
  * that one is bit-identical to hx_get_vec_dot(type, HX_ISA_SCALAR) instead of
  * the AVX2 per-row kernel. hx_gemm_batch_ref_isa says which per-row kernel a
  * batch kernel's outputs equal. */
@@ -110,8 +110,16 @@ hx_gemm_fn hx_get_gemm_batch(int type, hx_isa isa);
 hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa);
 /* Tiled GEMM whose every output is summed in the order of llama.cpp's x86 vec_dot (and of
  * llamafile's tinyBLAS for batches): one accumulator, blocks in order, one hsum; i.e.
- * bit-identical to hx_get_vec_dot(type, HX_ISA_AVX2). AVX2: Q8_0, Q5_0, Q6_K; else NULL. */
+ * bit-identical to hx_get_vec_dot(type, HX_ISA_AVX2). AVX2: Q8_0, Q5_0, Q6_K; else NULL.
+ * AVX512-VNNI's Q6_K packs 16-row groups per call: for batches (matvec: hx_get_gemm's tile). */
 hx_gemm_fn hx_get_gemm_ggml(int type, hx_isa isa);
+/* Q4_K batches summed in the orders of llama.cpp's repacked 8x8 kernels: every output
+ * bit-identical to hx_dot_q4_K_ggml_gemm_avx2 (gemv_order false: its gemm, for rows of
+ * activations in groups of 4) or hx_dot_q4_K_ggml_gemv_avx2 (true: its gemv). Weight rows
+ * packed per call in groups of 8 (AVX2, AVX-512) or 16 (AVX512-VNNI, vpdpbusd); the gemv
+ * order with fewer than 4 tokens (matvec) runs prefetching 4-row tiles instead; NULL below
+ * AVX2. */
+hx_gemm_fn hx_get_gemm_q4_K_ggml(hx_isa isa, bool gemv_order);
 /* The lowest level (as an int, HX_ISA_*) whose decode kernels for `type` are `level`'s:
  * the same hx_get_gemm tile and hx_get_vec_dot row kernel, i.e. the same code for a
  * matvec. `level` itself when it has kernels of its own; -1 for a bad type or level.

@@ -34,6 +34,25 @@ static inline __m256 scale2(const void *pa, const void *pb) {
 
 static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
+/* 8 rows x 8 dwords -> 8 vectors of one dword position (lane = row) */
+static inline void transpose8x32(const __m256i v[8], __m256i out[8]) {
+    __m256i t[8], u[8];
+    for (int r = 0; r < 8; r += 2) {
+        t[r] = _mm256_unpacklo_epi32(v[r], v[r + 1]);
+        t[r + 1] = _mm256_unpackhi_epi32(v[r], v[r + 1]);
+    }
+    for (int r = 0; r < 8; r += 4)
+        for (int k = 0; k < 2; k++) {
+            u[r + k] = _mm256_unpacklo_epi64(t[r + k], t[r + k + 2]);
+            u[r + k + 2] = _mm256_unpackhi_epi64(t[r + k], t[r + k + 2]);
+        }
+    static const int dw_of[4] = { 0, 2, 1, 3 };
+    for (int k = 0; k < 4; k++) {
+        out[dw_of[k]] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+        out[dw_of[k] + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+    }
+}
+
 /* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0-15) then high (16-31) */
 static inline __m256i unpack_nibbles(const uint8_t *q) {
     /* both halves get the 16 bytes; the high half is shifted right by 4 */

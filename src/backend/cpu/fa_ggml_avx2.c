@@ -32,13 +32,24 @@ double hx_fa_exp64_avx2(float *kq, float M) {
     return sum;
 }
 
-void hx_fa_vacc64_avx2(int hd, const float *v, const float *p, float *vacc) {
-    for (int d = 0; d < hd; d += 8) {
-        __m256 a = _mm256_loadu_ps(vacc + d);
-        for (int k = 0; k < 64; k++) {
-            if (p[k] == 0.0f) continue;
-            a = _mm256_fmadd_ps(_mm256_loadu_ps(v + (long)k * hd + d), _mm256_set1_ps(p[k]), a);
-        }
-        _mm256_storeu_ps(vacc + d, a);
+/* NB (<= 8) vectors of 8 dimensions from d0 on, keys outermost: NB independent fma chains
+ * in flight instead of one at a time (an fma's latency is several of its issue slots);
+ * each lane's chain is still k = 0..63 in order. */
+static inline __attribute__((always_inline)) void vacc_chunk(const int NB, int hd, int d0, const float *v,
+                                                             const float *p, float *vacc) {
+    __m256 a[8];
+    _Pragma("GCC unroll 8") for (int b = 0; b < NB; b++) a[b] = _mm256_loadu_ps(vacc + d0 + 8 * b);
+    for (int k = 0; k < 64; k++) {
+        if (p[k] == 0.0f) continue;
+        const __m256 pk = _mm256_set1_ps(p[k]);
+        const float *row = v + (long)k * hd + d0;
+        _Pragma("GCC unroll 8") for (int b = 0; b < NB; b++) a[b] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * b), pk, a[b]);
     }
+    _Pragma("GCC unroll 8") for (int b = 0; b < NB; b++) _mm256_storeu_ps(vacc + d0 + 8 * b, a[b]);
+}
+
+void hx_fa_vacc64_avx2(int hd, const float *v, const float *p, float *vacc) {
+    int d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) vacc_chunk(8, hd, d0, v, p, vacc);
+    for (; d0 < hd; d0 += 8) vacc_chunk(1, hd, d0, v, p, vacc);
 }

@@ -17,7 +17,8 @@
  * stays in L1/L2 while every token of a token block uses it. Kernels: matvec
  * runs hx_get_gemm's tiles (bit-identical to the AVX2 per-row kernel), n > 1
  * hx_get_gemm_batch's (for Q8_0/Q4_0/Q5_0/Q4_K/Q6_K packed 8-row kernels,
- * bit-identical to the scalar per-row kernel). */
+ * 16-row for Q4_K with VNNI, bit-identical to the scalar per-row kernel); in
+ * the parity mode Q4_K batches run hx_get_gemm_q4_K_ggml's packed kernels. */
 #include "backend/cpu/matmul.h"
 
 #include <math.h>
@@ -90,9 +91,9 @@ enum { MM_MAX = 4 };
 typedef struct mm_job {
     int count;                  /* matrices sharing the activations */
     hx_vec_dot_fn dot[MM_MAX];
-    hx_vec_dot_fn dot_main[MM_MAX]; /* tokens [0, n_main): this kernel instead (HX_MM_GGML_ORDER) */
-    int64_t n_main[MM_MAX];
     hx_gemm_fn gemm[MM_MAX];    /* tiled kernel, NULL: per-row dot */
+    hx_gemm_fn gemm_main[MM_MAX]; /* tokens [0, n_main): this kernel instead (HX_MM_GGML_ORDER's Q4_K) */
+    int64_t n_main[MM_MAX];
     const uint8_t *w[MM_MAX];   /* weight rows */
     size_t w_row[MM_MAX];       /* bytes per weight row */
     int64_t rows[MM_MAX];
@@ -123,8 +124,14 @@ static void mm_task(void *ctx, int64_t task, int thread) {
     if (gemm) {
         for (int64_t t0 = 0; t0 < j->n; t0 += j->tok_block) {
             int64_t t1 = t0 + j->tok_block < j->n ? t0 + j->tok_block : j->n;
-            gemm(j->cols, r1 - r0, t1 - t0, w + (size_t)r0 * wr, wr, j->x + (size_t)t0 * j->x_row, j->x_row,
-                 y + (size_t)t0 * rows + r0, (size_t)rows);
+            /* [t0, tm) with gemm_main, [tm, t1) with gemm */
+            int64_t tm = t1 < j->n_main[m] ? t1 : t0 > j->n_main[m] ? t0 : j->n_main[m];
+            if (tm > t0)
+                j->gemm_main[m](j->cols, r1 - r0, tm - t0, w + (size_t)r0 * wr, wr, j->x + (size_t)t0 * j->x_row,
+                                j->x_row, y + (size_t)t0 * rows + r0, (size_t)rows);
+            if (t1 > tm)
+                gemm(j->cols, r1 - r0, t1 - tm, w + (size_t)r0 * wr, wr, j->x + (size_t)tm * j->x_row, j->x_row,
+                     y + (size_t)tm * rows + r0, (size_t)rows);
         }
         return;
     }
@@ -136,9 +143,7 @@ static void mm_task(void *ctx, int64_t task, int thread) {
         int64_t t1 = t0 + j->tok_block < j->n ? t0 + j->tok_block : j->n;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wrp = w + (size_t)r * wr;
-            for (int64_t t = t0; t < t1; t++)
-                (t < j->n_main[m] ? j->dot_main[m] : dot)(j->cols, &y[(size_t)t * rows + r], wrp,
-                                                          j->x + (size_t)t * j->x_row);
+            for (int64_t t = t0; t < t1; t++) dot(j->cols, &y[(size_t)t * rows + r], wrp, j->x + (size_t)t * j->x_row);
         }
     }
 }
@@ -177,15 +182,18 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
          * the parity order below holds on AVX-512 machines too */
         hx_isa isa = hx_isa_current();
         j.gemm[m] = n > 1 ? hx_get_gemm_batch(W->type, isa) : hx_get_gemm(W->type, isa);
-        j.dot_main[m] = NULL; j.n_main[m] = 0;
+        j.n_main[m] = 0;
         if ((flags & HX_MM_GGML_ORDER) && isa >= HX_ISA_AVX2) {
             if (W->type == HX_TYPE_Q4_K && rows % 8 == 0) {
+                /* llama.cpp's repacked kernels: its gemm order for the first n - n % 4
+                 * tokens, its gemv order for the rest and for matvec (row tiles) */
                 dot = hx_dot_q4_K_ggml_gemv_avx2;
-                j.dot_main[m] = hx_dot_q4_K_ggml_gemm_avx2;
+                j.gemm[m] = hx_get_gemm_q4_K_ggml(isa, true);
+                j.gemm_main[m] = hx_get_gemm_q4_K_ggml(isa, false);
                 j.n_main[m] = n - n % 4;
-                j.gemm[m] = NULL;
-            } else if (W->type == HX_TYPE_Q8_0 || W->type == HX_TYPE_Q5_0 || W->type == HX_TYPE_Q6_K) {
-                j.gemm[m] = hx_get_gemm_ggml(W->type, isa); /* tiles in the AVX2 per-row (= ggml) order */
+            } else if (n > 1 && (W->type == HX_TYPE_Q8_0 || W->type == HX_TYPE_Q5_0 || W->type == HX_TYPE_Q6_K)) {
+                /* the AVX2 per-row (= ggml) order; matvec's hx_get_gemm tiles have it already */
+                j.gemm[m] = hx_get_gemm_ggml(W->type, isa);
             }
         }
         j.dot[m] = dot; j.w[m] = W->data; j.w_row[m] = w_row; j.rows[m] = rows; j.y[m] = Ys[m];
@@ -217,7 +225,8 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
         if (rpt < 1) rpt = 1;
         int64_t max_rpt = (j.rows[m] + 8 * nth - 1) / (8 * nth);
         if (rpt > max_rpt) rpt = max_rpt > 0 ? max_rpt : 1;
-        if (j.gemm[m]) rpt = (rpt + 23) / 24 * 24; /* whole tiles of 3, 4 or 8 rows */
+        if (j.gemm[m]) /* whole tiles of 3, 4 or 8 rows (matvec), also of 16 for batches */
+            rpt = n == 1 ? (rpt + 23) / 24 * 24 : (rpt + 47) / 48 * 48;
         j.rpt[m] = rpt;
         j.task0[m + 1] = j.task0[m] + (j.rows[m] + rpt - 1) / rpt;
     }
