@@ -265,7 +265,35 @@ static void check_two(side *g, side *c, const char *what) {
     free(lg[1]);
 }
 
-/* hx_generate greedy, 16 ids, on both. */
+/* Both sides' logits after the prompt and ids[0..d): whether the CPU's top
+ * two there are within 4x the largest difference between the sides (a
+ * near-tie, as ids_step; *gap and *diff say by how much). */
+static bool near_tie_after(side *g, side *c, const int32_t *ids, int d, double *gap, double *diff) {
+    float *row[2] = {malloc(sizeof(float) * V), malloc(sizeof(float) * V)};
+    hx_context *cs[2] = {c->c, g->c};
+    bool ok = row[0] && row[1];
+    for (int k = 0; ok && k < 2; k++) {
+        hx_error e = {0};
+        hx_seq_clear(cs[k], 0);
+        hx_batch b = hx_batch_init(NP0 + d);
+        for (int i = 0; i < NP0 + d; i++) hx_batch_add(&b, i < NP0 ? P0[i] % V : ids[i - NP0], i, 0, i == NP0 + d - 1);
+        ok = hx_decode(cs[k], &b, &e) == HX_OK;
+        if (ok) memcpy(row[k], hx_get_logits(cs[k], -1), sizeof(float) * V);
+        else fprintf(stderr, "decode: %s\n", e.msg);
+        hx_batch_free(&b);
+    }
+    stats s = {0};
+    if (ok) cmp_row(&s, row[1], row[0], NULL);
+    int top = ok ? argmax(row[0]) : 0;
+    *gap = ok ? row[0][top] - second(row[0], top) : INFINITY;
+    *diff = s.maxd;
+    free(row[0]);
+    free(row[1]);
+    return ok && *gap <= 4 * s.maxd;
+}
+
+/* hx_generate greedy, 16 ids, on both: the same ids, or the same up to a
+ * near-tie of the CPU's logits (the rest then parts). */
 static void check_generate(side *g, side *c) {
     int32_t ids[2][16];
     int n[2] = {0, 0};
@@ -289,8 +317,12 @@ static void check_generate(side *g, side *c) {
     }
     int same = 0;
     while (same < n[0] && same < n[1] && ids[0][same] == ids[1][same]) same++;
-    printf("  %-28s %d/%d greedy ids equal\n", "hx_generate", same, n[0]);
-    CHECKF(n[0] == 16 && same == 16, "hx_generate: greedy ids differ at %d of %d", same, n[0]);
+    double gap = 0, diff = 0;
+    bool tie = n[0] == 16 && same < 16 && near_tie_after(g, c, ids[0], same, &gap, &diff);
+    printf("  %-28s %d/%d greedy ids equal%s\n", "hx_generate", same, n[0], tie ? " (then a near-tie)" : "");
+    if (same < 16 && n[0] == 16)
+        printf("  %-28s at step %d: cpu top two %.4g apart, logits differ by up to %.4g\n", "", same, gap, diff);
+    CHECKF(n[0] == 16 && (same == 16 || tie), "hx_generate: greedy ids differ at %d of %d", same, n[0]);
 }
 
 static int check_model(const char *path) {
