@@ -100,24 +100,6 @@ typedef struct {
     __m256 d;       /* lane r: row r's block scale */
 } lq_pack;
 
-static void transpose8(const __m256i v[8], __m256i out[8]) {
-    __m256i t[8], u[8];
-    for (int r = 0; r < 8; r += 2) {
-        t[r] = _mm256_unpacklo_epi32(v[r], v[r + 1]);
-        t[r + 1] = _mm256_unpackhi_epi32(v[r], v[r + 1]);
-    }
-    for (int r = 0; r < 8; r += 4)
-        for (int k = 0; k < 2; k++) {
-            u[r + k] = _mm256_unpacklo_epi64(t[r + k], t[r + k + 2]);
-            u[r + k + 2] = _mm256_unpackhi_epi64(t[r + k], t[r + k + 2]);
-        }
-    static const int dw_of[4] = { 0, 2, 1, 3 };
-    for (int k = 0; k < 4; k++) {
-        out[dw_of[k]] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
-        out[dw_of[k] + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
-    }
-}
-
 static void pack_lq(lq_pack *p, int64_t nb, const uint8_t *w, size_t ldw, int rows, int kind) {
     for (int64_t i = 0; i < nb; i++) {
         __m256i v[8];
@@ -145,7 +127,7 @@ static void pack_lq(lq_pack *p, int64_t nb, const uint8_t *w, size_t ldw, int ro
                 d[r] = 0.f;
             }
         }
-        transpose8(v, p[i].q);
+        transpose8x32(v, p[i].q);
         p[i].corr = _mm256_loadu_si256((const __m256i *)corr);
         p[i].d = _mm256_loadu_ps(d);
     }
