@@ -1,20 +1,48 @@
-/* pool.c — persistent worker threads woken per job by a generation counter. */
+/* pool.c — persistent worker threads, woken per job by a generation counter.
+ *
+ * A decode step is a few hundred jobs a few microseconds apart, so waking
+ * sleeping threads through a condition variable for each (a futex wake per
+ * worker, then the scheduler) cost more than the work on many cores: decode
+ * stopped gaining past 8 threads (bench/RESULTS.md, "the device host's
+ * 16-core Xeon"). Workers and the caller now spin on the counters for a short
+ * while (HX_POOL_SPIN pauses, tens of microseconds) before they sleep, so
+ * back-to-back jobs never touch the kernel and an idle pool still sleeps.
+ *
+ * Sleeping is the old protocol, made safe against the spinning side with
+ * sequentially consistent flags: a worker registers in `sleepers` under the
+ * mutex before it checks the generation; the caller bumps the generation,
+ * then reads `sleepers` and broadcasts (under the mutex) only when one may be
+ * asleep. Either the worker sees the new generation or the caller sees the
+ * sleeper. The same pairing holds for the caller waiting on `pending`. */
 #include "core/pool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+/* pauses a waiting thread spins through before it sleeps (~30-100 us) */
+#define HX_POOL_SPIN 2048
 
 struct hx_pool {
     int n_threads;             /* including the caller */
     pthread_t *threads;        /* n_threads - 1 workers */
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    uint64_t generation;       /* bumped per job */
-    int quit;
-    int busy;                  /* workers still in the current job */
-    /* current job */
+    atomic_ullong generation;  /* bumped per job */
+    atomic_int quit;
+    atomic_int pending;        /* workers not yet done with the current job */
+    atomic_int sleepers;       /* workers asleep on `wake` (or about to be) */
+    atomic_int caller_sleeps;  /* the caller is asleep on `done` (or about to be) */
+    /* current job (written before the generation is bumped) */
     hx_pool_fn fn;
     void *ctx;
     int64_t n_tasks;
@@ -36,22 +64,37 @@ static void work(hx_pool *p, int thread) {
     }
 }
 
+/* The next generation after `seen` (or quit): spin, then sleep. */
+static uint64_t wait_job(hx_pool *p, uint64_t seen) {
+    for (int i = 0; i < HX_POOL_SPIN; i++) {
+        uint64_t g = atomic_load(&p->generation);
+        if (g != seen || atomic_load(&p->quit)) return g;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->sleepers, 1);
+    uint64_t g;
+    while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->wake, &p->mu);
+    atomic_fetch_sub(&p->sleepers, 1);
+    pthread_mutex_unlock(&p->mu);
+    return g;
+}
+
 static void *worker_main(void *arg) {
     worker_arg wa = *(worker_arg *)arg;
     free(arg);
     hx_pool *p = wa.p;
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->quit && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->quit) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        seen = wait_job(p, seen);
+        if (atomic_load(&p->quit)) break;
         work(p, wa.index);
-        pthread_mutex_lock(&p->mu);
-        if (--p->busy == 0) pthread_cond_signal(&p->done);
+        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_sleeps)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -64,6 +107,11 @@ hx_pool *hx_pool_create(int n_threads) {
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->quit, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->caller_sleeps, 0);
     atomic_init(&p->next, 0);
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof(pthread_t));
@@ -83,7 +131,7 @@ hx_pool *hx_pool_create(int n_threads) {
 void hx_pool_free(hx_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->quit = 1;
+    atomic_store(&p->quit, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i - 1], NULL);
@@ -102,17 +150,25 @@ void hx_pool_run(hx_pool *p, int64_t n_tasks, hx_pool_fn fn, void *ctx) {
         for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
-    pthread_mutex_lock(&p->mu);
+    /* every worker is past the last job (pending reached 0): the job's fields are free */
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
     atomic_store(&p->next, 0);
-    p->busy = p->n_threads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->pending, p->n_threads - 1);
+    atomic_fetch_add(&p->generation, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+    }
     work(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->busy > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < HX_POOL_SPIN && atomic_load(&p->pending) > 0; i++) cpu_relax();
+    if (atomic_load(&p->pending) > 0) {
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->caller_sleeps, 1);
+        while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done, &p->mu);
+        atomic_store(&p->caller_sleeps, 0);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
