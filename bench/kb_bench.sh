@@ -32,20 +32,7 @@ DEFN=100000; EXTRA=()
 N=${1:-$DEFN}; T=${2:-$(nproc)}; JSON=${3:-}
 BIN=${HX_BIN:-build/helix-bg}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-gen() { # gen COUNT SEED >> data.log
-  python3 - "$1" "$2" <<'PY'
-import json, random, sys
-n, seed = int(sys.argv[1]), int(sys.argv[2]); r = random.Random(seed)
-vocab = [w.strip() for w in open("examples/kb/data.log").read().replace('"', ' ').replace(',', ' ').split() if w.isalpha()]
-topics = ["t%02d" % i for i in range(12)]
-out = []
-for i in range(n):
-    words = [r.choice(vocab) for _ in range(r.randint(10, 60))]
-    out.append(json.dumps({"topic": r.choice(topics), "title": " ".join(words[:4]), "text": " ".join(words)}))
-    if len(out) == 10000: print("\n".join(out)); out = []
-if out: print("\n".join(out))
-PY
-}
+source bench/kb_bench_gen.bash # gen COUNT SEED
 # peak RSS in KiB of a command: GNU time where installed, else the kernel's
 # count for the children of a python wrapper (the device machine has no time(1))
 peak() { # peak OUT ERR cmd...

@@ -28,20 +28,7 @@ done
 [ ${#BINS[@]} -gt 0 ] || BINS=(build/helix-bg)
 for b in "${BINS[@]}"; do [ -x "$b" ] || { echo "kb_inc_bench.sh: $b is not an executable" >&2; exit 2; }; done
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-gen() { # gen COUNT SEED: kb_bench.sh's entries
-  python3 - "$1" "$2" <<'PY'
-import json, random, sys
-n, seed = int(sys.argv[1]), int(sys.argv[2]); r = random.Random(seed)
-vocab = [w.strip() for w in open("examples/kb/data.log").read().replace('"', ' ').replace(',', ' ').split() if w.isalpha()]
-topics = ["t%02d" % i for i in range(12)]
-out = []
-for i in range(n):
-    words = [r.choice(vocab) for _ in range(r.randint(10, 60))]
-    out.append(json.dumps({"topic": r.choice(topics), "title": " ".join(words[:4]), "text": " ".join(words)}))
-    if len(out) == 10000: print("\n".join(out)); out = []
-if out: print("\n".join(out))
-PY
-}
+source bench/kb_bench_gen.bash # gen COUNT SEED: kb_bench.sh's entries
 kb=$tmp/kb; mkdir "$kb" "$tmp/saved"
 gen "$N" 11 > "$kb/data.log"
 gen 100 12 > "$tmp/add.log"
