@@ -324,29 +324,9 @@ static void pack_q4_0(q4_0_pack *p, int64_t nb, const uint8_t *w, size_t ldw, in
                 d[r] = 0.f;
             }
         }
-        /* 8x8 transpose of 32-bit lanes: row r's dword j -> vector j, lane r */
-        __m256i t[8], u[8];
-        for (int r = 0; r < 8; r += 2) {
-            t[r] = _mm256_unpacklo_epi32(v[r], v[r + 1]);
-            t[r + 1] = _mm256_unpackhi_epi32(v[r], v[r + 1]);
-        }
-        for (int r = 0; r < 8; r += 4)
-            for (int k = 0; k < 2; k++) {
-                u[r + k] = _mm256_unpacklo_epi64(t[r + k], t[r + k + 2]);
-                u[r + k + 2] = _mm256_unpackhi_epi64(t[r + k], t[r + k + 2]);
-            }
-        /* u[0]: dword 0 of rows 0-3 | dword 4 of rows 0-3; u[4]: the same for rows 4-7;
-         * u[1]: dword 2 ..., u[2]: dword 1, u[3]: dword 3 (unpack order lo/hi) */
-        static const int dw_of[4] = { 0, 2, 1, 3 };
+        transpose8x32(v, p[i].q);
         __m256i sum = _mm256_setzero_si256();
-        for (int k = 0; k < 4; k++) {
-            const __m256i lo = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
-            const __m256i hi = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
-            p[i].q[dw_of[k]] = lo;
-            p[i].q[dw_of[k] + 4] = hi;
-            sum = _mm256_add_epi16(sum, _mm256_add_epi16(_mm256_maddubs_epi16(ones8, lo),
-                                                         _mm256_maddubs_epi16(ones8, hi)));
-        }
+        for (int j = 0; j < 8; j++) sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(ones8, p[i].q[j]));
         p[i].corr = _mm256_slli_epi32(_mm256_madd_epi16(sum, ones16), 7);
         p[i].d = _mm256_loadu_ps(d);
     }
