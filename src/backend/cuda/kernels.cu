@@ -199,9 +199,7 @@ HX_UNROLL(HX_MV_UNROLL)
     if (GLU) {
         if (s.bias[0]) v0 += s.bias[0][row];
         if (s.bias[1]) v1 += s.bias[1][row];
-        float g = act == 0 ? v0 / (1.0f + expf(-v0))
-                           : 0.5f * v0 * (1.0f + tanhf(0.7978845608028654f * (v0 + 0.044715f * v0 * v0 * v0)));
-        s.y[0][row] = g * v1;
+        s.y[0][row] = ffn_act(v0, act) * v1;
         return;
     }
     const float *bias = m == 0 ? s.bias[0] : m == 1 ? s.bias[1] : s.bias[2];
@@ -1144,10 +1142,7 @@ __global__ void k_glu_kernel(float *g, const float *u, size_t count, int act) {
     pdl_trigger();
     pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
-        float x = g[i], a;
-        if (act == 0) a = x / (1.0f + expf(-x));
-        else a = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-        g[i] = a * u[i];
+        g[i] = ffn_act(g[i], act) * u[i];
     }
 }
 cudaError_t hx_k_glu(cudaStream_t st, float *g, const float *u, size_t count, int act) {

@@ -42,10 +42,6 @@ struct lset {
 
 enum { MODE_FUSED = 0, MODE_A = 1, MODE_B = 2 };
 
-static __device__ __forceinline__ float act_of(float x, int act) {
-    return act == 0 ? x / (1.0f + expf(-x)) : 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-
 // Same as decode.cuh's warp_q8 (hx_k_quant_q8's rounding): a warp's 32 values as int8 with one scale.
 static __device__ __forceinline__ void lora_q8(float v, int8_t *q, float *d) {
     float amax = warp_max(fabsf(v));
@@ -241,7 +237,7 @@ __global__ void __launch_bounds__(LB_THREADS) k_lora(lset S) {
         if (tt >= nt) break;
         if (S.glu >= 0) {
             size_t i = (size_t)(t0 + tt) * S.m[0].n_out + o;
-            float v = act_of(S.m[0].y[i] + acc0[tt], S.glu) * (S.m[1].y[i] + acc1[tt]);
+            float v = ffn_act(S.m[0].y[i] + acc0[tt], S.glu) * (S.m[1].y[i] + acc1[tt]);
             S.m[0].y[i] = v;
             if (MODE == MODE_FUSED && S.xq) lora_q8(v, S.xq + o, S.xd + o / 32);
         } else {

@@ -228,9 +228,7 @@ static __device__ __forceinline__ void mk_rows(const uint8_t *st, const mk_item 
         if (it.bias) a0 += it.bias[row];
         if (GLU) {
             if (it.bias2) a1 += it.bias2[row];
-            float gv = act == 0 ? a0 / (1.0f + expf(-a0))
-                                : 0.5f * a0 * (1.0f + tanhf(0.7978845608028654f * (a0 + 0.044715f * a0 * a0 * a0)));
-            y[row] = gv * a1;
+            y[row] = ffn_act(a0, act) * a1;
         } else {
             y[row] = (it.flags & MK_ACC) ? xs[row] + a0 : a0;
         }

@@ -105,9 +105,7 @@ k_mvq(hx_mv_set s, int cols, const int8_t *__restrict__ xq, const float *__restr
     if (GLU) {
         if (s.bias[0]) a0 += s.bias[0][row];
         if (s.bias[1]) a1 += s.bias[1][row];
-        float gv = act == 0 ? a0 / (1.0f + expf(-a0))
-                            : 0.5f * a0 * (1.0f + tanhf(0.7978845608028654f * (a0 + 0.044715f * a0 * a0 * a0)));
-        s.y[0][row] = gv * a1;
+        s.y[0][row] = ffn_act(a0, act) * a1;
         return;
     }
     const float *bias = m == 0 ? s.bias[0] : m == 1 ? s.bias[1] : s.bias[2];

@@ -1,5 +1,5 @@
 // warp.cuh — device helpers shared by the kernel files: warp and block
-// reductions, programmatic dependent launch, L2 prefetch.
+// reductions, programmatic dependent launch, L2 prefetch, the GLU activation.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -45,6 +45,12 @@ static __device__ float block_softmax_exp(float *sc, int n, float *red, float *m
     for (int t = threadIdx.x; t < n; t += blockDim.x) { float e = __expf(sc[t] - m); sc[t] = e; sum += e; }
     *mx = m;
     return block_sum(sum, red);
+}
+
+// The gated FFN's activation of x: act 0 SiLU (x sigmoid(x)), 1 GELU with the
+// tanh approximation. Every GLU kernel calls this one.
+static __device__ __forceinline__ float ffn_act(float x, int act) {
+    return act == 0 ? x / (1.0f + expf(-x)) : 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
 // ---- programmatic dependent launch (Hopper) ----
