@@ -497,14 +497,20 @@ hx_mega *hx_mega_new(const hx_mega_in *in, char *why, size_t why_n) {
             (uint64_t)L->gate->rows * (uint64_t)sms >= ((uint64_t)1 << 32))
             return refuse(why, why_n, "layer %d: too many rows", l);
     }
-    // shared memory: the static part, then (dynamic) the ring, the layer table, act and the attention's scratch
-    size_t stat = sizeof(uint64_t) * MK_MAX_STAGES + sizeof(mk_item) * MK_MAX_STAGES +
-                  sizeof(float) * 32 + 64;
+    // shared memory: the kernel's static part (as compiled), then (dynamic) the ring, the layer table,
+    // act and the attention's scratch
+    const int NT = in->threads == 512 ? 512 : 256, nw = NT / 32;
+    const void *fn = kernel_of(E, NT);
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, fn) != cudaSuccess) {
+        cudaGetLastError();
+        return refuse(why, why_n, "the kernel's attributes could not be read");
+    }
+    size_t stat = fa.sharedSizeBytes;
     int maxcols = D > ff ? D : ff;
     if (qdim > maxcols) maxcols = qdim;
     size_t xd_off = al16((size_t)maxcols), xs_off = xd_off + al16((size_t)maxcols / 32 * sizeof(float));
     size_t act = al16(xs_off + sizeof(float) * (size_t)D);
-    const int NT = in->threads == 512 ? 512 : 256, nw = NT / 32;
     size_t att = sizeof(float) * ((1 + nw) * (size_t)hd + 2 * nw);
     size_t lay = al16(sizeof(mk_layer) * (size_t)in->n_layer);
     long ring = (long)optin - (long)stat - (long)act - (long)att - (long)lay - 1024;
@@ -533,7 +539,6 @@ hx_mega *hx_mega_new(const hx_mega_in *in, char *why, size_t why_n) {
     m->ns = ns;
     m->smem = (size_t)ns * sb + lay + act + att;
     m->NT = NT;
-    const void *fn = kernel_of(E, NT);
     int per_sm = 0;
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)m->smem) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, NT, m->smem) != cudaSuccess || per_sm < 1) {
