@@ -13,7 +13,10 @@
  *    the copy bandwidth (32 products in one CUDA graph over copies of the
  *    matrix larger than the L2 cache, median of many timed launches). Types
  *    with the 8-bit-activation decode kernel get a second row (" +q8": error
- *    bound 2e-2, from rounding the activations; time includes quantizing x);
+ *    bound 2e-2, from rounding the activations; time includes quantizing x)
+ *    and a third (" +q8 b") for many sequences' tokens at once (the int8
+ *    tensor-core kernel, n 2..77, same bound; 4096 x 4096 timed at n = 1, 8,
+ *    32, 64 as weight GB/s: a batch should cost about one read of W);
  * 2b. the fused decode attention (q/k norm + RoPE + KV store + attention in
  *    one launch) on 27 cases (head sizes 8-256, GQA 1/2/4, positions 0-300 over
  *    up to 10 splits, a sliding-window ring, softcap, rope table or not)
@@ -534,6 +537,36 @@ static hx_status time_matvec(int type, int rows, int cols, bool q8, hx_rng *r, d
     return st;
 }
 
+/* The many-sequence product of a 4096 x 4096 matrix at n tokens (8-bit
+ * activations): weight GB/s (bytes of W once / median time), % of the copy
+ * bandwidth bw and microseconds, for n = 1 (the matvec), 8, 32, 64. */
+static hx_status print_batch_times(int type, int n_counts, double bw, bool json, hx_rng *r, hx_error *e) {
+    static const int NS[] = {1, 8, 32, 64};
+    const int rows = 4096, cols = 4096;
+    size_t rb = hx_row_size(type, cols);
+    uint8_t *w = malloc(rb * rows);
+    float *x = malloc(sizeof(float) * cols * 64), *y = malloc(sizeof(float) * (size_t)rows * 64);
+    float *row = malloc(sizeof(float) * cols);
+    hx_status st = HX_OK;
+    if (!w || !x || !y || !row) { st = hx_err(e, HX_ERR_NOMEM, "gpu-test: out of memory"); goto out; }
+    for (int j = 0; j < cols; j++) row[j] = hx_rng_normal(r);
+    for (int j = 0; j < cols * 64; j++) x[j] = hx_rng_normal(r);
+    hx_quantize_row(type, row, w, cols);
+    for (int i = 1; i < rows; i++) memcpy(w + rb * i, w, rb);
+    for (int k = 0; k < n_counts && k < 4; k++) {
+        double ms = 0;
+        if ((st = hx_cuda_linear_check(type, rows, cols, w, NS[k], x, y, true, 200, &ms, &g_dev, e))) goto out;
+        double gbs = (double)rb * rows / (ms * 1e-3) / 1e9;
+        printf(" n=%-2d %5.0f GB/s %6.1f us |", NS[k], gbs, ms * 1e3);
+        if (json)
+            fprintf(stderr, "{\"test\":\"matmul_q8\",\"type\":\"%s\",\"rows\":%d,\"cols\":%d,\"n\":%d,\"gbs\":%.1f,\"pct_copy\":%.1f,\"us\":%.2f}\n",
+                    hx_type_name(type), rows, cols, NS[k], gbs, 100.0 * gbs / bw, ms * 1e3);
+    }
+out:
+    free(w); free(x); free(y); free(row);
+    return st;
+}
+
 /* One table row's timings: the first n_shapes decode shapes, GB/s, % of the copy
  * bandwidth bw and microseconds; with json also one record per shape on stderr. */
 static hx_status print_matvec_times(int type, bool q8, int n_shapes, double bw, bool json, hx_rng *r, hx_error *e) {
@@ -909,6 +942,20 @@ int cmd_gpu_test(int argc, char **argv) {
         printf("%-6s %12.2e %12s %12s  ", " +q8", eq, "", "");
         if (print_matvec_times(t, true, quick ? 1 : 3, bw, json, &r, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
         printf(" %s\n", okq ? "ok" : "FAIL");
+        /* many sequences (tokens of a batch, 8-bit activations): odd token counts over every n-tile width,
+           301 rows (a partial row tile), and 16,411 rows */
+        static const int NB[] = {2, 3, 8, 13, 29, 61, 64, 77};
+        double eb = 0;
+        for (int k = 0; k < (int)(sizeof NB / sizeof NB[0]); k++) {
+            double ek = check_linear(t, k == 2 ? 16411 : rows, cols, NB[k], true, &r, &e, &st);
+            if (st) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
+            if (ek > eb) eb = ek;
+        }
+        bool okb = eb < 2e-2;
+        fails += !okb;
+        printf("%-6s %12.2e %12s %12s  ", " +q8 b", eb, "", "");
+        if (print_batch_times(t, quick ? 2 : 4, bw, json, &r, &e)) { fprintf(stderr, "gpu-test: %s\n", e.msg); return 1; }
+        printf(" %s\n", okb ? "ok" : "FAIL");
     }
     fails += check_attn_decode(&r, json);
     fails += check_attn_prefill(&r, json);

@@ -140,6 +140,24 @@ enum { MVQ_COLS = 8 };
 cudaError_t hx_k_quant_q8_rows(cudaStream_t st, const float *x, int n, int cols, int8_t *xq, float *xd);
 cudaError_t hx_k_mvq_cols(cudaStream_t st, const hx_dmat *W, const int8_t *xq, const float *xd, int n, float *y,
                           const float *bias, bool accumulate);
+// Batches of tokens on the int8 tensor cores (mmq.cu): hx_k_mmq_quant
+// quantizes the rows of x (n, cols) (RMS-normed with norm_w first when not
+// NULL) into xq (np, cols) and ds[g * np + t] = (scale, scale * sum of q) of
+// group g of 32 elements of token t, np = hx_k_mmq_pad(n) (the rows past n
+// repeat row n - 1: size the buffers for np); hx_k_mmq then ys[i] (n, rows_i)
+// = x W_i^T (+ bias_i) (accumulate: +=) for count matrices of one type and
+// width (hx_k_mmq_one_launch) in one launch, or with glu_act >= 0 (count 2,
+// gate and up) ys[0] = act(x gate^T) * (x up^T + bias_1). Each weight is
+// unpacked once for up to 64 tokens. dv: dv->mmq_warps (warps per block) for
+// sweeps; NULL: chosen by shape.
+bool hx_k_mmq_supported(const hx_dmat *W);
+bool hx_k_mmq_one_launch(const hx_dmat *const *Ws, int count);
+int hx_k_mmq_pad(int n);
+cudaError_t hx_k_mmq_quant(cudaStream_t st, const float *x, const float *norm_w, float eps, int n, int cols,
+                           int8_t *xq, float2 *ds);
+cudaError_t hx_k_mmq(cudaStream_t st, int count, const hx_dmat *const *Ws, const int8_t *xq, const float2 *ds, int n,
+                     float *const *ys, const float *const *biases, bool accumulate, int glu_act,
+                     const hx_cuda_dev_opts *dv);
 // out (n, dim) = rows idx[0..n) of x.
 cudaError_t hx_k_gather_rows(cudaStream_t st, const float *x, const int *idx, int n, int dim, float *out);
 // out (n, nh, hd) = softmax(scale q k^T, causal [+window]) v over the cache.

@@ -115,8 +115,10 @@ extern "C" hx_status hx_cuda_linear_check(int type, int rows, int cols, const vo
     size_t rb = hx_row_size(type, cols);
     if (!rb) return hx_err(e, HX_ERR_ARG, "cuda: row length %d does not fit type %s", cols, hx_type_name(type));
     hx_dmat W = {NULL, type, cols, rows, rb};
-    if (q8 && (n != 1 || !hx_k_mvq_supported(&W)))
+    if (q8 && !hx_k_mvq_supported(&W))
         return hx_err(e, HX_ERR_UNSUPPORTED, "cuda: no 8-bit-activation matvec for %s x %d (n %d)", hx_type_name(type), cols, n);
+    // q8 with n > 1: the many-sequence kernels, mmq (the dp4a tile kernel when dv->mvq_cols_max >= n)
+    const bool tile = q8 && n > 1 && dv && dv->mvq_cols_max >= n;
     CK(hx_k_pdl_init(!(dv && dv->no_pdl), NULL));
     uint8_t *dw = NULL;
     int8_t *xq = NULL;
@@ -129,8 +131,11 @@ extern "C" hx_status hx_cuda_linear_check(int type, int rows, int cols, const vo
     if (rc == cudaSuccess) rc = cudaMalloc((void **)&dw, rb * rows);
     if (rc == cudaSuccess) rc = cudaMalloc((void **)&dx, sizeof(float) * cols * n);
     if (rc == cudaSuccess) rc = cudaMalloc((void **)&dy, sizeof(float) * rows * n);
-    if (rc == cudaSuccess && q8) rc = cudaMalloc((void **)&xq, cols);
-    if (rc == cudaSuccess && q8) rc = cudaMalloc((void **)&xd, sizeof(float) * (cols / 32));
+    float2 *ds = NULL;
+    const int np = hx_k_mmq_pad(n); // mmq's padded token count (>= n)
+    if (rc == cudaSuccess && q8) rc = cudaMalloc((void **)&xq, (size_t)cols * np);
+    if (rc == cudaSuccess && q8) rc = cudaMalloc((void **)&xd, sizeof(float) * (cols / 32) * n);
+    if (rc == cudaSuccess && q8) rc = cudaMalloc((void **)&ds, sizeof(float2) * (cols / 32) * np);
     if (rc == cudaSuccess) rc = cudaMemcpy(dw, w, rb * rows, cudaMemcpyHostToDevice);
     if (rc == cudaSuccess) rc = cudaMemcpy(dx, x, sizeof(float) * cols * n, cudaMemcpyHostToDevice);
     if (rc == cudaSuccess) rc = cudaMemset(dy, 0xff, sizeof(float) * rows * n); // NaN poison
@@ -141,6 +146,14 @@ extern "C" hx_status hx_cuda_linear_check(int type, int rows, int cols, const vo
     // one product: the float kernels (or cuBLAS) or, with q8, quantize x + the dp4a kernel
     auto run = [&]() {
         if (!q8) return hx_k_linear(st, &gs, &W, dx, n, dy, NULL, false, dv);
+        if (tile) {
+            cudaError_t r = hx_k_quant_q8_rows(st, dx, n, cols, xq, xd);
+            return r == cudaSuccess ? hx_k_mvq_cols(st, &W, xq, xd, n, dy, NULL, false) : r;
+        }
+        if (n > 1) {
+            cudaError_t r = hx_k_mmq_quant(st, dx, NULL, 0.0f, n, cols, xq, ds);
+            return r == cudaSuccess ? hx_k_mmq(st, 1, Ws, xq, ds, n, ys, NULL, false, -1, dv) : r;
+        }
         cudaError_t r = hx_k_quant_q8(st, dx, NULL, 0.0f, cols, xq, xd);
         return r == cudaSuccess ? hx_k_mvq(st, 1, Ws, xq, xd, ys, NULL, false, -1, dv) : r;
     };
@@ -190,7 +203,7 @@ extern "C" hx_status hx_cuda_linear_check(int type, int rows, int cols, const vo
     if (gs.wh) cudaFree(gs.wh);
     if (gs.xh) cudaFree(gs.xh);
     if (gs.blas) cublasDestroy(gs.blas);
-    cudaFree(dw); cudaFree(dx); cudaFree(dy); cudaFree(xq); cudaFree(xd);
+    cudaFree(dw); cudaFree(dx); cudaFree(dy); cudaFree(xq); cudaFree(xd); cudaFree(ds);
     if (st) cudaStreamDestroy(st);
     return s;
 }

@@ -30,9 +30,10 @@ hx_status hx_cuda_gemm_tflops(int m, int n, int k, int reps, double *tflops, hx_
 /* Y (n, rows) = X (n, cols) W^T on the GPU with the forward's kernels, W given
  * in `type` on the host (rows x row_bytes). Y is poisoned (NaN) before the run.
  * When ms is not NULL, the product is also timed: median milliseconds of reps
- * runs after warm-up, with CUDA events. q8: the decode path with 8-bit
- * activations instead (x quantized on the GPU, dp4a kernel; n must be 1;
- * HX_ERR_UNSUPPORTED for types without it). dev: the kernel choice (NULL:
+ * runs after warm-up, with CUDA events. q8: the paths with 8-bit activations
+ * instead (x quantized on the GPU; n = 1 the dp4a matvec, n > 1 the int8
+ * tensor-core kernel mmq, or the dp4a tile kernel when dev->mvq_cols_max >= n;
+ * HX_ERR_UNSUPPORTED for types without them). dev: the kernel choice (NULL:
  * production). */
 hx_status hx_cuda_linear_check(int type, int rows, int cols, const void *w, int n, const float *x, float *y,
                                bool q8, int reps, double *ms, const hx_cuda_dev_opts *dev, hx_error *e);

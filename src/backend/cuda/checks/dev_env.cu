@@ -107,5 +107,12 @@ extern "C" hx_status hx_cuda_dev_opts_from_env(hx_cuda_dev_opts *o, hx_error *e)
     if ((s = env_int("HX_CUDA_MEGA_THREADS", 256, 512, &o->mega_threads, e))) return s;
     if (o->wpr == 3) return hx_err(e, HX_ERR_ARG, "HX_CUDA_WPR=3: expected 1, 2 or 4");
     if ((s = env_int("HX_CUDA_CUBLAS_MIN_N", 1, 1 << 20, &o->cublas_min_n, e))) return s;
+    int mmq = 1, cols = -1;
+    if ((s = env_int("HX_CUDA_MMQ", 0, 1, &mmq, e))) return s;
+    if ((s = env_int("HX_CUDA_MMQ_MAX", 1, 1 << 20, &o->mmq_max, e))) return s;
+    if (!mmq) o->mmq_max = -1;
+    if ((s = env_int("HX_CUDA_MMQ_WARPS", 1, 16, &o->mmq_warps, e))) return s;
+    if ((s = env_int("HX_CUDA_MVQ_COLS", 0, 64, &cols, e))) return s;
+    if (cols >= 0) o->mvq_cols_max = cols ? cols : -1;
     return env_wpr(o, e);
 }
