@@ -85,6 +85,8 @@ struct hx_cuda_ctx {
     int *d_tok, *d_pos;
     int *d_tpos, *d_tslot, *d_gidx; // many-sequence forward (cap each): per token position and slot, output rows' tokens
     int8_t *xqn; float *xdn;        // many-sequence forward: the cap rows of a linear layer's input as q8
+    float2 *dsn;                    // ... and their (scale, scale * sum) per 32 for mmq
+    int mmq_max;                    // many-sequence forward: batches of at most this many tokens take mmq
     int cols_max;                   // many-sequence forward: batches of at most this many tokens take the q8 tile kernel
     unsigned long long *d_next;    // argmax key
     unsigned *d_acnt;              // the argmax's block counter (0 between launches)
@@ -305,6 +307,7 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     for (int *p : {c->d_tpos, c->d_tslot, c->d_gidx}) if (p) cudaFree(p);
     if (c->xqn) cudaFree(c->xqn);
     if (c->xdn) cudaFree(c->xdn);
+    if (c->dsn) cudaFree(c->dsn);
     if (c->xq) cudaFree(c->xq);
     if (c->apart) cudaFree(c->apart);
     if (c->swork) cudaFree(c->swork);
@@ -356,9 +359,12 @@ static hx_status ensure_scratch(hx_cuda_ctx *c, int n, hx_error *e) {
     if (ff > wide) wide = ff;
     if (c->xqn) cudaFree(c->xqn);
     if (c->xdn) cudaFree(c->xdn);
-    c->xqn = NULL; c->xdn = NULL;
-    CK(cudaMalloc((void **)&c->xqn, wide * n));
+    if (c->dsn) cudaFree(c->dsn);
+    c->xqn = NULL; c->xdn = NULL; c->dsn = NULL;
+    size_t np = (size_t)hx_k_mmq_pad(n); // mmq pads the tokens to whole tiles
+    CK(cudaMalloc((void **)&c->xqn, wide * np));
     CK(cudaMalloc((void **)&c->xdn, sizeof(float) * (wide / 32 + 1) * n));
+    CK(cudaMalloc((void **)&c->dsn, sizeof(float2) * (wide / 32 + 1) * np));
     if (c->lt) cudaFree(c->lt);
     c->lt = NULL;
     if (c->lrt > 0) CK(cudaMalloc((void **)&c->lt, sizeof(float) * (size_t)c->lrt * n));
@@ -573,7 +579,10 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     c->prof = c->dv.profile;
     c->skip = c->dv.skip && *c->dv.skip ? c->dv.skip : NULL;
     c->mvq = c->dv.mvq < 0 ? 0 : c->dv.mvq == 1 ? 1 : 2;
-    c->cols_max = 4;
+    // many-sequence products with 8-bit activations, by token count (H100, bench/RESULTS.md "Batched
+    // decode on the int8 tensor cores"): 1 the dp4a tile kernel, 2..32 mmq, more: cuBLAS (f16)
+    c->cols_max = c->dv.mvq_cols_max < 0 ? 0 : c->dv.mvq_cols_max > 0 ? c->dv.mvq_cols_max : 1;
+    c->mmq_max = c->dv.mmq_max < 0 ? 0 : c->dv.mmq_max > 0 ? c->dv.mmq_max : 32;
     double t0 = hx_now_s();
 #define FAIL(x) do { hx_status s_ = (x); if (s_) { hx_cuda_ctx_free(c); return s_; } } while (0)
 #define FAILC(call) do { cudaError_t rc_ = (call); \
@@ -800,14 +809,43 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
     float eps = cfg->norm_eps;
     const bool dump = c->dump_dir && slot == 0; // dumps are of sequence 0
     const bool multi = slot < 0;
-    // y (m, rows) = x W^T: tokens of many sequences (m up to c->cols_max) with
-    // 8-bit activations, a tile of tokens per weight read; else hx_k_linear
+    // y (m, rows) = x W^T. Tokens of many sequences with 8-bit activations: up
+    // to c->cols_max tokens the dp4a tile kernel, up to c->mmq_max the int8
+    // tensor-core one (mmq.cu); else hx_k_linear.
     auto linear = [&](const hx_dmat *W, const float *x, int m, float *y, const float *b, bool acc) -> cudaError_t {
-        if (multi && c->mvq > 0 && m <= c->cols_max && hx_k_mvq_supported(W)) {
-            cudaError_t rc = hx_k_quant_q8_rows(st, x, m, W->cols, c->xqn, c->xdn);
-            return rc != cudaSuccess ? rc : hx_k_mvq_cols(st, W, c->xqn, c->xdn, m, y, b, acc);
+        if (multi && c->mvq > 0 && hx_k_mvq_supported(W)) {
+            if (m <= c->cols_max) {
+                cudaError_t rc = hx_k_quant_q8_rows(st, x, m, W->cols, c->xqn, c->xdn);
+                return rc != cudaSuccess ? rc : hx_k_mvq_cols(st, W, c->xqn, c->xdn, m, y, b, acc);
+            }
+            if (m <= c->mmq_max) {
+                const hx_dmat *Ws[1] = {W};
+                float *ys[1] = {y};
+                const float *bs[1] = {b};
+                cudaError_t rc = hx_k_mmq_quant(st, x, NULL, 0.0f, m, W->cols, c->xqn, c->dsn);
+                return rc != cudaSuccess ? rc : hx_k_mmq(st, 1, Ws, c->xqn, c->dsn, m, ys, bs, acc, -1, dv);
+            }
         }
         return hx_k_linear(st, gs, W, x, m, y, b, acc, dv);
+    };
+    // Tokens of many sequences: whether Ws[0..count) (one input) take mmq at m tokens
+    auto mmq_ok = [&](int m, const hx_dmat *const *Ws, int count) -> bool {
+        if (!multi || c->mvq == 0 || m <= c->cols_max || m > c->mmq_max) return false;
+        for (int i = 0; i < count; i++)
+            if (!hx_k_mmq_supported(Ws[i]) || Ws[i]->cols != Ws[0]->cols) return false;
+        return true;
+    };
+    // ... then: x RMS-normed with norm_w and quantized once, the products in
+    // one launch where the types allow (GLU: gate and up, ys[0] = act(gate) * up)
+    auto mmq_runs = [&](int m, int count, const hx_dmat *const *Ws, const float *x, const float *norm_w,
+                        float *const *ys, const float *const *bs, int glu_act) -> cudaError_t {
+        cudaError_t rc = hx_k_mmq_quant(st, x, norm_w, eps, m, Ws[0]->cols, c->xqn, c->dsn);
+        if (rc != cudaSuccess) return rc;
+        if (hx_k_mmq_one_launch(Ws, count)) return hx_k_mmq(st, count, Ws, c->xqn, c->dsn, m, ys, bs, false, glu_act, dv);
+        for (int i = 0; i < count && rc == cudaSuccess; i++)
+            rc = hx_k_mmq(st, 1, Ws + i, c->xqn, c->dsn, m, ys + i, bs ? bs + i : NULL, false, -1, dv);
+        if (rc == cudaSuccess && glu_act >= 0) rc = hx_k_glu(st, ys[0], ys[1], (size_t)m * Ws[0]->rows, glu_act);
+        return rc;
     };
     const bool pre = c->dv.lora_preload; // LoRA kernels copy A and B to shared memory before the PDL wait
     // LoRA: Ms[0..count) = matrices slot.. of layer l (l = -1: the output
@@ -872,6 +910,10 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             float *ys[3] = {c->q, c->k, c->v};
             const float *bs[3] = {L->bq, L->bk, L->bv};
             PK("qkv (norm fused)", mv_runs(st, 3, qkv, c->x, L->attn_norm, eps, ys, bs, dv));
+        } else if (mmq_ok(n, qkv, 3)) {
+            float *ys[3] = {c->q, c->k, c->v};
+            const float *bs[3] = {L->bq, L->bk, L->bv};
+            PK("qkv (mmq + norm)", mmq_runs(n, 3, qkv, c->x, L->attn_norm, ys, bs, -1));
         } else {
             PK("attn_norm", hx_k_rmsnorm(st, c->x, L->attn_norm, c->h, n, D, eps));
             PK("q", linear(&L->wq, c->h, n, c->q, L->bq, false));
@@ -968,6 +1010,10 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             float *ys[2] = {c->gate, c->up};
             const float *bs[2] = {NULL, L->up_b};
             PK("gate/up+glu (norm fused)", hx_k_mv_fused(st, 2, gu, c->x, L->ffn_norm, eps, ys, bs, false, act, dv));
+        } else if (mmq_ok(n, gu, 2)) {
+            float *ys[2] = {c->gate, c->up};
+            const float *bs[2] = {NULL, L->up_b};
+            PK("gate/up+glu (mmq + norm)", mmq_runs(n, 2, gu, c->x, L->ffn_norm, ys, bs, act));
         } else {
             PK("ffn_norm", hx_k_rmsnorm(st, c->x, L->ffn_norm, c->h, n, D, eps));
             PK("gate", linear(&L->gate, c->h, n, c->gate, NULL, false));
@@ -1393,7 +1439,7 @@ static hx_status forward_multi(hx_cuda_ctx *c, const hx_ubatch *ub, float *logit
     if ((s = ensure_logits(c, n_out > 1 ? n_out : 1, e))) return s;
     // the first position of each sequence present sets its length (a lower one drops the rest)
     for (int i = n - 1; i >= 0; i--) c->n_past[ub->seq[i]] = ub->pos[i];
-    c->pn = 0; // (profiling: batch kernels are marked but not counted)
+    c->pn = 0; // (profiling: batch kernels are marked; decode steps of many sequences are counted)
     CK(cudaMemcpyAsync(c->d_tok, ub->token, sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
     CK(cudaMemcpyAsync(c->d_tpos, host.data(), sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
     CK(cudaMemcpyAsync(c->d_tslot, host.data() + n, sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
@@ -1443,6 +1489,8 @@ static hx_status forward_multi(hx_cuda_ctx *c, const hx_ubatch *ub, float *logit
     }
     if (hidden && n_out > 0 && (s = copy_out_rows(c, c->h, D, orow.data(), n_out, hidden, e))) return s;
     CK(cudaStreamSynchronize(c->st));
+    // profiling: decode steps of many sequences (one token each) are counted, per step
+    if (c->prof && n_out == n && n <= c->n_seq) return prof_collect(c, e);
     return HX_OK;
 }
 

@@ -1026,13 +1026,16 @@ cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, co
 // first..p of a token's slot already in the cache), head sizes 32 * E: grid
 // (nh, n), a warp per position strided over the block's warps, ATT_NB rows of
 // K and V in flight per warp, online softmax per warp, warps merged at the end.
+// ATT_TOK_THREADS: 8 warps, so that a few hundred positions take a few rounds
+// of loads (each round waits for its loads: the kernel is latency-bound).
+enum { ATT_TOK_THREADS = 256 };
 template <int E>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_TOK_THREADS)
 k_attn_tok_warp(const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc, int rows,
                 size_t slot_stride, float *__restrict__ out, const int *__restrict__ tpos, const int *__restrict__ tslot,
                 int nh, int nkvh, float scale, float softcap, int window) {
     typedef typename Halves<E>::T HT;
-    constexpr int hd = 32 * E, NW = ATT_THREADS / 32;
+    constexpr int hd = 32 * E, NW = ATT_TOK_THREADS / 32;
     __shared__ float ow[NW][hd];
     __shared__ float mw[NW], lw[NW];
     pdl_trigger();
@@ -1109,13 +1112,13 @@ cudaError_t hx_k_attention_tok(cudaStream_t st, const float *q, const __half *kc
     dim3 grid(nh, n);
     const bool naive = dv && dv->naive_attn;
     if (!naive && hd == 64)
-        LAUNCH(k_attn_tok_warp<2>, grid, ATT_THREADS, 0, st, q, kc, vc, rows, slot_stride, out, tpos, tslot, nh, nkvh,
+        LAUNCH(k_attn_tok_warp<2>, grid, ATT_TOK_THREADS, 0, st, q, kc, vc, rows, slot_stride, out, tpos, tslot, nh, nkvh,
                scale, softcap, window);
     else if (!naive && hd == 128)
-        LAUNCH(k_attn_tok_warp<4>, grid, ATT_THREADS, 0, st, q, kc, vc, rows, slot_stride, out, tpos, tslot, nh, nkvh,
+        LAUNCH(k_attn_tok_warp<4>, grid, ATT_TOK_THREADS, 0, st, q, kc, vc, rows, slot_stride, out, tpos, tslot, nh, nkvh,
                scale, softcap, window);
     else if (!naive && hd == 256)
-        LAUNCH(k_attn_tok_warp<8>, grid, ATT_THREADS, 0, st, q, kc, vc, rows, slot_stride, out, tpos, tslot, nh, nkvh,
+        LAUNCH(k_attn_tok_warp<8>, grid, ATT_TOK_THREADS, 0, st, q, kc, vc, rows, slot_stride, out, tpos, tslot, nh, nkvh,
                scale, softcap, window);
     else {
         size_t smem = sizeof(float) * ((size_t)hd + 32 + (size_t)max_ctx);
