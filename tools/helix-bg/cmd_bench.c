@@ -327,10 +327,12 @@ int cmd_bench(int argc, char **argv) {
     if (dev.tp > 1) snprintf(tp_key, sizeof tp_key, ", \"tp\": %d", dev.tp);
     for (int k = 0; k < n_rows; k++) {
         const row *w = &rows[k];
+        char batch_key[24] = ""; /* ... and "batch" for --batch rows */
+        if (w->batch) snprintf(batch_key, sizeof batch_key, ", \"batch\": %d", w->batch);
         if (jsonl)
             printf("{\"date\": \"%s\", \"commit\": \"%s\", \"device\": \"%s\", \"engine\": \"helix\", "
-                   "\"model\": \"%s\", \"mix\": \"%s\", \"test\": \"%s\", \"tokens_per_s\": %.2f%s}\n",
-                   date, HX_GIT_COMMIT, device, name, mix, w->test, w->mean, tp_key);
+                   "\"model\": \"%s\", \"mix\": \"%s\", \"test\": \"%s\", \"tokens_per_s\": %.2f%s%s}\n",
+                   date, HX_GIT_COMMIT, device, name, mix, w->test, w->mean, tp_key, batch_key);
         else if (json)
             printf("{\"engine\": \"helix\", \"device\": \"%s\", \"model\": \"%s\", \"mix\": \"%s\", \"size_bytes\": %llu, "
                    "\"threads\": %d, \"test\": \"%s\", \"batch\": %d, \"reps\": %d, \"tokens_per_s\": %.3f, "
