@@ -1,0 +1,96 @@
+/* gemm_i8_avx2.c — the AVX2 level of gemm_i8.h, for CPUs without VNNI.
+ * vpdpbusd is emulated exactly: a panel's 64 bytes (16 rows x 4 k) are
+ * widened to int16 four rows at a time, multiplied by the token's 4 bytes
+ * widened the same way (vpmaddwd: two products per int32 lane, no saturation),
+ * and the pair sums are folded at the end with vphaddd. Tile: 2 tokens x 16 rows. */
+#include "backend/cpu/gemm_i8_impl.h"
+#include "backend/cpu/sgemm.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+/* c[m][16] = the int32 sums of tokens x, x + ldx with panel w. */
+static void tile2x16(const uint8_t *x, int64_t ldx, const int8_t *w, int64_t kg, int32_t *c) {
+    __m256i acc[2][4];
+    for (int m = 0; m < 2; m++)
+        for (int q = 0; q < 4; q++) acc[m][q] = _mm256_setzero_si256();
+    for (int64_t g = 0; g < kg; g++) {
+        __m256i wq[4];
+        for (int q = 0; q < 4; q++) wq[q] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 64 * g + 16 * q)));
+        for (int m = 0; m < 2; m++) {
+            int32_t v;
+            memcpy(&v, x + m * ldx + 4 * g, 4);
+            __m256i av = _mm256_cvtepu8_epi16(_mm_set1_epi32(v)); /* x0 x1 x2 x3, four times, as int16 */
+            for (int q = 0; q < 4; q++) acc[m][q] = _mm256_add_epi32(acc[m][q], _mm256_madd_epi16(wq[q], av));
+        }
+    }
+    for (int m = 0; m < 2; m++)
+        for (int h = 0; h < 2; h++) {
+            /* acc[q]: rows 4q..4q+3, two partial sums each; hadd then order the 64-bit halves */
+            __m256i s = _mm256_hadd_epi32(acc[m][2 * h], acc[m][2 * h + 1]);
+            _mm256_storeu_si256((__m256i *)(c + 16 * m + 8 * h), _mm256_permute4x64_epi64(s, 0xD8));
+        }
+}
+
+void hx_i8_block_avx2(const hx_i8_act *a, const hx_i8_mat *W, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
+                      float *Y, int64_t ldy, const float *bias, unsigned flags) {
+    const int64_t kg = W->cols4 / 4, pstride = 16 * W->cols4;
+    int32_t acc[2 * 16];
+    for (int64_t t0 = m0; t0 < m1; t0 += 2) {
+        const uint8_t *x = a->q + t0 * a->cols4;
+        for (int64_t p = p0; p < p1; p++) {
+            int64_t r0 = p * 16;
+            if (r0 >= W->rows) break;
+            tile2x16(x, a->cols4, W->w + p * pstride, kg, acc);
+            for (int m = 0; m < 2 && t0 + m < m1; m++) {
+                int64_t t = t0 + m;
+                float *o = Y + t * ldy;
+                for (int64_t i = 0; i < 16 && r0 + i < W->rows; i++) {
+                    int64_t r = r0 + i;
+                    float y = hx_i8_out(acc[16 * m + i], a->zero[t], W->wsum[r], a->scale[t], W->scale[r],
+                                        bias ? bias[r] : 0.0f);
+                    o[r] = flags & HX_I8_ACC ? o[r] + y : y;
+                }
+            }
+        }
+        if (flags & HX_I8_GELU) {
+            int64_t c0 = p0 * 16, c1 = p1 * 16 < W->rows ? p1 * 16 : W->rows;
+            for (int64_t t = t0; t < t0 + 2 && t < m1; t++)
+                if (c1 > c0) hx_gelu_f32(Y + t * ldy + c0, c1 - c0);
+        }
+    }
+}
+
+void hx_i8_quant_avx2(const float *X, int64_t ldx, hx_i8_act *a, int64_t r0, int64_t r1) {
+    const int64_t n = a->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = X + r * ldx;
+        uint8_t *q = a->q + r * a->cols4;
+        __m256 vmn = _mm256_set1_ps(x[0]), vmx = vmn;
+        int64_t k = 0;
+        for (; k + 8 <= n; k += 8) {
+            __m256 v = _mm256_loadu_ps(x + k);
+            vmn = _mm256_min_ps(vmn, v), vmx = _mm256_max_ps(vmx, v);
+        }
+        float tmn[8], tmx[8];
+        _mm256_storeu_ps(tmn, vmn);
+        _mm256_storeu_ps(tmx, vmx);
+        float mn = tmn[0], mx = tmx[0], inv;
+        for (int i = 1; i < 8; i++) mn = tmn[i] < mn ? tmn[i] : mn, mx = tmx[i] > mx ? tmx[i] : mx;
+        for (; k < n; k++) mn = x[k] < mn ? x[k] : mn, mx = x[k] > mx ? x[k] : mx;
+        hx_i8_row_params(mn, mx, &a->scale[r], &inv, &a->zero[r]);
+        __m256 vi = _mm256_set1_ps(inv);
+        __m256i z = _mm256_set1_epi32(a->zero[r]);
+        for (k = 0; k + 8 <= n; k += 8) {
+            __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vi)), z);
+            __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)); /* int16, saturating */
+            w = _mm_packus_epi16(w, w);                                                          /* uint8 0..255 */
+            _mm_storel_epi64((__m128i *)(q + k), w);
+        }
+        for (; k < n; k++) {
+            long v = lrintf(x[k] * inv) + a->zero[r];
+            q[k] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+        for (k = n; k < a->cols4; k++) q[k] = 0;
+    }
+}
