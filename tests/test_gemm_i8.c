@@ -2,7 +2,8 @@
  * CPU has (scalar, AVX2, AVX512-VNNI), on odd shapes, strided X and Y, every
  * flag, 1 and 2 threads:
  *   - activation quantization: every level gives the scalar level's bytes,
- *     scales and zero points, and each value comes back within half a step;
+ *     scales, zero points and outlier lists; each value comes back within
+ *     half a step, the outliers (clamped levels) with their remainders;
  *   - the product against a plain float64 loop over levels re-derived here
  *     from the float inputs (round(w / sw), round(x / sx) + zx), to f32
  *     rounding, and bit for bit against the scalar level (to 1e-6 with GELU,
@@ -30,18 +31,41 @@ static void act_quantize(hx_pool *pool, const float *X, int64_t ldx, int64_t n, 
     hx_i8_quantize(pool, X, ldx, &b->a);
 }
 
-/* Quantization: the same bytes as `ref` (the scalar level's), and within half a step of x. */
+static int rows_clipped, rows_unclipped; /* rows with outliers; rows over HX_I8_OUT_MAX, not clipped */
+
+/* The remainder of an outlier at (t, k), 0 for other values. */
+static double remainder_of(const hx_i8_act *a, int64_t t, int64_t k) {
+    for (int o = 0; o < a->n_out[t]; o++)
+        if (a->out_k[t * HX_I8_OUT_MAX + o] == k) return a->out_v[t * HX_I8_OUT_MAX + o];
+    return 0;
+}
+
+/* Quantization: the same bytes as `ref` (the scalar level's), each value back within half a step
+ * (level + remainder for the outliers), outliers exactly where the level was clamped. */
 static void check_quant(const float *X, int64_t ldx, const hx_i8_act *a, const hx_i8_act *ref, const char *isa) {
     int bad = 0, bad_ref = 0;
     for (int64_t t = 0; t < a->n; t++) {
-        if (a->scale[t] != ref->scale[t] || a->zero[t] != ref->zero[t]) bad_ref++;
-        if (a->zero[t] < 0 || a->zero[t] > 255) bad++;
+        if (a->scale[t] != ref->scale[t] || a->zero[t] != ref->zero[t] || a->n_out[t] != ref->n_out[t]) bad_ref++;
+        if (a->zero[t] < 0 || a->zero[t] > 255 || a->n_out[t] < 0 || a->n_out[t] > HX_I8_OUT_MAX) { bad++; continue; }
+        for (int o = 0; o < a->n_out[t] && a->n_out[t] == ref->n_out[t]; o++) {
+            int64_t i = t * HX_I8_OUT_MAX + o;
+            if (a->out_k[i] != ref->out_k[i] || memcmp(&a->out_v[i], &ref->out_v[i], sizeof(float))) bad_ref++;
+            if (o && a->out_k[i] <= a->out_k[i - 1]) bad++;
+        }
+        double ss = 0, mx = 0;
+        for (int64_t k = 0; k < a->cols; k++) ss += (double)X[t * ldx + k] * X[t * ldx + k], mx = fmax(mx, fabs(X[t * ldx + k]));
+        if (a->n_out[t] > 0) rows_clipped++;
+        else if (mx > 1.01 * HX_I8_CLIP * sqrt(ss / a->cols)) rows_unclipped++;
         for (int64_t k = 0; k < a->cols4; k++) {
             uint8_t q = a->q[t * a->cols4 + k];
             if (q != ref->q[t * a->cols4 + k]) bad_ref++;
             if (k >= a->cols) { if (q) bad++; continue; }
-            double back = (double)a->scale[t] * (q - a->zero[t]), x = X[t * ldx + k];
-            if (!(fabs(back - x) <= 0.5001 * a->scale[t] + 1e-30)) bad++;
+            double o = remainder_of(a, t, k), x = X[t * ldx + k];
+            double back = (double)a->scale[t] * (q - a->zero[t]) + o;
+            if (o != 0 && q != 0 && q != 255) bad++;
+            /* a row not clipped may round its extremes one step past 0 or 255: clamped, a step off */
+            double step = a->n_out[t] == 0 && (q == 0 || q == 255) ? 1.0001 : 0.5001;
+            if (!(fabs(back - x) <= (o != 0 ? 1e-6 * fabs(x) : step * a->scale[t]) + 1e-30)) bad++;
         }
     }
     CHECKF(bad == 0 && bad_ref == 0, "%s quantize n %lld cols %lld: %d out of bound, %d differ from scalar", isa,
@@ -54,11 +78,15 @@ static void check_gemm(hx_pool *pool, int64_t n, int64_t rows, int64_t cols, uns
     float *X = alloc_f((size_t)(n * ldx)), *W = alloc_f((size_t)(rows * ldw));
     float *Y = alloc_f((size_t)(n * ldy)), *Y0 = alloc_f((size_t)(n * ldy)), *Ys = alloc_f((size_t)(n * ldy));
     float *b = alloc_f((size_t)rows);
-    /* activations like the encoder's: mostly small, a few large, some rows all >= 0 (after GELU-like shift) */
+    /* activations like the encoder's: mostly small, a few large (outliers), some rows shifted up (like
+     * GELU's output), some with 1 in 20 values at +-12 (more outliers than a token keeps, in long rows) */
     for (int64_t t = 0; t < n; t++) {
-        double shift = hx_rng_u64(rng) % 3 == 0 ? 3.0 : 0.0;
-        for (int64_t k = 0; k < ldx; k++)
-            X[t * ldx + k] = (float)(hx_rng_normal(rng) * (hx_rng_u64(rng) % 50 == 0 ? 8.0 : 1.0) + shift);
+        int kind = (int)(hx_rng_u64(rng) % 4);
+        for (int64_t k = 0; k < ldx; k++) {
+            double v = hx_rng_normal(rng) * (hx_rng_u64(rng) % 50 == 0 ? 8.0 : 1.0) + (kind == 0 ? 3.0 : 0.0);
+            if (kind == 1 && hx_rng_u64(rng) % 20 == 0) v = hx_rng_u64(rng) % 2 ? 12.0 : -12.0;
+            X[t * ldx + k] = (float)v;
+        }
     }
     for (int64_t i = 0; i < rows * ldw; i++) W[i] = (float)(hx_rng_normal(rng) * 0.05);
     for (int64_t r = 0; r < rows; r += 7) /* an all-zero row now and then */
@@ -93,10 +121,12 @@ static void check_gemm(hx_pool *pool, int64_t n, int64_t rows, int64_t cols, uns
                 /* the products in f32, as the quantizers round them */
                 double wq = amax > 0 ? nearbyintf(W[r * ldw + k] * (127.0f / (float)amax)) : 0;
                 double xq = sx > 0 ? fmin(fmax(nearbyintf(X[t * ldx + k] * (1.0f / A.a.scale[t])) + zx, 0), 255) : 0;
-                s += sx * (xq - zx) * sw * wq;
-                mag += fabs(sx * (xq - zx) * sw * wq);
+                double o = remainder_of(&A.a, t, k);
+                s += (sx * (xq - zx) + o) * sw * wq;
+                mag += fabs(sx * (xq - zx) * sw * wq) + fabs(o * sw * wq);
                 f += x * w;
-                bound += fabs(x) * sw / 2 + fabs(w) * sx / 2 + sx * sw / 4;
+                double hs = A.a.n_out[t] == 0 && (xq == 0 || xq == 255) ? sx : sx / 2; /* see check_quant */
+                bound += fabs(x) * sw / 2 + fabs(w) * hs + hs * sw / 2;
             }
             double pre = s, pre_f = f;
             if (bias) s += b[r], f += b[r], mag += fabs(b[r]);
@@ -190,6 +220,9 @@ int main(void) {
         levels++;
     }
     CHECK(levels >= 1);
+    /* the clipping and its fallback were both exercised */
+    printf("rows with outliers: %d; rows not clipped (too many outliers): %d\n", rows_clipped, rows_unclipped);
+    CHECK(rows_clipped > 100 && rows_unclipped > 0);
     const char *b = getenv("HX_I8_BENCH");
     if (b && *b && strcmp(b, "0")) {
         hx_isa_set(hx_isa_best());

@@ -5,6 +5,7 @@
 #include "backend/cpu/sgemm.h"
 #include "quant/quant.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@ void hx_i8_mat_free(hx_i8_mat *m) {
     free(m->w);
     free(m->scale);
     free(m->wsum);
+    free(m->wt);
     memset(m, 0, sizeof *m);
 }
 
@@ -29,8 +31,10 @@ bool hx_i8_mat_pack(const float *W, int64_t ldw, int64_t rows, int64_t cols, hx_
     m->w = alloc64((size_t)(R * m->cols4));
     m->scale = alloc64((size_t)R * sizeof(float));
     m->wsum = alloc64((size_t)R * sizeof(int32_t));
-    if (!m->w || !m->scale || !m->wsum) { hx_i8_mat_free(m); return false; }
+    m->wt = alloc64((size_t)(cols * R));
+    if (!m->w || !m->scale || !m->wsum || !m->wt) { hx_i8_mat_free(m); return false; }
     memset(m->w, 0, (size_t)(R * m->cols4));
+    memset(m->wt, 0, (size_t)(cols * R));
     for (int64_t r = 0; r < R; r++) {
         m->scale[r] = 0, m->wsum[r] = 0;
         if (r >= rows) continue;
@@ -45,6 +49,7 @@ bool hx_i8_mat_pack(const float *W, int64_t ldw, int64_t rows, int64_t cols, hx_
             long q = lrintf(w[k] * inv);
             q = q < -127 ? -127 : q > 127 ? 127 : q;
             panel[(k / 4) * 64 + (r % 16) * 4 + k % 4] = (int8_t)q;
+            m->wt[k * R + r] = (int8_t)q;
             sum += (int32_t)q;
         }
         m->scale[r] = s, m->wsum[r] = sum;
@@ -56,7 +61,8 @@ bool hx_i8_mat_pack(const float *W, int64_t ldw, int64_t rows, int64_t cols, hx_
 
 size_t hx_i8_act_bytes(int64_t n, int64_t cols) {
     int64_t np = round_up(n, HX_I8_MR);
-    return (size_t)(round_up(np * round_up(cols, 4), 64) + round_up(np * 4, 64) * 2);
+    return (size_t)(round_up(np * round_up(cols, 4), 64) + round_up(np * 4, 64) * 3 +
+                    round_up(np * HX_I8_OUT_MAX * 4, 64) * 2);
 }
 
 void hx_i8_act_init(hx_i8_act *a, int64_t n, int64_t cols, void *block) {
@@ -64,23 +70,41 @@ void hx_i8_act_init(hx_i8_act *a, int64_t n, int64_t cols, void *block) {
     uint8_t *p = block;
     a->n = n, a->cols = cols, a->cols4 = c4;
     a->q = p;
-    a->scale = (float *)(p + round_up(np * c4, 64));
-    a->zero = (int32_t *)(p + round_up(np * c4, 64) + round_up(np * 4, 64));
-    /* the padding rows: zero levels, zero scale (their outputs are never stored) */
+    p += round_up(np * c4, 64);
+    a->scale = (float *)p;
+    p += round_up(np * 4, 64);
+    a->zero = (int32_t *)p;
+    p += round_up(np * 4, 64);
+    a->n_out = (int32_t *)p;
+    p += round_up(np * 4, 64);
+    a->out_k = (int32_t *)p;
+    p += round_up(np * HX_I8_OUT_MAX * 4, 64);
+    a->out_v = (float *)p;
+    /* the padding rows: zero levels, zero scale, no outliers (their outputs are never stored) */
     memset(a->q + n * c4, 0, (size_t)((np - n) * c4));
-    for (int64_t r = n; r < np; r++) a->scale[r] = 0, a->zero[r] = 0;
+    for (int64_t r = n; r < np; r++) a->scale[r] = 0, a->zero[r] = 0, a->n_out[r] = 0;
 }
 
 static void quant_scalar(const float *X, int64_t ldx, hx_i8_act *a, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const float *x = X + r * ldx;
         uint8_t *q = a->q + r * a->cols4;
-        float mn = x[0], mx = x[0], inv;
-        for (int64_t k = 1; k < a->cols; k++) mn = x[k] < mn ? x[k] : mn, mx = x[k] > mx ? x[k] : mx;
-        hx_i8_row_params(mn, mx, &a->scale[r], &inv, &a->zero[r]);
+        float mn = x[0], mx = x[0], inv, lanes[16] = {0};
         for (int64_t k = 0; k < a->cols; k++) {
-            long v = lrintf(x[k] * inv) + a->zero[r];
-            q[k] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            mn = x[k] < mn ? x[k] : mn, mx = x[k] > mx ? x[k] : mx;
+            lanes[k % 16] = fmaf(x[k], x[k], lanes[k % 16]);
+        }
+        float c = hx_i8_clip(lanes, a->cols);
+        for (int pass = 0; pass < 2; pass++, c = INFINITY) { /* pass 1: too many outliers, no clip */
+            hx_i8_row_params(mn, mx, c, &a->scale[r], &inv, &a->zero[r]);
+            a->n_out[r] = 0;
+            bool full = false;
+            for (int64_t k = 0; k < a->cols && !full; k++) {
+                long v = lrintf(x[k] * inv) + a->zero[r];
+                q[k] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+                if (v != q[k] && !pass) full = !hx_i8_add_out(a, r, k, hx_i8_rem(x[k], a->scale[r], q[k], a->zero[r]));
+            }
+            if (!full) break;
         }
         for (int64_t k = a->cols; k < a->cols4; k++) q[k] = 0;
     }
@@ -104,6 +128,14 @@ void hx_i8_quantize(hx_pool *pool, const float *X, int64_t ldx, hx_i8_act *a) {
 
 /* ---- the product ---- */
 
+/* sum_o o * Wq[r][k_o] over token t's outliers (gemm_i8_impl.h's order). */
+static float out_corr(const hx_i8_act *a, const hx_i8_mat *W, int64_t t, int64_t r) {
+    float corr = 0;
+    for (int o = 0; o < a->n_out[t]; o++)
+        corr = fmaf(a->out_v[t * HX_I8_OUT_MAX + o], (float)W->wt[a->out_k[t * HX_I8_OUT_MAX + o] * W->panels * 16 + r], corr);
+    return corr;
+}
+
 /* The scalar level: the reference every other level must match bit for bit. */
 static void block_scalar(const hx_i8_act *a, const hx_i8_mat *W, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                          float *Y, int64_t ldy, const float *bias, unsigned flags) {
@@ -116,6 +148,7 @@ static void block_scalar(const hx_i8_act *a, const hx_i8_mat *W, int64_t m0, int
             for (int64_t g = 0; g < kg; g++)
                 for (int i = 0; i < 4; i++) acc += (int32_t)x[4 * g + i] * w[64 * g + i];
             float y = hx_i8_out(acc, a->zero[t], W->wsum[r], a->scale[t], W->scale[r], bias ? bias[r] : 0.0f);
+            if (a->n_out[t]) y = fmaf(out_corr(a, W, t, r), W->scale[r], y);
             float *o = Y + t * ldy + r;
             *o = flags & HX_I8_ACC ? *o + y : y;
         }

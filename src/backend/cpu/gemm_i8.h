@@ -5,10 +5,15 @@
  *
  * Weights: symmetric int8 per output row, w[r][k] ~ sw[r] * Wq[r][k],
  * Wq in [-127, 127], sw = max|w[r]| / 127; quantized once (hx_i8_mat_pack).
- * Activations: asymmetric uint8 per token (row), x[t][k] ~ sx[t] * (Xq[t][k] - zx[t]),
- * Xq in [0, 255], the range [min(x, 0), max(x, 0)] mapped onto 0..255 so that
- * 0 is exact (hx_i8_quantize). Then
- *   y[t][r] = (acc[t][r] - zx[t] * wsum[r]) * (sx[t] * sw[r]) + bias[r],
+ * Activations: asymmetric uint8 per token (row), x[t][k] = sx[t] * (Xq[t][k] - zx[t]) + o[t][k],
+ * Xq in [0, 255]: the range [lo, hi] is mapped onto 0..255, with 0 exact, where
+ * lo = max(min(x, 0), -c), hi = min(max(x, 0), c), c = HX_I8_CLIP * rms(x).
+ * The values outside [lo, hi] (outliers: the residual stream of a BERT has a
+ * few channels 10-30x its rms) keep their remainder o (x minus its clipped
+ * level, f32) in a short list per token; other o are 0. A token with more than
+ * HX_I8_OUT_MAX outliers is not clipped (lo, hi = the whole range; a level
+ * that rounds past 0 or 255 there is clamped, one step off at most). Then
+ *   y[t][r] = (acc[t][r] - zx[t] * wsum[r]) * (sx[t] * sw[r]) + bias[r] + sw[r] * sum_o o * Wq[r][k_o],
  *   acc[t][r] = sum_k Xq[t][k] * Wq[r][k] (int32, exact),  wsum[r] = sum_k Wq[r][k].
  *
  * Packing: cols is padded to cols4 (a multiple of 4, zeros), rows to panels of
@@ -31,13 +36,16 @@
 
 #include <stdint.h>
 
-#define HX_I8_MR 8 /* activation rows are padded to a multiple of this */
+#define HX_I8_MR 8       /* activation rows are padded to a multiple of this */
+#define HX_I8_CLIP 4.0f    /* the clipping range, in rms of the token's values */
+#define HX_I8_OUT_MAX 32 /* outliers kept per token */
 
 typedef struct hx_i8_mat {
     int64_t rows, cols, cols4, panels; /* panels: even, 16 rows each */
     int8_t *w;                         /* (panels * 16, cols4) packed as above, 64-byte aligned */
     float *scale;                      /* (panels * 16) sw; 0 past rows */
     int32_t *wsum;                     /* (panels * 16) sum_k Wq */
+    int8_t *wt;                        /* (cols, panels * 16) Wq transposed: the outliers' columns */
 } hx_i8_mat;
 
 /* Quantize W (rows, cols), row stride ldw, into m. False when out of memory (m is then empty). */
@@ -49,6 +57,9 @@ typedef struct hx_i8_act {
     uint8_t *q;     /* (round_up(n, HX_I8_MR), cols4) */
     float *scale;   /* (round_up(n, HX_I8_MR)) sx */
     int32_t *zero;  /* (round_up(n, HX_I8_MR)) zx */
+    int32_t *n_out; /* (round_up(n, HX_I8_MR)) outliers of each token, <= HX_I8_OUT_MAX */
+    int32_t *out_k; /* (round_up(n, HX_I8_MR), HX_I8_OUT_MAX) their columns, ascending */
+    float *out_v;   /* (round_up(n, HX_I8_MR), HX_I8_OUT_MAX) their remainders o */
 } hx_i8_act;
 
 /* Bytes a hx_i8_act of n rows of cols needs (hx_i8_act_init carves them from one 64-byte aligned block). */

@@ -49,6 +49,13 @@ void hx_i8_block_avx2(const hx_i8_act *a, const hx_i8_mat *W, int64_t m0, int64_
                     int64_t r = r0 + i;
                     float y = hx_i8_out(acc[16 * m + i], a->zero[t], W->wsum[r], a->scale[t], W->scale[r],
                                         bias ? bias[r] : 0.0f);
+                    if (a->n_out[t]) {
+                        float corr = 0;
+                        for (int o = 0; o < a->n_out[t]; o++)
+                            corr = fmaf(a->out_v[t * HX_I8_OUT_MAX + o],
+                                        (float)W->wt[a->out_k[t * HX_I8_OUT_MAX + o] * W->panels * 16 + r], corr);
+                        y = fmaf(corr, W->scale[r], y);
+                    }
                     o[r] = flags & HX_I8_ACC ? o[r] + y : y;
                 }
             }
@@ -61,36 +68,61 @@ void hx_i8_block_avx2(const hx_i8_act *a, const hx_i8_mat *W, int64_t m0, int64_
     }
 }
 
+static __m256i tail_mask(int64_t left) { /* lanes 0..left-1 set */
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left < 8 ? left : 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 void hx_i8_quant_avx2(const float *X, int64_t ldx, hx_i8_act *a, int64_t r0, int64_t r1) {
     const int64_t n = a->cols;
     for (int64_t r = r0; r < r1; r++) {
         const float *x = X + r * ldx;
         uint8_t *q = a->q + r * a->cols4;
-        __m256 vmn = _mm256_set1_ps(x[0]), vmx = vmn;
-        int64_t k = 0;
-        for (; k + 8 <= n; k += 8) {
-            __m256 v = _mm256_loadu_ps(x + k);
-            vmn = _mm256_min_ps(vmn, v), vmx = _mm256_max_ps(vmx, v);
+        /* min, max, and the squares in the 16 lanes of hx_i8_clip: two ymm, k mod 16 < 8 and >= 8 */
+        __m256 vmn = _mm256_set1_ps(x[0]), vmx = vmn, ss0 = _mm256_setzero_ps(), ss1 = ss0;
+        for (int64_t k = 0; k < n; k += 16) {
+            for (int h = 0; h < 2 && k + 8 * h < n; h++) {
+                __m256i m = tail_mask(n - k - 8 * h);
+                __m256 v = _mm256_maskload_ps(x + k + 8 * h, m), mf = _mm256_castsi256_ps(m);
+                vmn = _mm256_blendv_ps(vmn, _mm256_min_ps(vmn, v), mf), vmx = _mm256_blendv_ps(vmx, _mm256_max_ps(vmx, v), mf);
+                if (h) ss1 = _mm256_fmadd_ps(v, v, ss1);
+                else ss0 = _mm256_fmadd_ps(v, v, ss0);
+            }
         }
-        float tmn[8], tmx[8];
+        float tmn[8], tmx[8], lanes[16];
         _mm256_storeu_ps(tmn, vmn);
         _mm256_storeu_ps(tmx, vmx);
-        float mn = tmn[0], mx = tmx[0], inv;
+        _mm256_storeu_ps(lanes, ss0);
+        _mm256_storeu_ps(lanes + 8, ss1);
+        float mn = tmn[0], mx = tmx[0], inv, c = hx_i8_clip(lanes, n);
         for (int i = 1; i < 8; i++) mn = tmn[i] < mn ? tmn[i] : mn, mx = tmx[i] > mx ? tmx[i] : mx;
-        for (; k < n; k++) mn = x[k] < mn ? x[k] : mn, mx = x[k] > mx ? x[k] : mx;
-        hx_i8_row_params(mn, mx, &a->scale[r], &inv, &a->zero[r]);
-        __m256 vi = _mm256_set1_ps(inv);
-        __m256i z = _mm256_set1_epi32(a->zero[r]);
-        for (k = 0; k + 8 <= n; k += 8) {
-            __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vi)), z);
-            __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)); /* int16, saturating */
-            w = _mm_packus_epi16(w, w);                                                          /* uint8 0..255 */
-            _mm_storel_epi64((__m128i *)(q + k), w);
+        for (int pass = 0; pass < 2; pass++, c = INFINITY) { /* pass 1: too many outliers, no clip */
+            hx_i8_row_params(mn, mx, c, &a->scale[r], &inv, &a->zero[r]);
+            a->n_out[r] = 0;
+            bool full = false;
+            __m256 vi = _mm256_set1_ps(inv);
+            __m256i z = _mm256_set1_epi32(a->zero[r]), lo = _mm256_setzero_si256(), hi = _mm256_set1_epi32(255);
+            for (int64_t k = 0; k < n && !full; k += 8) {
+                __m256i m = tail_mask(n - k);
+                __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_maskload_ps(x + k, m), vi)), z);
+                __m256i vc = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
+                __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(vc), _mm256_extracti128_si256(vc, 1));
+                w = _mm_packus_epi16(w, w);
+                if (n - k >= 8) {
+                    _mm_storel_epi64((__m128i *)(q + k), w);
+                } else {
+                    uint8_t tmp[16];
+                    _mm_storeu_si128((__m128i *)tmp, w);
+                    memcpy(q + k, tmp, (size_t)(n - k));
+                }
+                unsigned out = pass ? 0u : (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(
+                                   _mm256_andnot_si256(_mm256_cmpeq_epi32(v, vc), m)));
+                for (; out && !full; out &= out - 1) {
+                    int i = __builtin_ctz(out);
+                    full = !hx_i8_add_out(a, r, k + i, hx_i8_rem(x[k + i], a->scale[r], q[k + i], a->zero[r]));
+                }
+            }
+            if (!full) break;
         }
-        for (; k < n; k++) {
-            long v = lrintf(x[k] * inv) + a->zero[r];
-            q[k] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-        }
-        for (k = n; k < a->cols4; k++) q[k] = 0;
+        for (int64_t k = n; k < a->cols4; k++) q[k] = 0;
     }
 }

@@ -50,8 +50,18 @@ void hx_i8_block_avx512(const hx_i8_act *a, const hx_i8_mat *W, int64_t m0, int6
                 __m512 b = bias ? _mm512_maskz_loadu_ps(k, bias + r) : _mm512_setzero_ps();
                 for (int m = 0; m < HX_I8_MR && t0 + m < m1; m++) {
                     int64_t t = t0 + m;
-                    __m512i c = _mm512_sub_epi32(_mm512_load_si512((const void *)(acc + 32 * m + 16 * h)), _mm512_mullo_epi32(_mm512_set1_epi32(a->zero[t]), ws));
+                    __m512i c = _mm512_sub_epi32(_mm512_load_si512((const void *)(acc + 32 * m + 16 * h)),
+                                                 _mm512_mullo_epi32(_mm512_set1_epi32(a->zero[t]), ws));
                     __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), _mm512_mul_ps(_mm512_set1_ps(a->scale[t]), sw), b);
+                    if (a->n_out[t]) { /* the outliers' remainders times their weight columns */
+                        __m512 corr = _mm512_setzero_ps();
+                        for (int o = 0; o < a->n_out[t]; o++) {
+                            const int8_t *wc = W->wt + a->out_k[t * HX_I8_OUT_MAX + o] * W->panels * 16 + r;
+                            __m512 wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)wc)));
+                            corr = _mm512_fmadd_ps(_mm512_set1_ps(a->out_v[t * HX_I8_OUT_MAX + o]), wv, corr);
+                        }
+                        y = _mm512_fmadd_ps(corr, sw, y);
+                    }
                     float *o = Y + t * ldy + r;
                     if (flags & HX_I8_ACC) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(k, o));
                     _mm512_mask_storeu_ps(o, k, y);
@@ -70,27 +80,35 @@ void hx_i8_quant_avx512(const float *X, int64_t ldx, hx_i8_act *a, int64_t r0, i
     for (int64_t r = r0; r < r1; r++) {
         const float *x = X + r * ldx;
         uint8_t *q = a->q + r * a->cols4;
-        __m512 vmn = _mm512_set1_ps(x[0]), vmx = vmn;
-        int64_t k = 0;
-        for (; k + 16 <= n; k += 16) {
-            __m512 v = _mm512_loadu_ps(x + k);
-            vmn = _mm512_min_ps(vmn, v), vmx = _mm512_max_ps(vmx, v);
-        }
-        if (k < n) {
-            __mmask16 m = (__mmask16)((1u << (n - k)) - 1);
+        __m512 vmn = _mm512_set1_ps(x[0]), vmx = vmn, vss = _mm512_setzero_ps();
+        for (int64_t k = 0; k < n; k += 16) {
+            __mmask16 m = n - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - k)) - 1);
             __m512 v = _mm512_maskz_loadu_ps(m, x + k);
             vmn = _mm512_mask_min_ps(vmn, m, vmn, v), vmx = _mm512_mask_max_ps(vmx, m, vmx, v);
+            vss = _mm512_fmadd_ps(v, v, vss);
         }
-        float inv;
-        hx_i8_row_params(_mm512_reduce_min_ps(vmn), _mm512_reduce_max_ps(vmx), &a->scale[r], &inv, &a->zero[r]);
-        __m512 vi = _mm512_set1_ps(inv);
-        __m512i z = _mm512_set1_epi32(a->zero[r]), lo = _mm512_setzero_si512(), hi = _mm512_set1_epi32(255);
-        for (k = 0; k < n; k += 16) {
-            __mmask16 m = n - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - k)) - 1);
-            __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), vi)), z);
-            v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
-            _mm512_mask_cvtepi32_storeu_epi8(q + k, m, v);
+        _Alignas(64) float lanes[16];
+        _mm512_store_ps(lanes, vss);
+        float c = hx_i8_clip(lanes, n), mn = _mm512_reduce_min_ps(vmn), mx = _mm512_reduce_max_ps(vmx), inv;
+        for (int pass = 0; pass < 2; pass++, c = INFINITY) { /* pass 1: too many outliers, no clip */
+            hx_i8_row_params(mn, mx, c, &a->scale[r], &inv, &a->zero[r]);
+            a->n_out[r] = 0;
+            bool full = false;
+            __m512 vi = _mm512_set1_ps(inv);
+            __m512i z = _mm512_set1_epi32(a->zero[r]), lo = _mm512_setzero_si512(), hi = _mm512_set1_epi32(255);
+            for (int64_t k = 0; k < n && !full; k += 16) {
+                __mmask16 m = n - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - k)) - 1);
+                __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), vi)), z);
+                __m512i vc = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+                _mm512_mask_cvtepi32_storeu_epi8(q + k, m, vc);
+                unsigned out = pass ? 0u : _mm512_mask_cmpneq_epi32_mask(m, v, vc);
+                for (; out && !full; out &= out - 1) {
+                    int i = __builtin_ctz(out);
+                    full = !hx_i8_add_out(a, r, k + i, hx_i8_rem(x[k + i], a->scale[r], q[k + i], a->zero[r]));
+                }
+            }
+            if (!full) break;
         }
-        for (k = n; k < a->cols4; k++) q[k] = 0;
+        for (int64_t k = n; k < a->cols4; k++) q[k] = 0;
     }
 }
