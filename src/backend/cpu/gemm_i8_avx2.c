@@ -9,27 +9,35 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* c[m][16] = the int32 sums of tokens x, x + ldx with panel w. */
+/* c[m][16] = the int32 sums of tokens x, x + ldx with panel w. Written out by hand (no arrays of
+ * vectors) so the 8 accumulators stay in registers at -O2. */
 static void tile2x16(const uint8_t *x, int64_t ldx, const int8_t *w, int64_t kg, int32_t *c) {
-    __m256i acc[2][4];
-    for (int m = 0; m < 2; m++)
-        for (int q = 0; q < 4; q++) acc[m][q] = _mm256_setzero_si256();
+    __m256i a00 = _mm256_setzero_si256(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
     for (int64_t g = 0; g < kg; g++) {
-        __m256i wq[4];
-        for (int q = 0; q < 4; q++) wq[q] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 64 * g + 16 * q)));
-        for (int m = 0; m < 2; m++) {
-            int32_t v;
-            memcpy(&v, x + m * ldx + 4 * g, 4);
-            __m256i av = _mm256_cvtepu8_epi16(_mm_set1_epi32(v)); /* x0 x1 x2 x3, four times, as int16 */
-            for (int q = 0; q < 4; q++) acc[m][q] = _mm256_add_epi32(acc[m][q], _mm256_madd_epi16(wq[q], av));
-        }
+        const int8_t *wg = w + 64 * g;
+        __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wg));
+        __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wg + 16)));
+        __m256i w2 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wg + 32)));
+        __m256i w3 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wg + 48)));
+        int32_t v0, v1;
+        memcpy(&v0, x + 4 * g, 4);
+        memcpy(&v1, x + ldx + 4 * g, 4);
+        __m256i x0 = _mm256_cvtepu8_epi16(_mm_set1_epi32(v0)); /* x0 x1 x2 x3, four times, as int16 */
+        __m256i x1 = _mm256_cvtepu8_epi16(_mm_set1_epi32(v1));
+        a00 = _mm256_add_epi32(a00, _mm256_madd_epi16(w0, x0));
+        a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(w1, x0));
+        a02 = _mm256_add_epi32(a02, _mm256_madd_epi16(w2, x0));
+        a03 = _mm256_add_epi32(a03, _mm256_madd_epi16(w3, x0));
+        a10 = _mm256_add_epi32(a10, _mm256_madd_epi16(w0, x1));
+        a11 = _mm256_add_epi32(a11, _mm256_madd_epi16(w1, x1));
+        a12 = _mm256_add_epi32(a12, _mm256_madd_epi16(w2, x1));
+        a13 = _mm256_add_epi32(a13, _mm256_madd_epi16(w3, x1));
     }
-    for (int m = 0; m < 2; m++)
-        for (int h = 0; h < 2; h++) {
-            /* acc[q]: rows 4q..4q+3, two partial sums each; hadd then order the 64-bit halves */
-            __m256i s = _mm256_hadd_epi32(acc[m][2 * h], acc[m][2 * h + 1]);
-            _mm256_storeu_si256((__m256i *)(c + 16 * m + 8 * h), _mm256_permute4x64_epi64(s, 0xD8));
-        }
+    /* aq: rows 4q..4q+3, two partial sums each; hadd, then order the 64-bit quarters */
+    _mm256_storeu_si256((__m256i *)c, _mm256_permute4x64_epi64(_mm256_hadd_epi32(a00, a01), 0xD8));
+    _mm256_storeu_si256((__m256i *)(c + 8), _mm256_permute4x64_epi64(_mm256_hadd_epi32(a02, a03), 0xD8));
+    _mm256_storeu_si256((__m256i *)(c + 16), _mm256_permute4x64_epi64(_mm256_hadd_epi32(a10, a11), 0xD8));
+    _mm256_storeu_si256((__m256i *)(c + 24), _mm256_permute4x64_epi64(_mm256_hadd_epi32(a12, a13), 0xD8));
 }
 
 void hx_i8_block_avx2(const hx_i8_act *a, const hx_i8_mat *W, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
