@@ -135,7 +135,7 @@ hx_status hx_embedder_set_type(hx_embedder *em, const char *type, hx_error *e) {
     if (st) return st;
     hx_bert_cpu_free(em->cpu);
     em->cpu = b;
-    em->type = t;
+    em->type = b ? t : HX_BERT_F32; /* no prepared weights (a huge model): the f32 per-row path */
     snprintf(em->fingerprint, sizeof em->fingerprint, "%s%s", em->base_fp, t == HX_BERT_INT8 ? ":int8" : "");
     return HX_OK;
 }
