@@ -14,12 +14,16 @@
 # --preset minilm-l6 --tokenizer $HX_SYNTH_TOK, default ../shared's tiny-bert-shared.gguf, which carries
 # bert-base-uncased's WordPiece vocabulary, the one MiniLM uses): dense f32, the speed does not
 # depend on the values.
-# JSONL=FILE appends one bench/results.jsonl record per side and batch (tokens_per_s = sentences/s).
+# TYPES (default "f32 int8"): helix's --embed-type values, each run in every round beside torch.
+# Each line gives the best and the median of the rounds.
+# JSONL=FILE appends one bench/results.jsonl record per side and batch (tokens_per_s = sentences/s,
+#   the median; mix = helix's type, f32 for torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-1000}; R=${2:-3}; TH=${3:-2}; N1=${N1:-200}
 BIN=${HX_BIN:-build/helix-bg}
 PY=${PY:-/work/venv/bin/python}
+[ -x "$PY" ] || PY=/tmp/hf-venv/bin/python
 HF=${HX_MINILM:-$HOME/.cache/helix/all-MiniLM-L6-v2}
 HM=${HX_MODEL:-$HF}
 [ -x "$BIN" ] || { echo "build helix-bg first ($BIN)"; exit 1; }
@@ -29,11 +33,12 @@ trap 'rm -rf "$tmp"' EXIT
 python3 bench/make_sentences.py "$N" > "$tmp/s.txt"
 head -n "$N1" "$tmp/s.txt" > "$tmp/s1.txt"
 
-helix_rate() { # MODEL FILE BATCH -> sentences/s (wall clock of the process)
+TYPES=${TYPES:-f32 int8}
+helix_rate() { # MODEL FILE BATCH TYPE -> sentences/s (wall clock of the process)
     local n t0 t1
     n=$(wc -l < "$2")
     t0=$(date +%s.%N)
-    "$BIN" embed -m "$1" --batch "$3" -t "$TH" --format f32 < "$2" > /dev/null 2>&1
+    "$BIN" embed -m "$1" --batch "$3" -t "$TH" --format f32 --embed-type "$4" < "$2" > /dev/null 2>&1
     t1=$(date +%s.%N)
     echo "$n / ($t1 - $t0)" | bc -l | xargs printf '%.1f\n'
 }
@@ -42,26 +47,36 @@ torch_rate() { # (--model DIR | --tokenizer DIR) FILE BATCH -> sentences/s
         sed -n 's/.* best \([0-9.]*\) sent\/s.*/\1/p'
 }
 best() { printf '%s\n' "$@" | sort -g | tail -1; }
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load before: $load0"
-echo "sentences: $N (batch 32), first $N1 (batch 1); threads $TH; best of $R, helix and torch interleaved"
+echo "sentences: $N (batch 32), first $N1 (batch 1); threads $TH; $R rounds, helix ($TYPES) and torch interleaved"
 echo "helix model: $HM"
 results=()
 run_pair() { # LABEL HELIX_MODEL TORCH_FLAG TORCH_DIR
     local label=$1 hm=$2 tf=$3 td=$4
     for b in 32 1; do
         local f="$tmp/s.txt"; [ "$b" = 1 ] && f="$tmp/s1.txt"
-        local hs=() ts=()
+        local ts=() ty
+        declare -A hs=()
         for ((i = 0; i < R; i++)); do
-            hs+=("$(helix_rate "$hm" "$f" "$b")")
+            for ty in $TYPES; do hs[$ty]+="$(helix_rate "$hm" "$f" "$b" "$ty") "; done
             ts+=("$(torch_rate "$tf" "$td" "$f" "$b")")
         done
-        local h t
-        h=$(best "${hs[@]}"); t=$(best "${ts[@]}")
-        printf '%-14s batch %2d: helix %7.1f sent/s (runs: %s)  torch %7.1f sent/s (runs: %s)  helix/torch %.2fx\n' \
-            "$label" "$b" "$h" "${hs[*]}" "$t" "${ts[*]}" "$(echo "$h / $t" | bc -l)"
-        if [ "$label" = "real weights" ]; then results+=("embed-b$b helix $h" "embed-b$b pytorch $t"); fi
+        local t tm
+        t=$(best "${ts[@]}"); tm=$(median "${ts[@]}")
+        printf '%-14s batch %2d: torch          best %7.1f median %7.1f sent/s (runs: %s)\n' "$label" "$b" "$t" "$tm" "${ts[*]}"
+        for ty in $TYPES; do
+            local h hm_
+            # shellcheck disable=SC2086
+            h=$(best ${hs[$ty]}); hm_=$(median ${hs[$ty]})
+            printf '%-14s batch %2d: helix %-8s best %7.1f median %7.1f sent/s (runs: %s)  median helix/torch %.2fx\n' \
+                "$label" "$b" "$ty" "$h" "$hm_" "${hs[$ty]% }" "$(echo "$hm_ / $tm" | bc -l)"
+            if [ "$label" = "real weights" ]; then results+=("embed-b$b helix $ty $hm_"); fi
+        done
+        if [ "$label" = "real weights" ]; then results+=("embed-b$b pytorch f32 $tm"); fi
+        unset hs
     done
 }
 run_pair "real weights" "$HM" --model "$HF"
@@ -75,10 +90,10 @@ echo "load after: $load1"
 if [ -n "${JSONL:-}" ]; then
     commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
     for r in "${results[@]}"; do
-        read -r test engine rate <<< "$r"
-        printf '{"date": "%s", "commit": "%s", "device": "cpu: %s, %s threads, load %s -> %s", "engine": "%s", "model": "all-minilm-l6-v2", "mix": "f32", "test": "%s", "tokens_per_s": %s, "unit": "sentences/s", "sentences": %s}\n' \
+        read -r test engine mix rate <<< "$r"
+        printf '{"date": "%s", "commit": "%s", "device": "cpu: %s, %s threads, load %s -> %s", "engine": "%s", "model": "all-minilm-l6-v2", "mix": "%s", "test": "%s", "tokens_per_s": %s, "sentences_per_s": %s, "unit": "sentences/s (median of %s rounds)", "threads": %s, "sentences": %s}\n' \
             "$(date -u +%F)" "$commit" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) $(nproc) vCPU (shared)" "$TH" \
-            "$(echo "$load0" | cut -d' ' -f1)" "$(echo "$load1" | cut -d' ' -f1)" "$engine" "$test" "$rate" \
+            "$(echo "$load0" | cut -d' ' -f1)" "$(echo "$load1" | cut -d' ' -f1)" "$engine" "$mix" "$test" "$rate" "$rate" "$R" "$TH" \
             "$([ "$test" = embed-b1 ] && echo "$N1" || echo "$N")" >> "$JSONL"
     done
 fi

@@ -119,7 +119,11 @@ typedef struct kb_embedder {
 } kb_embedder;
 
 kb_embedder *kb_lexical_new(void);                       /* "lexical-384" */
-hx_status kb_neural_new(const char *model, int n_threads, kb_embedder **out, hx_error *e); /* BERT via hx_embed */
+/* BERT via hx_embed, f32 on the CPU (int8 with kb_neural_set_type: on examples/kb it finds the
+ * same near-duplicate and cross-link pairs as f32, but near-ties within 0.005 swap places). */
+hx_status kb_neural_new(const char *model, int n_threads, kb_embedder **out, hx_error *e);
+/* hx_embedder_set_type on a kb_neural_new embedder ("f32", "int8", "auto"); updates its fingerprint. */
+hx_status kb_neural_set_type(kb_embedder *em, const char *type, hx_error *e);
 
 /* ---- cache ---- */
 typedef struct kb_cache {

@@ -29,3 +29,10 @@ hx_status kb_neural_new(const char *model, int n_threads, kb_embedder **out, hx_
     return HX_OK;
 }
 
+
+hx_status kb_neural_set_type(kb_embedder *em, const char *type, hx_error *e) {
+    if (strncmp(em->fingerprint, "bert:", 5)) return hx_err(e, HX_ERR_ARG, "embedder %s has no number type", em->name);
+    hx_status st = hx_embedder_set_type(em->impl, type, e);
+    if (!st) snprintf(em->fingerprint, sizeof em->fingerprint, "%s", hx_embedder_fingerprint(em->impl));
+    return st;
+}

@@ -5,6 +5,7 @@
 #include "core/core.h"
 #include "core/pool.h"
 #include "model/model.h"
+#include "quant/quant.h"
 #include "tok/tok.h"
 #ifdef HX_HAVE_CUDA
 #include "backend/cuda/cuda.h"
@@ -22,7 +23,9 @@ struct hx_embedder {
     int max_tokens;
     int max_seqs;   /* 0 = by BATCH_TOKENS only */
     void *gpu;      /* hx_cuda_bert when running on CUDA */
-    hx_bert_cpu *cpu; /* the weights as packed f32 for the CPU GEMM; NULL = the per-row dot path */
+    hx_bert_cpu *cpu; /* the weights prepared for the CPU GEMM (f32 or int8); NULL = the per-row dot path */
+    hx_bert_type type;
+    char base_fp[240];  /* the model's fingerprint; fingerprint adds the type */
     char fingerprint[256];
 };
 
@@ -61,8 +64,9 @@ hx_status hx_embedder_open(const char *path, int n_threads, hx_embedder **out, h
     char probe[1100];
     snprintf(probe, sizeof probe, "%s%s", path, em->model->gguf ? "" : "/model.safetensors");
     long long size = stat(probe, &sb) == 0 ? (long long)sb.st_size : -1, mtime = size >= 0 ? (long long)sb.st_mtime : 0;
-    snprintf(em->fingerprint, sizeof em->fingerprint, "bert:%s:%lld:%lld:%dx%d", base ? base + 1 : path, size, mtime,
+    snprintf(em->base_fp, sizeof em->base_fp, "bert:%s:%lld:%lld:%dx%d", base ? base + 1 : path, size, mtime,
              em->model->cfg.n_layer, em->model->cfg.n_embd);
+    snprintf(em->fingerprint, sizeof em->fingerprint, "%s", em->base_fp);
     *out = em;
     return HX_OK;
 }
@@ -118,6 +122,25 @@ hx_status hx_embedder_set_device(hx_embedder *em, const char *device, hx_error *
 }
 
 const char *hx_embedder_device(const hx_embedder *em) { return em->gpu ? "cuda" : "cpu"; }
+
+hx_status hx_embedder_set_type(hx_embedder *em, const char *type, hx_error *e) {
+    hx_bert_type t;
+    if (!strcmp(type, "f32")) t = HX_BERT_F32;
+    else if (!strcmp(type, "int8")) t = HX_BERT_INT8;
+    else if (!strcmp(type, "auto")) t = hx_isa_current() >= HX_ISA_AVX512_VNNI ? HX_BERT_INT8 : HX_BERT_F32;
+    else return hx_err(e, HX_ERR_ARG, "embed: type '%s' (f32, int8 or auto)", type);
+    if (t == em->type) return HX_OK;
+    hx_bert_cpu *b = NULL;
+    hx_status st = hx_bert_cpu_new_type(em->model, t, &b, e);
+    if (st) return st;
+    hx_bert_cpu_free(em->cpu);
+    em->cpu = b;
+    em->type = b ? t : HX_BERT_F32; /* no prepared weights (a huge model): the f32 per-row path */
+    snprintf(em->fingerprint, sizeof em->fingerprint, "%s%s", em->base_fp, t == HX_BERT_INT8 ? ":int8" : "");
+    return HX_OK;
+}
+
+const char *hx_embedder_type(const hx_embedder *em) { return em->type == HX_BERT_INT8 ? "int8" : "f32"; }
 
 typedef struct item { int index, len; int32_t *ids; } item;
 

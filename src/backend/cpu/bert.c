@@ -1,5 +1,6 @@
 /* bert.c — BERT encoder forward on the CPU (see bert.h for the recipe). */
 #include "backend/cpu/bert.h"
+#include "backend/cpu/gemm_i8.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/sgemm.h"
 #include "core/core.h"
@@ -28,16 +29,20 @@ static float *falloc(size_t n) {
 /* ---- prepared weights ---- */
 
 typedef struct bert_layer_prep {
-    float *qkv, *o, *up, *down;                 /* packed (sgemm.h) */
+    float *qkv, *o, *up, *down;                 /* packed (sgemm.h); NULL with int8 */
+    hx_i8_mat qkv8, o8, up8, down8;             /* int8 (gemm_i8.h); empty with f32 */
     float *b_qkv, *bo, *b_up, *b_down;          /* f32 biases (zeros when absent) */
     float *ln1_w, *ln1_b, *ln2_w, *ln2_b;       /* post-attention / post-FFN norms */
 } bert_layer_prep;
 
 struct hx_bert_cpu {
     int n_layer;
+    hx_bert_type type;
     bert_layer_prep *L;
     float *ws;   /* the forward's activations, kept between calls (no page faults per batch) */
     size_t ws_n; /* floats in ws */
+    void *act;   /* int8: a product's quantized input (hx_i8_act), kept like ws */
+    size_t act_n; /* bytes in act */
 };
 
 void hx_bert_cpu_free(hx_bert_cpu *b) {
@@ -45,16 +50,18 @@ void hx_bert_cpu_free(hx_bert_cpu *b) {
     for (int i = 0; b->L && i < b->n_layer; i++) {
         bert_layer_prep *p = &b->L[i];
         free(p->qkv); free(p->o); free(p->up); free(p->down);
+        hx_i8_mat_free(&p->qkv8); hx_i8_mat_free(&p->o8); hx_i8_mat_free(&p->up8); hx_i8_mat_free(&p->down8);
         free(p->b_qkv); free(p->bo); free(p->b_up); free(p->b_down);
         free(p->ln1_w); free(p->ln1_b); free(p->ln2_w); free(p->ln2_b);
     }
     free(b->L);
     free(b->ws);
+    free(b->act);
     free(b);
 }
 
-/* Dequantize `count` matrices with the same row length, stacked by rows, and pack them. */
-static float *pack_stack(int count, const hx_tensor *const *ts, float *tmp) {
+/* Dequantize `count` matrices with the same row length into tmp, stacked by rows; returns the rows. */
+static int64_t dequant_stack(int count, const hx_tensor *const *ts, float *tmp) {
     int64_t cols = ts[0]->ne[0], rows = 0;
     for (int m = 0; m < count; m++) {
         const hx_tensor *t = ts[m];
@@ -63,17 +70,33 @@ static float *pack_stack(int count, const hx_tensor *const *ts, float *tmp) {
             hx_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * rs, tmp + (size_t)(rows + r) * cols, cols);
         rows += t->ne[1];
     }
+    return rows;
+}
+
+/* The stacked matrices packed for hx_sgemm; NULL when out of memory. */
+static float *pack_stack(int count, const hx_tensor *const *ts, float *tmp) {
+    int64_t cols = ts[0]->ne[0], rows = dequant_stack(count, ts, tmp);
     float *p = falloc(hx_sgemm_packed_size(rows, cols));
     if (p) hx_sgemm_pack_nt(tmp, cols, rows, cols, p);
     return p;
 }
 
+/* The stacked matrices quantized for hx_gemm_i8; false when out of memory. */
+static bool pack_stack_i8(int count, const hx_tensor *const *ts, float *tmp, hx_i8_mat *out) {
+    int64_t cols = ts[0]->ne[0], rows = dequant_stack(count, ts, tmp);
+    return hx_i8_mat_pack(tmp, cols, rows, cols, out);
+}
+
 hx_status hx_bert_cpu_new(const hx_model *m, hx_bert_cpu **out, hx_error *e) {
+    return hx_bert_cpu_new_type(m, HX_BERT_F32, out, e);
+}
+
+hx_status hx_bert_cpu_new_type(const hx_model *m, hx_bert_type type, hx_bert_cpu **out, hx_error *e) {
     *out = NULL;
     const hx_model_config *c = &m->cfg;
     if (c->arch != HX_ARCH_BERT) return hx_err(e, HX_ERR_ARG, "hx_bert_cpu_new: model is %s, not bert", c->arch_name);
     const int64_t E = c->n_embd, F = c->n_ff, QD = (int64_t)c->n_head * c->head_dim;
-    double bytes = 4.0 * c->n_layer * (3.0 * QD * E + E * QD + 2.0 * F * E);
+    double bytes = (type == HX_BERT_INT8 ? 1.0 : 4.0) * c->n_layer * (3.0 * QD * E + E * QD + 2.0 * F * E);
     if (bytes > 2.0 * 1024 * 1024 * 1024) return HX_OK;
     for (int il = 0; il < c->n_layer; il++) {
         const hx_layer_weights *L = &m->layers[il];
@@ -92,13 +115,19 @@ hx_status hx_bert_cpu_new(const hx_model *m, hx_bert_cpu **out, hx_error *e) {
     float *tmp = falloc((size_t)big);
     if (!b || !tmp || !(b->L = calloc((size_t)c->n_layer, sizeof *b->L))) goto nomem;
     b->n_layer = c->n_layer;
+    b->type = type;
     for (int il = 0; il < c->n_layer; il++) {
         const hx_layer_weights *L = &m->layers[il];
         bert_layer_prep *p = &b->L[il];
         const hx_tensor *qkv[] = {&L->wq, &L->wk, &L->wv}, *o[] = {&L->wo}, *up[] = {&L->ffn_up}, *down[] = {&L->ffn_down};
-        if (!(p->qkv = pack_stack(3, qkv, tmp)) || !(p->o = pack_stack(1, o, tmp)) || !(p->up = pack_stack(1, up, tmp)) ||
-            !(p->down = pack_stack(1, down, tmp)))
+        if (type == HX_BERT_INT8) {
+            if (!pack_stack_i8(3, qkv, tmp, &p->qkv8) || !pack_stack_i8(1, o, tmp, &p->o8) ||
+                !pack_stack_i8(1, up, tmp, &p->up8) || !pack_stack_i8(1, down, tmp, &p->down8))
+                goto nomem;
+        } else if (!(p->qkv = pack_stack(3, qkv, tmp)) || !(p->o = pack_stack(1, o, tmp)) ||
+                   !(p->up = pack_stack(1, up, tmp)) || !(p->down = pack_stack(1, down, tmp))) {
             goto nomem;
+        }
         if (!(p->b_qkv = falloc((size_t)(3 * QD))) || !(p->bo = falloc((size_t)E)) || !(p->b_up = falloc((size_t)F)) ||
             !(p->b_down = falloc((size_t)E)) || !(p->ln1_w = falloc((size_t)E)) || !(p->ln1_b = falloc((size_t)E)) ||
             !(p->ln2_w = falloc((size_t)E)) || !(p->ln2_b = falloc((size_t)E)))
@@ -120,7 +149,7 @@ hx_status hx_bert_cpu_new(const hx_model *m, hx_bert_cpu **out, hx_error *e) {
 nomem:
     free(tmp);
     hx_bert_cpu_free(b);
-    return hx_err(e, HX_ERR_NOMEM, "bert: out of memory for the f32 weights");
+    return hx_err(e, HX_ERR_NOMEM, "bert: out of memory for the %s weights", type == HX_BERT_INT8 ? "int8" : "f32");
 }
 
 /* ---- the forward ---- */
@@ -170,6 +199,21 @@ static void add_bias(float *y, int64_t n, int ld, int dim, const float *b) {
         for (int i = 0; i < dim; i++) y[t * ld + i] += b[i];
 }
 
+/* Y (T, rows) = X (T, cols) · W^T + bias (flags: HX_SGEMM_ACC / HX_SGEMM_GELU) with the prepared
+ * weights: the f32 panels Wp, or with int8 W8, X quantized per token into prep->act first. */
+static void prep_gemm(hx_pool *pool, hx_bert_cpu *prep, int64_t T, int64_t rows, int64_t cols, const float *X,
+                      const float *Wp, const hx_i8_mat *W8, float *Y, int64_t ldy, const float *bias, unsigned flags) {
+    if (prep->type != HX_BERT_INT8) {
+        hx_sgemm(pool, T, rows, cols, X, cols, Wp, Y, ldy, bias, flags);
+        return;
+    }
+    hx_i8_act a;
+    hx_i8_act_init(&a, T, cols, prep->act);
+    hx_i8_quantize(pool, X, cols, &a);
+    hx_gemm_i8(pool, &a, W8, Y, ldy, bias,
+               (flags & HX_SGEMM_ACC ? HX_I8_ACC : 0u) | (flags & HX_SGEMM_GELU ? HX_I8_GELU : 0u));
+}
+
 hx_status hx_bert_encode(const hx_model *m, hx_pool *pool, const int32_t *ids, const int *lens, int n_seq,
                          hx_pooling pooling, bool normalize, float *out, hx_error *e) {
     return hx_bert_encode_prep(m, NULL, pool, ids, lens, n_seq, pooling, normalize, out, e);
@@ -215,6 +259,16 @@ hx_status hx_bert_encode_prep(const hx_model *m, hx_bert_cpu *prep, hx_pool *poo
     for (size_t i = 0, o = 0; ws && i < 8; o += (part[i] + 15) / 16 * 16, i++) pp[i] = ws + o;
     float *x = pp[0], *qkv = pp[1], *att = pp[2], *h = pp[3], *y = prep ? NULL : pp[4], *vb = pp[5], *tmp = pp[6];
     float *scratch = pp[7];
+    if (ws && prep && prep->type == HX_BERT_INT8) {
+        int64_t widest = F > QD ? F : QD;
+        size_t an = hx_i8_act_bytes(T, widest > E ? widest : E);
+        if (prep->act_n < an) {
+            free(prep->act);
+            prep->act_n = 0;
+            if ((prep->act = aligned_alloc(64, (an + 63) / 64 * 64))) prep->act_n = an;
+            else ws = NULL;
+        }
+    }
     int *starts = malloc((size_t)n_seq * sizeof(int));
     hx_status st = HX_OK;
     if (!ws || !starts) {
@@ -247,7 +301,7 @@ hx_status hx_bert_encode_prep(const hx_model *m, hx_bert_cpu *prep, hx_pool *poo
         const bert_layer_prep *P = prep ? &prep->L[il] : NULL;
         /* q, k, v side by side in qkv (T, 3 QD) */
         if (P) {
-            hx_sgemm(pool, T, 3 * QD, E, x, E, P->qkv, qkv, 3 * QD, P->b_qkv, 0);
+            prep_gemm(pool, prep, T, 3 * QD, E, x, P->qkv, &P->qkv8, qkv, 3 * QD, P->b_qkv, 0);
         } else {
             for (int k = 0; k < 3; k++) {
                 const hx_tensor *W = k == 0 ? &L->wq : k == 1 ? &L->wk : &L->wv;
@@ -261,7 +315,7 @@ hx_status hx_bert_encode_prep(const hx_model *m, hx_bert_cpu *prep, hx_pool *poo
         hx_pool_run(pool, (int64_t)n_seq * H, attn_task, &j);
         const float *w1 = P ? P->ln1_w : lw, *b1 = P ? P->ln1_b : lb;
         if (P) {
-            hx_sgemm(pool, T, E, QD, att, QD, P->o, x, E, P->bo, HX_SGEMM_ACC); /* x += att Wo^T + bo */
+            prep_gemm(pool, prep, T, E, QD, att, P->o, &P->o8, x, E, P->bo, HX_SGEMM_ACC); /* x += att Wo^T + bo */
         } else {
             if ((st = hx_matmul(pool, &L->wo, att, T, y, e))) goto done;
             vec_f32(&L->bo, vb, E);
@@ -272,8 +326,8 @@ hx_status hx_bert_encode_prep(const hx_model *m, hx_bert_cpu *prep, hx_pool *poo
         }
         ln_rows(pool, x, T, E, w1, b1, c->norm_eps);
         if (P) {
-            hx_sgemm(pool, T, F, E, x, E, P->up, h, F, P->b_up, HX_SGEMM_GELU);
-            hx_sgemm(pool, T, E, F, h, F, P->down, x, E, P->b_down, HX_SGEMM_ACC);
+            prep_gemm(pool, prep, T, F, E, x, P->up, &P->up8, h, F, P->b_up, HX_SGEMM_GELU);
+            prep_gemm(pool, prep, T, E, F, h, P->down, &P->down8, x, E, P->b_down, HX_SGEMM_ACC);
         } else {
             if ((st = hx_matmul(pool, &L->ffn_up, x, T, h, e))) goto done;
             vec_f32(&L->ffn_up_b, vb, F);

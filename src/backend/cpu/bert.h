@@ -9,7 +9,8 @@
  * tokens concatenated, with attention kept inside each sequence, so there is
  * no padding to waste work on.
  * Products: with prepared weights (hx_bert_cpu) a register-tiled f32 GEMM with
- * bias / GELU / residual fused into its stores; without, hx_matmul's per-row
+ * bias / GELU / residual fused into its stores (or its int8 counterpart,
+ * gemm_i8.h, with HX_BERT_INT8); without, hx_matmul's per-row
  * dot kernels over the stored type. Attention per (sequence, head) as two small
  * GEMMs around a vectorized softmax. */
 #ifndef HX_CPU_BERT_H
@@ -34,6 +35,12 @@ hx_status hx_bert_encode(const hx_model *m, hx_pool *pool, const int32_t *ids, c
  * is too big for that (> 2 GiB of f32): use hx_bert_encode then. */
 typedef struct hx_bert_cpu hx_bert_cpu;
 hx_status hx_bert_cpu_new(const hx_model *m, hx_bert_cpu **out, hx_error *e);
+/* The linear layers' number type: f32 (above), or int8 (gemm_i8.h): weights
+ * int8 per output row (quantized once here, a quarter of the f32 size), each
+ * product's input quantized to uint8 per token; attention (QK^T, softmax, PV),
+ * LayerNorm, GELU, residuals and pooling stay f32. Fastest with AVX512-VNNI. */
+typedef enum hx_bert_type { HX_BERT_F32 = 0, HX_BERT_INT8 = 1 } hx_bert_type;
+hx_status hx_bert_cpu_new_type(const hx_model *m, hx_bert_type type, hx_bert_cpu **out, hx_error *e);
 void hx_bert_cpu_free(hx_bert_cpu *b);
 /* hx_bert_encode with the prepared weights of m (prep from hx_bert_cpu_new(m); NULL = hx_bert_encode).
  * prep also keeps the activation buffers of the largest batch so far: one call at a time per prep. */
