@@ -2,7 +2,7 @@
 """Topic accuracy of helix-bg's classifier on the labelled sample KB.
 
   python3 bench/kb_classify_eval.py [--bin build/helix-bg] [--embed-model DIR]
-                                    [--llm-model M] [--json] [-- extra one-shot flags]
+                                    [--llm-model M] [--json] [--keep DIR] [-- extra one-shot flags]
 
 Runs `helix-bg one-shot` on a copy of examples/kb and reads insights.json's
 `classifications` (each entry's predicted topic: leave-one-out for the
@@ -58,11 +58,17 @@ def main():
     ap.add_argument("--embed-model")
     ap.add_argument("--llm-model")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="run in DIR (a copy of examples/kb made there when it has no data.log) and keep it: "
+                         "its llm.bin answers the next run with the same model and prompts")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     lab = json.load(open(os.path.join(ROOT, "bench", "kb_labels.json")))
-    with tempfile.TemporaryDirectory() as d:
-        shutil.copy(os.path.join(ROOT, "examples", "kb", "data.log"), d)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = a.keep or tmp
+        os.makedirs(d, exist_ok=True)
+        if not os.path.exists(os.path.join(d, "data.log")):
+            shutil.copy(os.path.join(ROOT, "examples", "kb", "data.log"), d)
         cmd = [a.bin, "one-shot", d, "-q"] + (["--embed-model", a.embed_model] if a.embed_model else []) \
             + (["--llm-model", a.llm_model] if a.llm_model else []) + a.extra
         subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
