@@ -14,6 +14,8 @@ bench/kb_labels.json. An entry's true topic is its filed topic, except for the
                    --misfiled threshold, default 0.8) predicted where they
                    belong, and the other entries flagged there
   chance           the largest topic's share (always guessing it)
+With an LLM also the fitted weights of its answer and the centroid's, and the
+accuracy without the entries whose titles the LLM was shown as examples.
 """
 import argparse
 import json
@@ -41,6 +43,14 @@ def evaluate(ins, lab):
         off += len(line) + 1
     cls = ins["classifications"]
     right = sum(c["predicted"] == mis.get(titles.get(c["id"]), c["topic"]) for c in cls)
+    # the titles the LLM was shown as examples of their topics: those entries
+    # are scored apart too (the model saw their titles in every prompt)
+    lc = ins.get("llm_classifier") or {}
+    shown = set()
+    for t in lc.get("topics", []):
+        shown.update(x.strip().strip('"') for x in t["examples"].split('"; "') if x)
+    rest = [c for c in cls if titles.get(c["id"]) not in shown]
+    right_rest = sum(c["predicted"] == mis.get(titles.get(c["id"]), c["topic"]) for c in rest)
     flagged = {m["title"]: m["predicted"] for m in ins["misfiled"]}
     true_flags = sum(flagged.get(t) == b for t, b in mis.items())
     sizes = Counter(c["topic"] for c in cls)
@@ -48,6 +58,8 @@ def evaluate(ins, lab):
             "temperature": ins.get("centroid_temperature"), "embedder": ins.get("embedder"),
             "classified": len(cls), "correct": right, "accuracy": round(right / len(cls), 4) if cls else 0,
             "chance": round(max(sizes.values()) / len(cls), 4) if cls else 0,
+            "weights": [lc["weight_llm"], lc["weight_centroid"]] if lc else None, "nll": lc.get("nll"),
+            "examples": len(cls) - len(rest), "accuracy_others": round(right_rest / len(rest), 4) if rest else 0,
             "misfiled_labelled": len(mis), "misfiled_found": true_flags,
             "false_flags": len(flagged) - sum(t in mis for t in flagged)}
 
@@ -58,6 +70,10 @@ def main():
     ap.add_argument("--embed-model")
     ap.add_argument("--llm-model")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--llm-alone", action="store_true",
+                    help="the LLM's calibrated answer alone, not combined with the centroid (HX_KB_LLM_BENCH)")
+    ap.add_argument("--names-only", action="store_true",
+                    help="show the LLM the topic names only, no example titles (HX_KB_LLM_BENCH)")
     ap.add_argument("--keep", metavar="DIR",
                     help="run in DIR (a copy of examples/kb made there when it has no data.log) and keep it: "
                          "its llm.bin answers the next run with the same model and prompts")
@@ -71,7 +87,8 @@ def main():
             shutil.copy(os.path.join(ROOT, "examples", "kb", "data.log"), d)
         cmd = [a.bin, "one-shot", d, "-q"] + (["--embed-model", a.embed_model] if a.embed_model else []) \
             + (["--llm-model", a.llm_model] if a.llm_model else []) + a.extra
-        subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        env = dict(os.environ, HX_KB_LLM_BENCH=" ".join(w for w, on in (("alone", a.llm_alone), ("names", a.names_only)) if on))
+        subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env)
         r = evaluate(json.load(open(os.path.join(d, "insights.json"))), lab)
     if a.json:
         print(json.dumps(r))
@@ -80,6 +97,11 @@ def main():
               % (r["classifier"], r["space"] or "-", ", T=%s" % r["temperature"] if r["temperature"] else "",
                  r["embedder"], r["accuracy"], r["correct"], r["classified"], r["chance"],
                  r["misfiled_found"], r["misfiled_labelled"], r["false_flags"]))
+        if r["weights"]:
+            print("  weights llm %.3f, centroid %.3f; accuracy %.3f without the %d entries shown as examples; "
+                  "NLL of the filed topics: llm %.3f, centroid %.3f, combined %.3f"
+                  % (r["weights"][0], r["weights"][1], r["accuracy_others"], r["examples"],
+                     r["nll"]["llm"], r["nll"]["centroid"], r["nll"]["combined"]))
 
 
 if __name__ == "__main__":
