@@ -61,7 +61,7 @@ assert d["classifier"] in ("llm", "llm+centroid"), d["classifier"]
 lc = d["llm_classifier"]
 assert lc["weight_llm"] >= 0 and lc["weight_centroid"] >= 0, lc
 assert [t["topic"] for t in lc["topics"]] == ["cooking", "databases", "networking"], lc
-assert all(t["examples"].startswith("\"") for t in lc["topics"]), lc
+assert not any("examples" in t for t in lc["topics"]), lc
 assert len(d["classifications"]) == 13
 for c in d["classifications"]:
     assert c["predicted"] in ("databases", "networking", "cooking")

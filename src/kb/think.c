@@ -207,8 +207,11 @@ static bool parse_probs(const char *v, float *pr, int nl) {
 
 /* Bench switches (bench/kb_classify_eval.py), to measure what each part
  * adds: HX_KB_LLM_BENCH holding "alone" classifies by the calibrated LLM
- * alone (not combined with the centroid), holding "names" shows the LLM the
- * topic names only (no example titles). */
+ * alone (not combined with the centroid), holding "examples" shows the LLM
+ * the titles of each topic's most central entries beside its name. Not the
+ * default: on the labelled sample KB the LLM alone did better with them, but
+ * the combination did worse (they make its answer follow the same words the
+ * centroid reads) at twice the prompt tokens (bench/RESULTS.md). */
 static bool llm_bench(const char *what) {
     const char *v = getenv("HX_KB_LLM_BENCH");
     return v && strstr(v, what);
@@ -240,8 +243,8 @@ static int llm_labels(const think *t, int *label_topic, int cap) {
 #define KEY_CONTENT_FREE (UINT64_MAX - 1)   /* the answer for a content-free note */
 #define ABOUT_TITLES 2                /* titles of central notes shown per label */
 
-/* The line about each label: the titles of its ABOUT_TITLES most central
- * entries (closest to their own topic's leave-one-out centroid), so the model
+/* With HX_KB_LLM_BENCH=examples, the line about each label: the titles of
+ * its ABOUT_TITLES most central entries (closest to their own topic's leave-one-out centroid), so the model
  * reads what this KB files under a name, not only the name. Chosen once per
  * label set and kept in llm.bin: the prompt, and so every cached answer, stays
  * the same as entries come and go (a deleted example still describes its
@@ -391,7 +394,7 @@ static hx_status classify_llm(think *t, kb_class *cls, const float *central, con
     hx_status st = HX_OK;
     if (!prompts || !rows || !probs || !lx || !ly || !own) { st = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto done; }
     /* the lines about the labels: this label set's, from llm.bin, else chosen now */
-    bool names = llm_bench("names");
+    bool names = !llm_bench("examples");
     const char *cached = names ? "" : kb_llm_cache_get(&t->cache, KB_LLM_CLASS, KEY_ABOUT, lset);
     about_text = names ? calloc((size_t)nl + 1, 1)   /* nl empty lines, '\0'-separated */
                  : cached ? strdup(cached) : label_about(t, central, label_topic, nl);
@@ -751,7 +754,7 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
         for (int j = 0; j < nl; j++, q += strlen(q) + 1) {
             cJSON *c = cJSON_CreateObject();
             cJSON_AddStringToObject(c, "topic", t.topics[label_topic[j]]);
-            cJSON_AddStringToObject(c, "examples", q);
+            if (*q) cJSON_AddStringToObject(c, "examples", q);
             cJSON_AddItemToArray(tl, c);
         }
         cJSON_AddItemToObject(lc, "topics", tl);
