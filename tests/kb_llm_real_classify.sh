@@ -29,12 +29,13 @@ print("centroid (%s): accuracy %.3f; llm alone %.3f; llm+centroid %.3f (%d/%d; w
       "chance %.3f" % (base["space"], base["accuracy"], alone["accuracy"], both["accuracy"], both["correct"],
                        both["classified"], both["weights"][0], both["weights"][1], both["chance"]))
 print("NLL of the filed topics:", both["nll"])
-assert alone["classifier"] == "llm" and alone["classified"] == 273, alone
+assert alone["classifier"] == "llm" and alone["weights"] == [1, 0] and alone["classified"] == 273, alone
 assert alone["accuracy"] >= 1.5 * alone["chance"], ("llm topic accuracy near chance", alone["accuracy"], alone["chance"])
 assert both["classified"] == 273, both
 nll = both["nll"]
 assert nll["combined"] < min(nll["llm"], nll["centroid"]), ("the fit did not improve on either classifier", nll)
-assert both["classifier"] == "llm+centroid" and both["weights"][0] > 0, ("the LLM got no weight", both)
+assert both["classifier"] == "llm" and both["weights"][1] > 0, ("not combined with the centroid", both)
+assert both["weights"][0] > 0, ("the LLM got no weight", both)
 assert both["accuracy"] > base["accuracy"], ("no better than the centroid", both["accuracy"], base["accuracy"])
 PY
 echo "1 passed, 0 failed"

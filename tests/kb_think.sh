@@ -57,7 +57,7 @@ test -s "$tmp/kb/llm.bin" || { echo "FAIL: no llm.bin"; exit 1; }
 python3 - "$tmp/kb/insights.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["classifier"] in ("llm", "llm+centroid"), d["classifier"]
+assert d["classifier"] == "llm", d["classifier"]
 lc = d["llm_classifier"]
 assert lc["weight_llm"] >= 0 and lc["weight_centroid"] >= 0, lc
 assert [t["topic"] for t in lc["topics"]] == ["cooking", "databases", "networking"], lc
@@ -85,6 +85,6 @@ kill -9 $pid 2>/dev/null || true
 wait $pid 2>/dev/null || true
 "$BIN" one-shot "$tmp/kb" --llm-model "$tmp/m.gguf" --llm-device cpu --summarize-min-words 1 -t 2 > "$tmp/out5.txt" 2>&1 ||
   { echo "FAIL: pass after kill -9"; cat "$tmp/out5.txt"; exit 1; }
-python3 -c "import json; d=json.load(open('$tmp/kb/insights.json')); assert d['classifier'] in ('llm', 'llm+centroid') and len(d['summaries'])==13"
+python3 -c "import json; d=json.load(open('$tmp/kb/insights.json')); assert d['classifier']=='llm' and len(d['summaries'])==13"
 ls "$tmp/kb" | grep -q "\.tmp\." && { echo "FAIL: temp files left"; ls -la "$tmp/kb"; exit 1; }
 echo "1 passed, 0 failed"

@@ -723,7 +723,7 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     for (size_t i = 0; i < t.n; i++) central[i] = cls[i].prob_current;
     if (o->llm) {
         if ((s = classify_llm(&t, cls, central, cprob, label_topic, nl, mix, &about, e))) goto out;
-        method = mix[1] > 0 ? "llm+centroid" : "llm";
+        method = "llm";   /* combined with the centroid's: llm_classifier's weights say how */
     }
     double tw = hx_now_s();
     char *ctext = classifications_text(&t, cls, &st->classified);
