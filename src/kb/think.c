@@ -244,8 +244,9 @@ static int llm_labels(const think *t, int *label_topic, int cap) {
 #define ABOUT_TITLES 2                /* titles of central notes shown per label */
 
 /* With HX_KB_LLM_BENCH=examples, the line about each label: the titles of
- * its ABOUT_TITLES most central entries (closest to their own topic's leave-one-out centroid), so the model
- * reads what this KB files under a name, not only the name. Chosen once per
+ * its ABOUT_TITLES most central entries (closest to their own topic's
+ * leave-one-out centroid), so the model reads what this KB files under a
+ * name, not only the name. Chosen once per
  * label set and kept in llm.bin: the prompt, and so every cached answer, stays
  * the same as entries come and go (a deleted example still describes its
  * topic). Returns the '\n'-joined lines (malloc'ed), NULL when out of memory. */
