@@ -57,7 +57,11 @@ test -s "$tmp/kb/llm.bin" || { echo "FAIL: no llm.bin"; exit 1; }
 python3 - "$tmp/kb/insights.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["classifier"] == "llm"
+assert d["classifier"] == "llm", d["classifier"]
+lc = d["llm_classifier"]
+assert lc["weight_llm"] >= 0 and lc["weight_centroid"] >= 0, lc
+assert [t["topic"] for t in lc["topics"]] == ["cooking", "databases", "networking"], lc
+assert not any("examples" in t for t in lc["topics"]), lc
 assert len(d["classifications"]) == 13
 for c in d["classifications"]:
     assert c["predicted"] in ("databases", "networking", "cooking")

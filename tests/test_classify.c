@@ -213,18 +213,28 @@ static void check_tfidf(hx_pool *pool) {
     float ts = 0, td = 0;
     kb_classify_opts o = kb_classify_defaults();
     o.temperature = 0.05f;
-    CHECK(kb_classify_centroid_rows(pool, NULL, 0, &x, N, topic, 3, &o, cs, &ncs, &ts, &e) == HX_OK);
-    CHECK(kb_classify_centroid_rows(pool, dense, (int)x.n_feat, NULL, N, topic, 3, &o, cd, &ncd, &td, &e) == HX_OK);
+    CHECK(kb_classify_centroid_rows(pool, NULL, 0, &x, N, topic, 3, &o, cs, &ncs, &ts, NULL, &e) == HX_OK);
+    /* every row's probabilities of chosen topics (order 2, 0, then a topic that is no candidate) */
+    int want[3] = {2, 0, 7};
+    float pw[N * 3];
+    kb_class_probs cp = {want, 3, pw};
+    CHECK(kb_classify_centroid_rows(pool, dense, (int)x.n_feat, NULL, N, topic, 3, &o, cd, &ncd, &td, &cp, &e) == HX_OK);
     CHECK(ncs == 3 && ncd == 3 && ts == 0.05f && td == 0.05f);
     for (size_t i = 0; i < N; i++) {
         CHECKF(cs[i].predicted == cd[i].predicted, "row %zu: sparse %d, dense %d", i, cs[i].predicted, cd[i].predicted);
         CHECK_NEAR(cs[i].prob, cd[i].prob, 1e-4);
         CHECK_NEAR(cs[i].prob_current, cd[i].prob_current, 1e-4);
+        /* the same softmax as out[]: its own topic's and the best one's, 0 for no candidate, 1 in all */
+        float p1 = 1 - pw[i * 3] - pw[i * 3 + 1];   /* topic 1's, the one not asked for */
+        float by_topic[3] = {pw[i * 3 + 1], p1, pw[i * 3]};
+        CHECK(pw[i * 3 + 2] == 0.0f);
+        CHECK_NEAR(by_topic[cd[i].topic], cd[i].prob_current, 1e-5);
+        CHECK_NEAR(by_topic[cd[i].predicted], cd[i].prob, 1e-5);
     }
     CHECK(cs[11].predicted == 0);   /* the postgres note filed under cooking */
     /* the fitted temperature: the NLL's slope in 1/T is zero there (by hand from the dense cosines) */
     o.temperature = 0;
-    CHECK(kb_classify_centroid_rows(pool, NULL, 0, &x, N, topic, 3, &o, cs, &ncs, &ts, &e) == HX_OK);
+    CHECK(kb_classify_centroid_rows(pool, NULL, 0, &x, N, topic, 3, &o, cs, &ncs, &ts, NULL, &e) == HX_OK);
     CHECK(ts >= 0.01f && ts <= 1.0f);
     {
         double cosv[N * 3];
@@ -257,8 +267,8 @@ static void check_tfidf(hx_pool *pool) {
         CHECK_NEAR(cs[11].prob, 1.0 / z, 1e-4);
     }
     /* neither or both kinds of rows: refused */
-    CHECK(kb_classify_centroid_rows(pool, NULL, 0, NULL, N, topic, 3, &o, cs, &ncs, &ts, &e) == HX_ERR_ARG);
-    CHECK(kb_classify_centroid_rows(pool, dense, (int)x.n_feat, &x, N, topic, 3, &o, cs, &ncs, &ts, &e) == HX_ERR_ARG);
+    CHECK(kb_classify_centroid_rows(pool, NULL, 0, NULL, N, topic, 3, &o, cs, &ncs, &ts, NULL, &e) == HX_ERR_ARG);
+    CHECK(kb_classify_centroid_rows(pool, dense, (int)x.n_feat, &x, N, topic, 3, &o, cs, &ncs, &ts, NULL, &e) == HX_ERR_ARG);
     /* rows without words and without titles */
     kb_tfidf y;
     const char *blank[3] = {"", "...", NULL};

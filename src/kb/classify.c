@@ -279,6 +279,8 @@ typedef struct cjob {
     float *scores;           /* scores_only: (tasks, n_cand) */
     const float *cos_all;    /* (n, n_cand): every row's scores, computed for the fit; NULL: computed per row */
     kb_class *out;
+    kb_class_probs *probs;   /* NULL, or the chosen topics' probabilities per row */
+    const int *probs_cand;   /* probs->topic[k] -> candidate index or -1 */
     double *scratch;         /* (threads, n_cand) */
 } cjob;
 
@@ -348,6 +350,13 @@ static void classify_row(void *ctx, int64_t i, int thread) {
     o->predicted = j->cand_topic[best];
     o->prob = (float)(1.0 / z);
     o->prob_current = own >= 0 ? (float)(exp((double)(cos[own] - mx) / j->temp) / z) : 0.0f;
+    if (j->probs) {
+        float *p = j->probs->p + (size_t)i * j->probs->n_topic;
+        for (int k = 0; k < j->probs->n_topic; k++) {
+            int c = j->probs_cand[k];
+            p[k] = c >= 0 ? (float)(exp((double)(cos[c] - mx) / j->temp) / z) : 0.0f;
+        }
+    }
 }
 
 /* The fit's objective: the mean negative log-likelihood of the own topics
@@ -410,11 +419,12 @@ static int tc_desc(const void *a, const void *b) {
 
 hx_status kb_classify_centroid_rows(hx_pool *pool, const float *vec, int dim, const kb_tfidf *x, size_t n,
                                     const int *topic, int n_topics, const kb_classify_opts *o, kb_class *out,
-                                    int *n_candidates, float *temperature, hx_error *e) {
+                                    int *n_candidates, float *temperature, kb_class_probs *probs, hx_error *e) {
     kb_classify_opts op = o ? *o : kb_classify_defaults();
     *n_candidates = 0;
     if (temperature) *temperature = op.temperature > 0 ? op.temperature : 0.05f;
     for (size_t i = 0; i < n; i++) out[i] = (kb_class){.row = i, .topic = topic[i], .predicted = -1};
+    if (probs) memset(probs->p, 0, sizeof(float) * n * (size_t)(probs->n_topic > 0 ? probs->n_topic : 0));
     if (n == 0 || n_topics <= 0) return HX_OK;
     if (!vec == !x || (x && x->n != n)) return hx_err(e, HX_ERR_ARG, "classify: give dense vectors or TF-IDF rows of n");
     tc *counts = calloc((size_t)n_topics, sizeof *counts);
@@ -436,12 +446,19 @@ hx_status kb_classify_centroid_rows(hx_pool *pool, const float *vec, int dim, co
     int *cand_topic = malloc(sizeof(int) * (size_t)nc), *cnt = malloc(sizeof(int) * (size_t)nc), *cs_c = NULL, *own = NULL;
     double *sum = NULL, *cs_v = NULL, *norm2 = NULL;
     size_t *cs_start = NULL;
-    int *touched = NULL;
+    int *touched = NULL, *probs_cand = NULL;
     float *scores = NULL;
     double *scratch = malloc(sizeof(double) * 2 * (size_t)nc * (size_t)threads);
     hx_status st = HX_OK;
     if (!cand_topic || !cnt || !scratch) goto nomem;
     for (int c = 0; c < nc; c++) { cand_topic[c] = counts[c].topic; cnt[c] = counts[c].count; cand_of[counts[c].topic] = c; }
+    if (probs) {
+        if (!(probs_cand = malloc(sizeof(int) * (size_t)(probs->n_topic + 1)))) goto nomem;
+        for (int k = 0; k < probs->n_topic; k++) {
+            int tp = probs->topic[k];
+            probs_cand[k] = tp >= 0 && tp < n_topics ? cand_of[tp] : -1;
+        }
+    }
     if (vec) {
         if (!(sum = calloc((size_t)nc * (size_t)dim, sizeof *sum))) goto nomem;
         for (size_t i = 0; i < n; i++) {
@@ -501,7 +518,7 @@ hx_status kb_classify_centroid_rows(hx_pool *pool, const float *vec, int dim, co
         cs_start[x->n_feat] = wq;
     }
     cjob j = {vec, dim, x, topic, cand_of, sum, cs_start, cs_c, cs_v, norm2, cnt, nc, cand_topic,
-              op.temperature, 1, NULL, NULL, out, scratch};
+              op.temperature, 1, NULL, NULL, out, probs, probs_cand, scratch};
     if (op.temperature <= 0) {
         /* fit 1/T on a strided sample of rows: bisection on the NLL's slope in log beta */
         size_t stride = ((size_t)nc * n + 3999999) / 4000000;
@@ -555,7 +572,7 @@ nomem:
     st = hx_err(e, HX_ERR_NOMEM, "classify: out of memory");
 done:
     free(counts); free(cand_of); free(cand_topic); free(cnt); free(sum); free(scratch);
-    free(touched); free(cs_c); free(cs_v); free(cs_start); free(norm2); free(scores); free(own);
+    free(touched); free(cs_c); free(cs_v); free(cs_start); free(norm2); free(scores); free(own); free(probs_cand);
     return st;
 }
 
@@ -563,7 +580,7 @@ hx_status kb_classify_centroid(hx_pool *pool, const float *vec, size_t n, int di
                                const kb_classify_opts *o, kb_class *out, int *n_candidates, hx_error *e) {
     kb_classify_opts op = o ? *o : kb_classify_defaults();
     if (op.temperature <= 0) op.temperature = 0.05f;
-    return kb_classify_centroid_rows(pool, vec, dim, NULL, n, topic, n_topics, &op, out, n_candidates, NULL, e);
+    return kb_classify_centroid_rows(pool, vec, dim, NULL, n, topic, n_topics, &op, out, n_candidates, NULL, NULL, e);
 }
 
 static int mis_desc(const void *a, const void *b, void *ctx) {

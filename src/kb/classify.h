@@ -34,7 +34,18 @@ void kb_tfidf_free(kb_tfidf *x);
  * [0.01, 1]; on a strided sample of at most 4M entry x topic scores). Fitting
  * makes --misfiled mean the same for any vector space: the cosines' scale
  * differs between embedders and TF-IDF. *temperature: the one used. */
+/* Beside out (may be NULL): every row's probability of chosen topics, the
+ * same leave-one-out softmax that gives out[i].prob. p (n rows, n_topic) row-
+ * major: p[i * n_topic + k] is row i's probability of topic[k], 0 where that
+ * topic is no candidate. For a caller that combines the centroid's answer
+ * with another classifier's (think.c: with the LLM's). */
+typedef struct kb_class_probs {
+    const int *topic;   /* n_topic topic indices */
+    int n_topic;
+    float *p;           /* (n, n_topic), written */
+} kb_class_probs;
+
 hx_status kb_classify_centroid_rows(hx_pool *pool, const float *vec, int dim, const kb_tfidf *x, size_t n,
                                     const int *topic, int n_topics, const kb_classify_opts *o, kb_class *out,
-                                    int *n_candidates, float *temperature, hx_error *e);
+                                    int *n_candidates, float *temperature, kb_class_probs *probs, hx_error *e);
 #endif

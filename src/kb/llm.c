@@ -129,13 +129,20 @@ static int prompt_tokens(const kb_llm *l, const char *p) {
 /* Classification is prefill only and cannot drop the prompt's head (the topic
  * list is there): a note too long for a sequence, with room for the longest
  * label, keeps fewer of its words (three quarters each try) until it fits. */
-char *kb_llm_prompt_classify(kb_llm *l, const char *title, const char *text, const char *const *labels, int n_labels) {
+char *kb_llm_prompt_classify_about(kb_llm *l, const char *title, const char *text, const char *const *labels,
+                                   const char *const *about, int n_labels) {
     const int room = hx_context_n_ctx_seq(l->ctx) - 32; /* 32: the label's tokens and a margin */
     for (int words = l->o.max_entry_words;; words = words * 3 / 4) {
         sb u = {0};
-        sb_add(&u, "Topics:");
-        for (int i = 0; i < n_labels; i++) sb_add(&u, "%s %s", i ? "," : "", labels[i]);
-        sb_add(&u, "\n\nNote title: ");
+        if (about) {
+            sb_add(&u, "Topics, each with titles of notes filed under it:\n");
+            for (int i = 0; i < n_labels; i++) sb_add(&u, "- %s%s%s\n", labels[i], about[i] ? ": " : "", about[i] ? about[i] : "");
+        } else {
+            sb_add(&u, "Topics:");
+            for (int i = 0; i < n_labels; i++) sb_add(&u, "%s %s", i ? "," : "", labels[i]);
+            sb_add(&u, "\n");
+        }
+        sb_add(&u, "\nNote title: ");
         sb_words(&u, title ? title : "(none)", words < 24 ? words : 24);
         sb_add(&u, "\nNote: ");
         sb_words(&u, text, words);
@@ -146,6 +153,10 @@ char *kb_llm_prompt_classify(kb_llm *l, const char *title, const char *text, con
         if (n >= 0 && n <= room) return p;
         free(p);
     }
+}
+
+char *kb_llm_prompt_classify(kb_llm *l, const char *title, const char *text, const char *const *labels, int n_labels) {
+    return kb_llm_prompt_classify_about(l, title, text, labels, NULL, n_labels);
 }
 
 char *kb_llm_prompt_summary(kb_llm *l, const char *title, const char *text) {

@@ -15,6 +15,7 @@
 #include "core/core.h"
 #include "kb/analyze.h"
 #include "kb/classify.h"
+#include "kb/llm.h"
 
 kb_think_opts kb_think_defaults(void) {
     return (kb_think_opts){.misfiled = 0.8f, .summarize_min_words = 60, .max_labels = 24};
@@ -190,55 +191,261 @@ static hx_status load(think *t, const char *dir, kb_embedder *em, bool need_vec,
     return HX_OK;
 }
 
+/* The probabilities of a cached classification ("p0,p1,..."): false when
+ * absent or not nl numbers. */
+static bool parse_probs(const char *v, float *pr, int nl) {
+    if (!v) return false;
+    int k = 0;
+    for (const char *q = v; k < nl && *q; k++) {
+        char *end;
+        pr[k] = strtof(q, &end);
+        if (end == q) return false;
+        q = *end == ',' ? end + 1 : end;
+    }
+    return k == nl;
+}
+
+/* Bench switches (bench/kb_classify_eval.py), to measure what each part
+ * adds: HX_KB_LLM_BENCH holding "alone" classifies by the calibrated LLM
+ * alone (not combined with the centroid), holding "examples" shows the LLM
+ * the titles of each topic's most central entries beside its name. Not the
+ * default: on the labelled sample KB the LLM alone did better with them, but
+ * the combination did worse (they make its answer follow the same words the
+ * centroid reads) at twice the prompt tokens (bench/RESULTS.md). */
+static bool llm_bench(const char *what) {
+    const char *v = getenv("HX_KB_LLM_BENCH");
+    return v && strstr(v, what);
+}
+
 typedef struct rank { int topic, count; } rank;
 static int rank_desc(const void *a, const void *b) {
     const rank *x = a, *y = b;
     return x->count != y->count ? y->count - x->count : x->topic - y->topic;
 }
 
-/* LLM classification over the largest topics: cls[row] updated where it answers. */
-static hx_status classify_llm(think *t, kb_class *cls, hx_error *e) {
+/* The topics offered to the LLM as labels: the largest, those with at least
+ * two entries, at most max_labels (and cap). Returns how many (label j is
+ * topic label_topic[j]); fewer than 2: nothing to choose between. */
+static int llm_labels(const think *t, int *label_topic, int cap) {
     rank *rk = malloc(sizeof *rk * (size_t)(t->n_topics + 1));
-    if (!rk) return hx_err(e, HX_ERR_NOMEM, "think: out of memory");
+    if (!rk) return 0;
     for (int i = 0; i < t->n_topics; i++) rk[i] = (rank){i, t->topic_count[i]};
     qsort(rk, (size_t)t->n_topics, sizeof *rk, rank_desc);
-    int nl = 0;
-    const char *labels[256];
-    int label_topic[256];
-    int max_l = t->o->max_labels > 0 && t->o->max_labels < 256 ? t->o->max_labels : 24;
-    for (int i = 0; i < t->n_topics && nl < max_l && rk[i].count >= 2; i++) {
-        label_topic[nl] = rk[i].topic;
-        labels[nl++] = t->topics[rk[i].topic];
-    }
+    int nl = 0, max_l = t->o->max_labels > 0 && t->o->max_labels < cap ? t->o->max_labels : (cap < 24 ? cap : 24);
+    for (int i = 0; i < t->n_topics && nl < max_l && rk[i].count >= 2; i++) label_topic[nl++] = rk[i].topic;
     free(rk);
+    return nl;
+}
+
+/* Keys of the label set's own records in llm.bin (KB_LLM_CLASS, a = these,
+ * b = the label set's hash): entry records use entry offsets, never these. */
+#define KEY_ABOUT UINT64_MAX          /* the lines about each label, '\n'-joined */
+#define KEY_CONTENT_FREE (UINT64_MAX - 1)   /* the answer for a content-free note */
+#define ABOUT_TITLES 2                /* titles of central notes shown per label */
+
+/* With HX_KB_LLM_BENCH=examples, the line about each label: the titles of
+ * its ABOUT_TITLES most central entries (closest to their own topic's
+ * leave-one-out centroid), so the model reads what this KB files under a
+ * name, not only the name. Chosen once per
+ * label set and kept in llm.bin: the prompt, and so every cached answer, stays
+ * the same as entries come and go (a deleted example still describes its
+ * topic). Returns the '\n'-joined lines (malloc'ed), NULL when out of memory. */
+static char *label_about(const think *t, const float *central, const int *label_topic, int nl) {
+    size_t cap = 256, n = 0;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    for (int j = 0; j < nl; j++) {
+        size_t best[ABOUT_TITLES];
+        int nb = 0;
+        /* insertion into a short list, best first */
+        for (size_t i = 0; i < t->n; i++) {
+            if (t->topic[i] != label_topic[j] || !ent(t, i)->title || !ent(t, i)->title[0]) continue;
+            int k;
+            if (nb < ABOUT_TITLES) k = nb++;
+            else if (central[i] <= central[best[ABOUT_TITLES - 1]]) continue;
+            else k = ABOUT_TITLES - 1;
+            while (k > 0 && central[best[k - 1]] < central[i]) { best[k] = best[k - 1]; k--; }
+            best[k] = i;
+        }
+        for (int k = 0; k < nb; k++) {
+            const char *ti = ent(t, best[k])->title;
+            size_t need = n + strlen(ti) + 8;
+            if (need > cap) {
+                char *p = realloc(s, cap = need * 2);
+                if (!p) { free(s); return NULL; }
+                s = p;
+            }
+            if (k) { s[n++] = ';'; s[n++] = ' '; }
+            s[n++] = '"';
+            bool space = false;   /* whitespace (newlines included) collapsed: one line per label */
+            int words = 0;        /* at most 12 words of a title: every prompt carries them */
+            for (const char *q = ti; *q; q++) {
+                if (isspace((unsigned char)*q)) { space = true; continue; }
+                if (space && s[n - 1] != '"') {
+                    if (++words >= 12) break;
+                    s[n++] = ' ';
+                }
+                space = false;
+                s[n++] = *q == '"' ? '\'' : *q;
+            }
+            s[n++] = '"';
+        }
+        if (n + 2 > cap) {
+            char *p = realloc(s, cap = n * 2 + 2);
+            if (!p) { free(s); return NULL; }
+            s = p;
+        }
+        if (j + 1 < nl) s[n++] = '\n';
+    }
+    s[n] = 0;
+    return s;
+}
+
+/* The product of the two classifiers' distributions, each raised to a weight:
+ *   q_ij ∝ p_llm_ij^a * p_centroid_ij^b,   a, b >= 0,
+ * with (a, b) maximizing the mean log q of the entries' own (filed) topics.
+ * The centroid's probabilities are leave-one-out and the LLM never sees the
+ * filed topics, so this is a likelihood on held-out answers: the weights say
+ * how far each classifier is to be trusted on this KB (a useless LLM gets
+ * a = 0 and the centroid's answer back), and their scale calibrates q as
+ * the centroid's fitted temperature does. The objective is concave in (a, b)
+ * (a log-linear model): Newton steps, halved until it improves, kept in
+ * [0, 100]^2. x, y: (n, nl) log-probabilities; own[i]: the label of row i's
+ * topic, -1 to leave the row out of the fit. */
+static double mix_nll(const float *x, const float *y, const int *own, size_t n, int nl, double a, double b,
+                      double g[2], double h[3]) {
+    double f = 0, used = 0;
+    if (g) g[0] = g[1] = 0;
+    if (h) h[0] = h[1] = h[2] = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (own[i] < 0) continue;
+        const float *xi = x + i * (size_t)nl, *yi = y + i * (size_t)nl;
+        double mx = -DBL_MAX;
+        for (int j = 0; j < nl; j++) mx = fmax(mx, a * xi[j] + b * yi[j]);
+        double z = 0, ex = 0, ey = 0, exx = 0, exy = 0, eyy = 0;
+        for (int j = 0; j < nl; j++) {
+            double p = exp(a * xi[j] + b * yi[j] - mx);
+            z += p; ex += p * xi[j]; ey += p * yi[j];
+            exx += p * xi[j] * xi[j]; exy += p * xi[j] * yi[j]; eyy += p * yi[j] * yi[j];
+        }
+        ex /= z; ey /= z; exx /= z; exy /= z; eyy /= z;
+        f += mx + log(z) - (a * xi[own[i]] + b * yi[own[i]]);
+        if (g) { g[0] += ex - xi[own[i]]; g[1] += ey - yi[own[i]]; }
+        if (h) { h[0] += exx - ex * ex; h[1] += exy - ex * ey; h[2] += eyy - ey * ey; }
+        used++;
+    }
+    if (used > 0) {
+        f /= used;
+        if (g) { g[0] /= used; g[1] /= used; }
+        if (h) { h[0] /= used; h[1] /= used; h[2] /= used; }
+    }
+    return f;
+}
+
+static void fit_mix(const float *x, const float *y, const int *own, size_t n, int nl, double *wa, double *wb) {
+    double a = 1, b = 1, g[2], h[3];
+    double f = mix_nll(x, y, own, n, nl, a, b, g, h);
+    for (int it = 0; it < 100; it++) {
+        /* Newton direction on the convex NLL: d = -H^-1 g (a ridge keeps H invertible) */
+        double h0 = h[0] + 1e-9, h2 = h[2] + 1e-9, det = h0 * h2 - h[1] * h[1];
+        double da = det > 0 ? -(h2 * g[0] - h[1] * g[1]) / det : -g[0];
+        double db = det > 0 ? -(h0 * g[1] - h[1] * g[0]) / det : -g[1];
+        bool moved = false;
+        for (double s = 1; s > 1e-6; s /= 2) {
+            double na = fmin(fmax(a + s * da, 0), 100), nb = fmin(fmax(b + s * db, 0), 100);
+            double nf = mix_nll(x, y, own, n, nl, na, nb, NULL, NULL);
+            if (nf < f - 1e-12) {
+                moved = fabs(na - a) + fabs(nb - b) > 1e-9;
+                a = na; b = nb; f = nf;
+                break;
+            }
+        }
+        if (!moved) break;
+        f = mix_nll(x, y, own, n, nl, a, b, g, h);
+    }
+    *wa = a;
+    *wb = b;
+}
+
+/* LLM classification over the largest topics (labels), combined with the
+ * centroid's: cls[row] updated where the LLM answers. cprob: the centroid's
+ * leave-one-out probabilities of the labels (n, nl); central: each row's
+ * probability of its own topic (which entries are typical of a topic). mix:
+ * the fitted weights, then the mean negative log-likelihoods of the filed
+ * topics under the LLM alone, the centroid alone and the combination; *about_out: the lines about the labels,
+ * '\0'-separated (malloc'ed, NULL without labels). */
+static hx_status classify_llm(think *t, kb_class *cls, const float *central, const float *cprob,
+                              const int *label_topic, int nl, double mix[5], char **about_out, hx_error *e) {
+    mix[0] = 1;
+    mix[1] = mix[2] = mix[3] = mix[4] = 0;
+    *about_out = NULL;
     if (nl < 2) return HX_OK;
+    const char *labels[256];
+    for (int j = 0; j < nl; j++) labels[j] = t->topics[label_topic[j]];
     uint64_t lset = FNV0;
     for (int i = 0; i < nl; i++) lset = fnv_str(labels[i], fnv_str("\x1f", lset));
-    /* ask about the entries the cache lacks */
     size_t np = 0;
     char **prompts = malloc(sizeof *prompts * (t->n + 1));
     size_t *rows = malloc(sizeof *rows * (t->n + 1));
     float *probs = malloc(sizeof(float) * 64 * (size_t)nl);
+    float *lx = malloc(sizeof(float) * (t->n + 1) * (size_t)nl), *ly = malloc(sizeof(float) * (t->n + 1) * (size_t)nl);
+    int *own = malloc(sizeof(int) * (t->n + 1));
+    char *about_text = NULL;
+    const char *about[256];
     hx_status st = HX_OK;
-    if (!prompts || !rows || !probs) { st = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto done; }
+    if (!prompts || !rows || !probs || !lx || !ly || !own) { st = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto done; }
+    /* the lines about the labels: this label set's, from llm.bin, else chosen now */
+    bool names = !llm_bench("examples");
+    const char *cached = names ? "" : kb_llm_cache_get(&t->cache, KB_LLM_CLASS, KEY_ABOUT, lset);
+    about_text = names ? calloc((size_t)nl + 1, 1)   /* nl empty lines, '\0'-separated */
+                 : cached ? strdup(cached) : label_about(t, central, label_topic, nl);
+    if (!about_text) { st = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto done; }
+    if (!cached && (st = kb_llm_cache_put(&t->cache, KB_LLM_CLASS, KEY_ABOUT, lset, about_text, e))) goto done;
+    if (names) {
+        for (int j = 0; j < nl; j++) about[j] = "";
+    } else {
+        int k = 0;
+        about[k++] = about_text;
+        for (char *q = about_text; *q && k <= nl; q++)
+            if (*q == '\n') { *q = 0; if (k < 256) about[k] = q + 1; k++; }
+        if (k != nl) { st = hx_err(e, HX_ERR_FORMAT, "think: llm.bin's topic lines do not match the topics"); goto done; }
+        /* the answers depend on the labels and the lines about them */
+        for (int j = 0; j < nl; j++) lset = fnv_str(about[j], fnv_str("\x1e", lset));
+    }
+    const char *const *shown = names ? NULL : about;
+    /* ask about the entries the cache lacks */
     for (size_t i = 0; i < t->n; i++) {
         const kb_entry *en = ent(t, i);
         if (kb_llm_cache_get(&t->cache, KB_LLM_CLASS, en->offset, en->hash ^ lset)) continue;
         rows[np] = i;
-        if (!(prompts[np++] = kb_llm_prompt_classify(t->o->llm, en->title, en->text, labels, nl))) {
+        if (!(prompts[np++] = kb_llm_prompt_classify_about(t->o->llm, en->title, en->text, labels, shown, nl))) {
             np--;
             st = hx_err(e, HX_ERR_NOMEM, "think: cannot build a prompt");
             goto done;
         }
+    }
+    /* contextual calibration (Zhao et al., 2021): the label distribution for a
+     * content-free note measures the model's prior for each label's tokens;
+     * every answer is divided by it, so a label that small models favour
+     * whatever the note says does not swallow the others. Asked once per
+     * label set, kept in llm.bin with the answers. */
+    if (!kb_llm_cache_get(&t->cache, KB_LLM_CLASS, KEY_CONTENT_FREE, lset)) {
+        prompts[np] = kb_llm_prompt_classify_about(t->o->llm, "N/A", "N/A", labels, shown, nl);
+        if (!prompts[np]) { st = hx_err(e, HX_ERR_NOMEM, "think: cannot build a prompt"); goto done; }
+        rows[np++] = SIZE_MAX;
     }
     for (size_t b0 = 0; b0 < np && !st; b0 += 64) {
         int nb = np - b0 < 64 ? (int)(np - b0) : 64;
         if ((st = kb_llm_classify(t->o->llm, (const char *const *)prompts + b0, nb, labels, nl, probs, e))) break;
         for (int k = 0; k < nb && !st; k++) {
             const float *pr = probs + (size_t)k * nl;
-            char val[64 * 32 + 16];
+            char val[256 * 16 + 16];
             size_t len = 0;
-            for (int j = 0; j < nl; j++) len += (size_t)snprintf(val + len, sizeof val - len, "%s%.6f", j ? "," : "", pr[j]);
+            for (int j = 0; j < nl; j++) len += (size_t)snprintf(val + len, sizeof val - len, "%s%.6g", j ? "," : "", pr[j]);
+            if (rows[b0 + k] == SIZE_MAX) {
+                st = kb_llm_cache_put(&t->cache, KB_LLM_CLASS, KEY_CONTENT_FREE, lset, val, e);
+                continue;
+            }
             const kb_entry *en = ent(t, rows[b0 + k]);
             st = kb_llm_cache_put(&t->cache, KB_LLM_CLASS, en->offset, en->hash ^ lset, val, e);
         }
@@ -246,45 +453,61 @@ static hx_status classify_llm(think *t, kb_class *cls, hx_error *e) {
         if (!st) st = save_cache(t, e);
         if (t->o->progress) fprintf(stderr, "llm: classified %zu/%zu\n", b0 + (size_t)nb, np);
     }
-    /* contextual calibration (Zhao et al., 2021): the label distribution for a
-     * content-free note measures the model's prior for each label's tokens;
-     * every answer is divided by it and renormalized, so a label that small
-     * models favour whatever the note says does not swallow the others */
+    if (st) goto done;
     float cf[256];
-    for (int j = 0; j < nl; j++) cf[j] = 1.0f;
-    if (!st) {
-        char *cfp = kb_llm_prompt_classify(t->o->llm, "N/A", "N/A", labels, nl);
-        if (!cfp) st = hx_err(e, HX_ERR_NOMEM, "think: cannot build a prompt");
-        else st = kb_llm_classify(t->o->llm, (const char *const *)&cfp, 1, labels, nl, cf, e);
-        free(cfp);
-        for (int j = 0; j < nl; j++) if (!(cf[j] > 1e-30f)) cf[j] = 1e-30f;
-    }
-    /* every entry from the cache */
-    for (size_t i = 0; i < t->n && !st; i++) {
+    if (!parse_probs(kb_llm_cache_get(&t->cache, KB_LLM_CLASS, KEY_CONTENT_FREE, lset), cf, nl))
+        for (int j = 0; j < nl; j++) cf[j] = 1.0f;
+    /* log-probabilities of both classifiers per row (-1 in own: no LLM answer) */
+    int in_centroid[256];
+    for (int j = 0; j < nl; j++) in_centroid[j] = 0;
+    for (size_t i = 0; i < t->n; i++)
+        for (int j = 0; j < nl; j++) in_centroid[j] |= cprob[i * (size_t)nl + j] > 0;
+    int nin = 0;
+    for (int j = 0; j < nl; j++) nin += in_centroid[j] != 0;
+    for (size_t i = 0; i < t->n; i++) {
         const kb_entry *en = ent(t, i);
-        const char *v = kb_llm_cache_get(&t->cache, KB_LLM_CLASS, en->offset, en->hash ^ lset);
-        if (!v) continue;
         float pr[256];
-        int k = 0;
-        for (const char *q = v; k < nl && *q; k++) {
-            char *end;
-            pr[k] = strtof(q, &end);
-            q = *end == ',' ? end + 1 : end;
-        }
-        if (k != nl) continue;   /* an answer for another label set: ignored */
+        own[i] = -1;
+        if (!parse_probs(kb_llm_cache_get(&t->cache, KB_LLM_CLASS, en->offset, en->hash ^ lset), pr, nl)) continue;
         double z = 0;
-        for (int j = 0; j < nl; j++) z += pr[j] / cf[j];
-        for (int j = 0; j < nl; j++) pr[j] = z > 0 ? (float)(pr[j] / cf[j] / z) : pr[j];
+        for (int j = 0; j < nl; j++) z += pr[j] / fmaxf(cf[j], 1e-30f);
+        for (int j = 0; j < nl; j++) {
+            /* floors keep a zero from vetoing a label outright */
+            lx[i * (size_t)nl + j] = (float)log(fmax(z > 0 ? pr[j] / fmaxf(cf[j], 1e-30f) / z : 1.0 / nl, 1e-9));
+            /* a label the centroid does not rank (too few members): no opinion */
+            double pc = in_centroid[j] ? cprob[i * (size_t)nl + j] : 1.0 / (nin > 0 ? nin : nl);
+            ly[i * (size_t)nl + j] = (float)log(fmax(pc, 1e-9));
+        }
+        own[i] = nl;   /* answered; the label of its topic below, or none */
+        for (int j = 0; j < nl; j++) if (label_topic[j] == t->topic[i]) own[i] = j;
+    }
+    /* the fit reads the rows whose topic is a label */
+    int *fit_own = malloc(sizeof(int) * (t->n + 1));
+    if (!fit_own) { st = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto done; }
+    for (size_t i = 0; i < t->n; i++) fit_own[i] = own[i] < nl ? own[i] : -1;
+    if (llm_bench("alone")) { mix[0] = 1; mix[1] = 0; }
+    else fit_mix(lx, ly, fit_own, t->n, nl, &mix[0], &mix[1]);
+    mix[2] = mix_nll(lx, ly, fit_own, t->n, nl, 1, 0, NULL, NULL);
+    mix[3] = mix_nll(lx, ly, fit_own, t->n, nl, 0, 1, NULL, NULL);
+    mix[4] = mix_nll(lx, ly, fit_own, t->n, nl, mix[0], mix[1], NULL, NULL);
+    free(fit_own);
+    for (size_t i = 0; i < t->n; i++) {
+        if (own[i] < 0) continue;
+        const float *xi = lx + i * (size_t)nl, *yi = ly + i * (size_t)nl;
+        double s[256], mx = -DBL_MAX, z = 0;
+        for (int j = 0; j < nl; j++) { s[j] = mix[0] * xi[j] + mix[1] * yi[j]; mx = fmax(mx, s[j]); }
+        for (int j = 0; j < nl; j++) z += exp(s[j] - mx);
         int best = 0;
-        for (int j = 1; j < nl; j++) if (pr[j] > pr[best]) best = j;
+        for (int j = 1; j < nl; j++) if (s[j] > s[best]) best = j;
         cls[i].predicted = label_topic[best];
-        cls[i].prob = pr[best];
-        cls[i].prob_current = 0;
-        for (int j = 0; j < nl; j++) if (label_topic[j] == t->topic[i]) cls[i].prob_current = pr[j];
+        cls[i].prob = (float)(exp(s[best] - mx) / z);
+        cls[i].prob_current = own[i] < nl ? (float)(exp(s[own[i]] - mx) / z) : 0.0f;
     }
 done:
     for (size_t i = 0; prompts && i < np; i++) free(prompts[i]);
-    free(prompts); free(rows); free(probs);
+    free(prompts); free(rows); free(probs); free(lx); free(ly); free(own);
+    if (st) free(about_text);
+    else *about_out = about_text;
     return st;
 }
 
@@ -441,7 +664,10 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     cJSON *root = NULL;
     kb_class *cls = NULL;
     size_t *mis = NULL;
-    float *central = NULL;
+    float *central = NULL, *cprob = NULL;
+    int label_topic[256], nl = 0;
+    double mix[5] = {1, 0, 0, 0, 0};
+    char *about = NULL;
     if (!s && (s = hx_read_file(ipath, &json, &jn, e)) == HX_OK && !(root = cJSON_ParseWithLength(json, jn)))
         s = hx_err(e, HX_ERR_FORMAT, "%s: not valid JSON (run a pass first)", ipath);
     st->load_seconds = hx_now_s() - t0;
@@ -456,6 +682,13 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     mis = malloc(sizeof *mis * (t.n + 1));
     int nc = 0;
     if (!cls || !mis) { s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
+    /* with an LLM, the centroid's probabilities of its labels too (combined below) */
+    if (o->llm && (nl = llm_labels(&t, label_topic, 256)) >= 2 &&
+        !(cprob = calloc((t.n + 1) * (size_t)nl, sizeof *cprob))) {
+        s = hx_err(e, HX_ERR_NOMEM, "think: out of memory");
+        goto out;
+    }
+    kb_class_probs cp = {label_topic, nl, cprob};
     kb_classify_opts co = kb_classify_defaults();
     co.temperature = 0;   /* fitted to the KB (classify.h) */
     float temp = 0;
@@ -474,12 +707,12 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
         for (size_t i = 0; i < t.n && !s; i++) { ti[i] = ent(&t, i)->title; tx[i] = ent(&t, i)->text; }
         if (!s && !(s = kb_tfidf_build(pool, ti, tx, t.n, &x, e))) {
             st->tfidf_seconds = hx_now_s() - tc;
-            s = kb_classify_centroid_rows(pool, NULL, 0, &x, t.n, t.topic, t.n_topics, &co, cls, &nc, &temp, e);
+            s = kb_classify_centroid_rows(pool, NULL, 0, &x, t.n, t.topic, t.n_topics, &co, cls, &nc, &temp, cprob ? &cp : NULL, e);
             kb_tfidf_free(&x);
         }
         free(ti); free(tx);
     } else {
-        s = kb_classify_centroid_rows(pool, t.vec, t.dim, NULL, t.n, t.topic, t.n_topics, &co, cls, &nc, &temp, e);
+        s = kb_classify_centroid_rows(pool, t.vec, t.dim, NULL, t.n, t.topic, t.n_topics, &co, cls, &nc, &temp, cprob ? &cp : NULL, e);
     }
     st->classify_seconds = hx_now_s() - tc;
     if (s) goto out;
@@ -490,8 +723,8 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     if (!central) { s = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto out; }
     for (size_t i = 0; i < t.n; i++) central[i] = cls[i].prob_current;
     if (o->llm) {
-        if ((s = classify_llm(&t, cls, e))) goto out;
-        method = "llm";
+        if ((s = classify_llm(&t, cls, central, cprob, label_topic, nl, mix, &about, e))) goto out;
+        method = "llm";   /* combined with the centroid's: llm_classifier's weights say how */
     }
     double tw = hx_now_s();
     char *ctext = classifications_text(&t, cls, &st->classified);
@@ -505,6 +738,29 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
     cJSON_AddItemToObject(root, "misfiled", ma);
     cJSON_DeleteItemFromObject(root, "classifier");
     cJSON_AddStringToObject(root, "classifier", method);
+    cJSON_DeleteItemFromObject(root, "llm_classifier");
+    if (about) {
+        /* what the LLM was shown about each topic, the weights of its answer and
+         * the centroid's in the combination (fitted on the filed topics), and
+         * each one's mean negative log-likelihood of the filed topics */
+        cJSON *lc = cJSON_CreateObject(), *tl = cJSON_CreateArray();
+        cJSON_AddNumberToObject(lc, "weight_llm", round(mix[0] * 1e4) / 1e4);
+        cJSON_AddNumberToObject(lc, "weight_centroid", round(mix[1] * 1e4) / 1e4);
+        cJSON *nll = cJSON_CreateObject();
+        cJSON_AddNumberToObject(nll, "llm", round(mix[2] * 1e4) / 1e4);
+        cJSON_AddNumberToObject(nll, "centroid", round(mix[3] * 1e4) / 1e4);
+        cJSON_AddNumberToObject(nll, "combined", round(mix[4] * 1e4) / 1e4);
+        cJSON_AddItemToObject(lc, "nll", nll);
+        const char *q = about;
+        for (int j = 0; j < nl; j++, q += strlen(q) + 1) {
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddStringToObject(c, "topic", t.topics[label_topic[j]]);
+            if (*q) cJSON_AddStringToObject(c, "examples", q);
+            cJSON_AddItemToArray(tl, c);
+        }
+        cJSON_AddItemToObject(lc, "topics", tl);
+        cJSON_AddItemToObject(root, "llm_classifier", lc);
+    }
     cJSON_DeleteItemFromObject(root, "centroid_space");
     cJSON_DeleteItemFromObject(root, "centroid_temperature");
     if (nc > 0) {
@@ -765,7 +1021,7 @@ out:
     if (!s && o->progress)
         fprintf(stderr, "think: %zu rows, %.3f s: load %.3f s, classify %.3f s (TF-IDF rows %.3f s), write %.3f s\n",
                 t.n, st->seconds, st->load_seconds, st->classify_seconds, st->tfidf_seconds, st->write_seconds);
-    free(central);
+    free(central); free(cprob); free(about);
     free(cls);
     free(mis);
     cJSON_Delete(root);
