@@ -77,9 +77,9 @@ def main():
     ap.add_argument("--llm-model")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--llm-alone", action="store_true",
-                    help="the LLM's calibrated answer alone, not combined with the centroid (HX_KB_LLM_BENCH)")
+                    help="the LLM's calibrated answer alone, not combined with the centroid (one-shot --llm-alone)")
     ap.add_argument("--examples", action="store_true",
-                    help="show the LLM titles of each topic's most central entries beside its name (HX_KB_LLM_BENCH)")
+                    help="show the LLM titles of each topic's most central entries beside its name (--llm-label-examples)")
     ap.add_argument("--keep", metavar="DIR",
                     help="run in DIR (a copy of examples/kb made there when it has no data.log) and keep it: "
                          "its llm.bin answers the next run with the same model and prompts")
@@ -91,9 +91,9 @@ def main():
         if not os.path.exists(os.path.join(d, "data.log")):
             shutil.copy(os.path.join(ROOT, "examples", "kb", "data.log"), d)
         cmd = [a.bin, "one-shot", d, "-q"] + (["--embed-model", a.embed_model] if a.embed_model else []) \
-            + (["--llm-model", a.llm_model] if llm else []) + a.extra
-        env = dict(os.environ, HX_KB_LLM_BENCH=" ".join(w for w, on in (("alone", a.llm_alone), ("examples", a.examples)) if on))
-        subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env)
+            + (["--llm-model", a.llm_model] if llm else []) + a.extra \
+            + (["--llm-alone"] if llm and a.llm_alone else []) + (["--llm-label-examples"] if llm and a.examples else [])
+        subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         return json.load(open(os.path.join(d, "insights.json")))
     with tempfile.TemporaryDirectory() as tmp:
         # with an LLM, the pass without it too (seconds): the baseline on the same entries

@@ -488,6 +488,10 @@ typedef struct kb_think_opts {
     int summarize_min_words;     /* default 60 */
     int max_labels;              /* the largest topics offered to the LLM, default 24 */
     bool progress;               /* a line per LLM batch on stderr */
+    /* for measuring what each part of the LLM classifier adds (bench/kb_classify_eval.py): */
+    bool llm_alone;              /* classify by the calibrated LLM alone, not combined with the centroid */
+    bool llm_label_examples;     /* show the LLM the titles of each label's most central entries beside
+                                    its name (better alone, worse combined: bench/RESULTS.md) */
 } kb_think_opts;
 
 kb_think_opts kb_think_defaults(void);

@@ -205,18 +205,6 @@ static bool parse_probs(const char *v, float *pr, int nl) {
     return k == nl;
 }
 
-/* Bench switches (bench/kb_classify_eval.py), to measure what each part
- * adds: HX_KB_LLM_BENCH holding "alone" classifies by the calibrated LLM
- * alone (not combined with the centroid), holding "examples" shows the LLM
- * the titles of each topic's most central entries beside its name. Not the
- * default: on the labelled sample KB the LLM alone did better with them, but
- * the combination did worse (they make its answer follow the same words the
- * centroid reads) at twice the prompt tokens (bench/RESULTS.md). */
-static bool llm_bench(const char *what) {
-    const char *v = getenv("HX_KB_LLM_BENCH");
-    return v && strstr(v, what);
-}
-
 typedef struct rank { int topic, count; } rank;
 static int rank_desc(const void *a, const void *b) {
     const rank *x = a, *y = b;
@@ -243,7 +231,7 @@ static int llm_labels(const think *t, int *label_topic, int cap) {
 #define KEY_CONTENT_FREE (UINT64_MAX - 1)   /* the answer for a content-free note */
 #define ABOUT_TITLES 2                /* titles of central notes shown per label */
 
-/* With HX_KB_LLM_BENCH=examples, the line about each label: the titles of
+/* With o->llm_label_examples, the line about each label: the titles of
  * its ABOUT_TITLES most central entries (closest to their own topic's
  * leave-one-out centroid), so the model reads what this KB files under a
  * name, not only the name. Chosen once per
@@ -395,7 +383,7 @@ static hx_status classify_llm(think *t, kb_class *cls, const float *central, con
     hx_status st = HX_OK;
     if (!prompts || !rows || !probs || !lx || !ly || !own) { st = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto done; }
     /* the lines about the labels: this label set's, from llm.bin, else chosen now */
-    bool names = !llm_bench("examples");
+    bool names = !t->o->llm_label_examples;
     const char *cached = names ? "" : kb_llm_cache_get(&t->cache, KB_LLM_CLASS, KEY_ABOUT, lset);
     about_text = names ? calloc((size_t)nl + 1, 1)   /* nl empty lines, '\0'-separated */
                  : cached ? strdup(cached) : label_about(t, central, label_topic, nl);
@@ -485,7 +473,7 @@ static hx_status classify_llm(think *t, kb_class *cls, const float *central, con
     int *fit_own = malloc(sizeof(int) * (t->n + 1));
     if (!fit_own) { st = hx_err(e, HX_ERR_NOMEM, "think: out of memory"); goto done; }
     for (size_t i = 0; i < t->n; i++) fit_own[i] = own[i] < nl ? own[i] : -1;
-    if (llm_bench("alone")) { mix[0] = 1; mix[1] = 0; }
+    if (t->o->llm_alone) { mix[0] = 1; mix[1] = 0; }
     else fit_mix(lx, ly, fit_own, t->n, nl, &mix[0], &mix[1]);
     mix[2] = mix_nll(lx, ly, fit_own, t->n, nl, 1, 0, NULL, NULL);
     mix[3] = mix_nll(lx, ly, fit_own, t->n, nl, 0, 1, NULL, NULL);

@@ -21,6 +21,8 @@ void kb_cli_usage(FILE *f, const char *cmd, bool daemon) {
                "  --llm-device D    auto (default), cpu or cuda\n"
                "  --misfiled X      report entries predicted elsewhere with probability > X (0.8)\n"
                "  --summarize-min-words N   summarize entries longer than N words (60)\n"
+               "  --llm-alone               (measuring) topics by the LLM alone, not combined with the centroid\n"
+               "  --llm-label-examples      (measuring) the LLM sees each topic's two most central titles\n"
                "  --allpairs-device D   auto (default: cuda when built in, a GPU is usable and the pass is\n"
                "                    large), cpu or cuda: where entry pairs are compared (same insights)\n"
                "  --no-think        only the pass: no classification, patterns or LLM stage\n"
@@ -75,6 +77,8 @@ int kb_cli_parse(kb_cli *c, int argc, char **argv, const char *cmd, bool daemon)
                  (!strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"))) { c->allpairs_device = v; i++; }
         else if (!strcmp(a, "--misfiled") && v && num(v, 0, 1, &x)) { c->misfiled = (float)x; i++; }
         else if (!strcmp(a, "--summarize-min-words") && v && num(v, 0, 1e6, &x)) { c->summarize_min_words = (int)x; i++; }
+        else if (!strcmp(a, "--llm-alone")) c->llm_alone = true;
+        else if (!strcmp(a, "--llm-label-examples")) c->llm_label_examples = true;
         else if (daemon && !strcmp(a, "--interval") && v && num(v, 0.05, 86400, &x)) { c->interval = x; i++; }
         else if (daemon && !strcmp(a, "--pidfile") && v) { c->pidfile = v; i++; }
         else if (daemon && !strcmp(a, "--once")) c->once = true;
@@ -149,5 +153,7 @@ kb_think_opts kb_cli_think_opts(const kb_cli *c, kb_llm *llm) {
     t.misfiled = c->misfiled;
     t.summarize_min_words = c->summarize_min_words;
     t.progress = !c->quiet;
+    t.llm_alone = c->llm_alone;
+    t.llm_label_examples = c->llm_label_examples;
     return t;
 }

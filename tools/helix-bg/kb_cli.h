@@ -18,6 +18,7 @@ typedef struct kb_cli {
     const char *llm_device;    /* auto, cpu, cuda */
     float misfiled;            /* probability above which a differing prediction is reported */
     int summarize_min_words;
+    bool llm_alone, llm_label_examples; /* kb_think_opts' measuring switches */
     bool no_think;             /* skip classification / patterns / LLM stage */
     const char *allpairs_device; /* auto, cpu, cuda: where entry pairs are compared */
 } kb_cli;
