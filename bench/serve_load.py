@@ -15,7 +15,11 @@ per level for bench/results.jsonl.
 usage: serve_load.py --port 8080 [--host 127.0.0.1] [--concurrency 1,8,32,128]
                      [--requests 0] [--seconds 20] [--prompt-words 100]
                      [--max-tokens 128] [--engine helix] [--model NAME] [--label L]
-                     [--jsonl FILE] [--commit C] [--device D]
+                     [--jsonl FILE] [--commit C] [--device D] [--settings S] [--warmup]
+
+--warmup first runs, unrecorded, one request per stream of the largest level
+with 8 tokens each (CUDA graphs captured, slots touched) before the levels.
+bench/serve_peer.sh runs this against helix-bg serve and llama-server in turn.
 """
 import argparse
 import asyncio
@@ -115,10 +119,11 @@ async def one_request(host, port, body, api_key):
     return ttft, itl, usage[0] if usage[0] is not None else len(times)
 
 
-async def level(args, conc):
+async def level(args, conc, warmup=False):
     rnd = random.Random(1234 + conc)
     deadline = time.perf_counter() + args.seconds
-    budget = [args.requests if args.requests > 0 else 1 << 30]
+    budget = [conc if warmup else args.requests if args.requests > 0 else 1 << 30]
+    max_tokens = 8 if warmup else args.max_tokens
     ttfts, itls, ntok, errors = [], [], [0], []
     started = time.perf_counter()
 
@@ -126,7 +131,7 @@ async def level(args, conc):
         while time.perf_counter() < deadline and budget[0] > 0:
             budget[0] -= 1
             prompt = " ".join(rnd.choice(WORDS) for _ in range(args.prompt_words))
-            body = {"prompt": prompt, "max_tokens": args.max_tokens, "stream": True,
+            body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True,
                     "temperature": 0, "ignore_eos": True,
                     "stream_options": {"include_usage": True}}
             if args.model:
@@ -142,6 +147,8 @@ async def level(args, conc):
             ntok[0] += n
 
     await asyncio.gather(*(worker(w) for w in range(conc)))
+    if warmup:
+        return {"requests": len(ttfts), "errors": len(errors), "first_error": errors[0] if errors else ""}
     wall = time.perf_counter() - started
     return {"concurrency": conc, "requests": len(ttfts), "errors": len(errors), "first_error": errors[0] if errors else "",
             "wall_s": wall, "req_per_s": len(ttfts) / wall, "tokens_per_s": ntok[0] / wall,
@@ -166,6 +173,8 @@ def main():
     ap.add_argument("--label", default="", help="the model's name in the results (default: --model)")
     ap.add_argument("--device", default="")
     ap.add_argument("--commit", default="")
+    ap.add_argument("--settings", default="", help="the server's settings, recorded in each row")
+    ap.add_argument("--warmup", action="store_true", help="unrecorded requests first (see above)")
     ap.add_argument("--jsonl", default="")
     args = ap.parse_args()
     try:
@@ -173,6 +182,11 @@ def main():
     except ValueError:
         ap.error(f"--concurrency: '{args.concurrency}' is not a list of integers")
     out = open(args.jsonl, "a") if args.jsonl else None
+    if args.warmup:
+        w = asyncio.run(level(args, max(levels), warmup=True))
+        print(f"warmup: {w['requests']} requests, {w['errors']} errors", flush=True)
+        if w["errors"]:
+            print(f"  first error: {w['first_error'][:200]}", file=sys.stderr)
     print(f"{'engine':<12}{'conc':>5}{'req':>6}{'err':>5}{'req/s':>8}{'tok/s':>9}{'ttft p50':>10}{'p99':>9}"
           f"{'itl p50':>9}{'p99':>8}{'tok/req':>8}  (ms)")
     for c in levels:
@@ -185,6 +199,8 @@ def main():
             row = {"date": time.strftime("%Y-%m-%d"), "commit": args.commit, "device": args.device, "engine": args.engine,
                    "model": args.label or args.model, "mix": f"serve-load p{args.prompt_words}w g{args.max_tokens}",
                    "test": "serve_load", "tokens_per_s": round(r["tokens_per_s"], 1), "concurrency": c}
+            if args.settings:
+                row["settings"] = args.settings
             row.update({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k not in ("first_error",)})
             out.write(json.dumps(row) + "\n")
     if out:
