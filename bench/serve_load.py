@@ -9,8 +9,9 @@ Per concurrency level it reports requests/s, generated tokens/s (the server's
 usage count, asked with stream_options.include_usage), time to first token
 (TTFT) p50/p99 and inter-token latency (ITL: gaps between streamed text
 chunks) p50/p99, and the mean tokens per request (a prompt that leaves a slot
-too little room ends early with finish_reason "length"), as a table and, with --jsonl FILE, one line
-per level for bench/results.jsonl.
+too little room ends early with finish_reason "length") and prompt tokens per
+request (both servers' usage: the same prompts must tokenize alike), as a
+table and, with --jsonl FILE, one line per level for bench/results.jsonl.
 
 usage: serve_load.py --port 8080 [--host 127.0.0.1] [--concurrency 1,8,32,128]
                      [--requests 0] [--seconds 20] [--prompt-words 100]
@@ -66,7 +67,7 @@ async def one_request(host, port, body, api_key):
         if line.lower().startswith(b"transfer-encoding:") and b"chunked" in line.lower():
             chunked = True
     times = []
-    usage = [None]  # completion_tokens from the final chunk (stream_options.include_usage)
+    usage = [None, None]  # completion_tokens, prompt_tokens from the final chunk (stream_options.include_usage)
     buf = b""
     done = False
 
@@ -106,6 +107,7 @@ async def one_request(host, port, body, api_key):
                     continue
                 if isinstance(j.get("usage"), dict) and j["usage"].get("completion_tokens") is not None:
                     usage[0] = int(j["usage"]["completion_tokens"])
+                    usage[1] = j["usage"].get("prompt_tokens")
                 ch = j.get("choices") or []
                 if ch and (ch[0].get("text") or (ch[0].get("delta") or {}).get("content")):
                     times.append(now)
@@ -116,7 +118,7 @@ async def one_request(host, port, body, api_key):
     itl = [b - a for a, b in zip(times, times[1:])]
     # tokens: the server's count when it sent usage; else the chunks with text (a
     # token whose bytes are held back as an incomplete character sends no chunk)
-    return ttft, itl, usage[0] if usage[0] is not None else len(times)
+    return ttft, itl, usage[0] if usage[0] is not None else len(times), usage[1]
 
 
 async def level(args, conc, warmup=False):
@@ -124,7 +126,7 @@ async def level(args, conc, warmup=False):
     deadline = time.perf_counter() + args.seconds
     budget = [conc if warmup else args.requests if args.requests > 0 else 1 << 30]
     max_tokens = 8 if warmup else args.max_tokens
-    ttfts, itls, ntok, errors = [], [], [0], []
+    ttfts, itls, ntok, errors, ptok = [], [], [0], [], []
     started = time.perf_counter()
 
     async def worker(w):
@@ -137,7 +139,7 @@ async def level(args, conc, warmup=False):
             if args.model:
                 body["model"] = args.model
             try:
-                t, i, n = await one_request(args.host, args.port, body, args.api_key)
+                t, i, n, p = await one_request(args.host, args.port, body, args.api_key)
             except Exception as ex:  # noqa: BLE001 — counted and reported
                 errors.append(str(ex))
                 await asyncio.sleep(0.05)
@@ -145,6 +147,8 @@ async def level(args, conc, warmup=False):
             ttfts.append(t)
             itls.extend(i)
             ntok[0] += n
+            if p is not None:
+                ptok.append(int(p))
 
     await asyncio.gather(*(worker(w) for w in range(conc)))
     if warmup:
@@ -155,7 +159,8 @@ async def level(args, conc, warmup=False):
             "ttft_p50_ms": 1e3 * pct(ttfts, 50), "ttft_p99_ms": 1e3 * pct(ttfts, 99),
             "itl_p50_ms": 1e3 * pct(itls, 50), "itl_p99_ms": 1e3 * pct(itls, 99),
             "itl_mean_ms": 1e3 * (statistics.fmean(itls) if itls else float("nan")),
-            "tokens_per_request": ntok[0] / len(ttfts) if ttfts else float("nan")}
+            "tokens_per_request": ntok[0] / len(ttfts) if ttfts else float("nan"),
+            "prompt_tokens_per_request": statistics.fmean(ptok) if ptok else float("nan")}
 
 
 def main():
@@ -188,11 +193,12 @@ def main():
         if w["errors"]:
             print(f"  first error: {w['first_error'][:200]}", file=sys.stderr)
     print(f"{'engine':<12}{'conc':>5}{'req':>6}{'err':>5}{'req/s':>8}{'tok/s':>9}{'ttft p50':>10}{'p99':>9}"
-          f"{'itl p50':>9}{'p99':>8}{'tok/req':>8}  (ms)")
+          f"{'itl p50':>9}{'p99':>8}{'tok/req':>8}{'prompt':>7}  (ms)")
     for c in levels:
         r = asyncio.run(level(args, c))
         print(f"{args.engine:<12}{c:>5}{r['requests']:>6}{r['errors']:>5}{r['req_per_s']:>8.2f}{r['tokens_per_s']:>9.1f}"
-              f"{r['ttft_p50_ms']:>10.1f}{r['ttft_p99_ms']:>9.1f}{r['itl_p50_ms']:>9.2f}{r['itl_p99_ms']:>8.2f}{r['tokens_per_request']:>8.1f}", flush=True)
+              f"{r['ttft_p50_ms']:>10.1f}{r['ttft_p99_ms']:>9.1f}{r['itl_p50_ms']:>9.2f}{r['itl_p99_ms']:>8.2f}{r['tokens_per_request']:>8.1f}"
+              f"{r['prompt_tokens_per_request']:>7.0f}", flush=True)
         if r["errors"]:
             print(f"  first error: {r['first_error'][:200]}", file=sys.stderr)
         if out:
