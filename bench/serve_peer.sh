@@ -21,7 +21,8 @@
 #
 # --build-llama DIR: configure and build llama-server from .peer/llama.cpp into DIR
 # first (CUDA for sm_90 with --device cuda), unless DIR/bin/llama-server exists; the
-# sources must hold tools/server (bench/serve_peer_src.sh adds them).
+# sources must hold tools/server (bench/serve_peer_src.sh adds them). Without -m it
+# only builds.
 # Each server's log goes to --logs DIR (default: a temporary folder, kept on failure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,15 +52,11 @@ while [[ $# -gt 0 ]]; do
     *) die "unknown argument '$1' (--help)" ;;
   esac
 done
-[[ -n "$model" && -f "$model" ]] || die "give the model: -m MODEL.gguf (got '${model}')"
+[[ -n "$model" || -n "$build_llama" ]] || die "give the model: -m MODEL.gguf"
+[[ -z "$model" || -f "$model" ]] || die "no model file '$model'"
 if [[ -z "$device" ]]; then device=cpu; nvidia-smi -L >/dev/null 2>&1 && device=cuda; fi
 [[ $device == cpu || $device == cuda ]] || die "--device cpu or cuda (got '$device')"
 [[ -n "$threads" ]] || threads=$(nproc)
-label=${label:-$(basename "$model" .gguf)}
-ctx=$((np * ctx_slot))
-if [[ $device == cuda ]]; then devname=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-else devname="cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $threads threads"; fi
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 keep_logs=0
 if [[ -z "$logs" ]]; then logs=$(mktemp -d /tmp/serve_peer.XXXXXX); else mkdir -p "$logs"; keep_logs=1; fi
 
@@ -77,6 +74,12 @@ if [[ -n "$build_llama" && ! -x "$build_llama/bin/llama-server" ]]; then
     { tail -30 "$logs/llama-build.log" >&2; die "llama-server build failed (log: $logs/llama-build.log)"; }
 fi
 [[ -n "$llama" ]] || llama=${build_llama:+$build_llama/bin/llama-server}
+if [[ -z "$model" ]]; then echo "# built $llama" >&2; [[ $keep_logs == 1 ]] || rm -rf "$logs"; exit 0; fi
+label=${label:-$(basename "$model" .gguf)}
+ctx=$((np * ctx_slot))
+if [[ $device == cuda ]]; then devname=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+else devname="cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $threads threads"; fi
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 pid=""
