@@ -42,8 +42,7 @@ for f in CMakeLists.txt src/llama.cpp common/common.cpp common/CMakeLists.txt; d
 done
 
 files=$(G ls-tree -r --name-only "$commit" tools/server tools/mtmd tools/ui scripts/ui-assets.cmake | grep -E \
-  '^tools/server/[^/]+\.(cpp|h|txt)$|^tools/mtmd/([^/]+|models/[^/]+|debug/mtmd-debug\.(cpp|h))\.?(cpp|h|txt)?$|^tools/ui/(CMakeLists\.txt|embed\.cpp|sources\.cmake)$|^scripts/ui-assets\.cmake$' |
-  grep -Ev '\.(md|py|sh|jpeg|mp3|mp4|png)$|requirements\.txt$')
+  '^tools/(server|mtmd|mtmd/models|mtmd/debug)/([^/]+\.(cpp|h)|CMakeLists\.txt)$|^tools/ui/(CMakeLists\.txt|embed\.cpp|sources\.cmake)$|^scripts/ui-assets\.cmake$')
 bytes=0
 for f in $files; do
   if [[ -e "$dest/$f" ]]; then
