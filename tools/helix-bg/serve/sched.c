@@ -799,7 +799,7 @@ static void *sched_main(void *arg) {
             }
         }
 
-        /* 3: one plain-greedy stream and nothing else: the single-sequence step */
+        /* 3, one plain-greedy stream and nothing else to run: the single-sequence step */
         slot *lone = NULL;
         int n_run = 0;
         for (int i = 0; i < sc->n_slots; i++) {
