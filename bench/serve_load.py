@@ -9,13 +9,18 @@ Per concurrency level it reports requests/s, generated tokens/s (the server's
 usage count, asked with stream_options.include_usage), time to first token
 (TTFT) p50/p99 and inter-token latency (ITL: gaps between streamed text
 chunks) p50/p99, and the mean tokens per request (a prompt that leaves a slot
-too little room ends early with finish_reason "length"), as a table and, with --jsonl FILE, one line
-per level for bench/results.jsonl.
+too little room ends early with finish_reason "length") and prompt tokens per
+request (both servers' usage: the same prompts must tokenize alike), as a
+table and, with --jsonl FILE, one line per level for bench/results.jsonl.
 
 usage: serve_load.py --port 8080 [--host 127.0.0.1] [--concurrency 1,8,32,128]
                      [--requests 0] [--seconds 20] [--prompt-words 100]
                      [--max-tokens 128] [--engine helix] [--model NAME] [--label L]
-                     [--jsonl FILE] [--commit C] [--device D]
+                     [--jsonl FILE] [--commit C] [--device D] [--settings S] [--warmup]
+
+--warmup first runs, unrecorded, one request per stream of the largest level
+with 8 tokens each (CUDA graphs captured, slots touched) before the levels.
+bench/serve_peer.sh runs this against helix-bg serve and llama-server in turn.
 """
 import argparse
 import asyncio
@@ -62,7 +67,7 @@ async def one_request(host, port, body, api_key):
         if line.lower().startswith(b"transfer-encoding:") and b"chunked" in line.lower():
             chunked = True
     times = []
-    usage = [None]  # completion_tokens from the final chunk (stream_options.include_usage)
+    usage = [None, None]  # completion_tokens, prompt_tokens from the final chunk (stream_options.include_usage)
     buf = b""
     done = False
 
@@ -102,6 +107,7 @@ async def one_request(host, port, body, api_key):
                     continue
                 if isinstance(j.get("usage"), dict) and j["usage"].get("completion_tokens") is not None:
                     usage[0] = int(j["usage"]["completion_tokens"])
+                    usage[1] = j["usage"].get("prompt_tokens")
                 ch = j.get("choices") or []
                 if ch and (ch[0].get("text") or (ch[0].get("delta") or {}).get("content")):
                     times.append(now)
@@ -112,27 +118,28 @@ async def one_request(host, port, body, api_key):
     itl = [b - a for a, b in zip(times, times[1:])]
     # tokens: the server's count when it sent usage; else the chunks with text (a
     # token whose bytes are held back as an incomplete character sends no chunk)
-    return ttft, itl, usage[0] if usage[0] is not None else len(times)
+    return ttft, itl, usage[0] if usage[0] is not None else len(times), usage[1]
 
 
-async def level(args, conc):
+async def level(args, conc, warmup=False):
     rnd = random.Random(1234 + conc)
     deadline = time.perf_counter() + args.seconds
-    budget = [args.requests if args.requests > 0 else 1 << 30]
-    ttfts, itls, ntok, errors = [], [], [0], []
+    budget = [conc if warmup else args.requests if args.requests > 0 else 1 << 30]
+    max_tokens = 8 if warmup else args.max_tokens
+    ttfts, itls, ntok, errors, ptok = [], [], [0], [], []
     started = time.perf_counter()
 
     async def worker(w):
         while time.perf_counter() < deadline and budget[0] > 0:
             budget[0] -= 1
             prompt = " ".join(rnd.choice(WORDS) for _ in range(args.prompt_words))
-            body = {"prompt": prompt, "max_tokens": args.max_tokens, "stream": True,
+            body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True,
                     "temperature": 0, "ignore_eos": True,
                     "stream_options": {"include_usage": True}}
             if args.model:
                 body["model"] = args.model
             try:
-                t, i, n = await one_request(args.host, args.port, body, args.api_key)
+                t, i, n, p = await one_request(args.host, args.port, body, args.api_key)
             except Exception as ex:  # noqa: BLE001 — counted and reported
                 errors.append(str(ex))
                 await asyncio.sleep(0.05)
@@ -140,15 +147,20 @@ async def level(args, conc):
             ttfts.append(t)
             itls.extend(i)
             ntok[0] += n
+            if p is not None:
+                ptok.append(int(p))
 
     await asyncio.gather(*(worker(w) for w in range(conc)))
+    if warmup:
+        return {"requests": len(ttfts), "errors": len(errors), "first_error": errors[0] if errors else ""}
     wall = time.perf_counter() - started
     return {"concurrency": conc, "requests": len(ttfts), "errors": len(errors), "first_error": errors[0] if errors else "",
             "wall_s": wall, "req_per_s": len(ttfts) / wall, "tokens_per_s": ntok[0] / wall,
             "ttft_p50_ms": 1e3 * pct(ttfts, 50), "ttft_p99_ms": 1e3 * pct(ttfts, 99),
             "itl_p50_ms": 1e3 * pct(itls, 50), "itl_p99_ms": 1e3 * pct(itls, 99),
             "itl_mean_ms": 1e3 * (statistics.fmean(itls) if itls else float("nan")),
-            "tokens_per_request": ntok[0] / len(ttfts) if ttfts else float("nan")}
+            "tokens_per_request": ntok[0] / len(ttfts) if ttfts else float("nan"),
+            "prompt_tokens_per_request": statistics.fmean(ptok) if ptok else float("nan")}
 
 
 def main():
@@ -166,6 +178,8 @@ def main():
     ap.add_argument("--label", default="", help="the model's name in the results (default: --model)")
     ap.add_argument("--device", default="")
     ap.add_argument("--commit", default="")
+    ap.add_argument("--settings", default="", help="the server's settings, recorded in each row")
+    ap.add_argument("--warmup", action="store_true", help="unrecorded requests first (see above)")
     ap.add_argument("--jsonl", default="")
     args = ap.parse_args()
     try:
@@ -173,18 +187,26 @@ def main():
     except ValueError:
         ap.error(f"--concurrency: '{args.concurrency}' is not a list of integers")
     out = open(args.jsonl, "a") if args.jsonl else None
+    if args.warmup:
+        w = asyncio.run(level(args, max(levels), warmup=True))
+        print(f"warmup: {w['requests']} requests, {w['errors']} errors", flush=True)
+        if w["errors"]:
+            print(f"  first error: {w['first_error'][:200]}", file=sys.stderr)
     print(f"{'engine':<12}{'conc':>5}{'req':>6}{'err':>5}{'req/s':>8}{'tok/s':>9}{'ttft p50':>10}{'p99':>9}"
-          f"{'itl p50':>9}{'p99':>8}{'tok/req':>8}  (ms)")
+          f"{'itl p50':>9}{'p99':>8}{'tok/req':>8}{'prompt':>7}  (ms)")
     for c in levels:
         r = asyncio.run(level(args, c))
         print(f"{args.engine:<12}{c:>5}{r['requests']:>6}{r['errors']:>5}{r['req_per_s']:>8.2f}{r['tokens_per_s']:>9.1f}"
-              f"{r['ttft_p50_ms']:>10.1f}{r['ttft_p99_ms']:>9.1f}{r['itl_p50_ms']:>9.2f}{r['itl_p99_ms']:>8.2f}{r['tokens_per_request']:>8.1f}", flush=True)
+              f"{r['ttft_p50_ms']:>10.1f}{r['ttft_p99_ms']:>9.1f}{r['itl_p50_ms']:>9.2f}{r['itl_p99_ms']:>8.2f}{r['tokens_per_request']:>8.1f}"
+              f"{r['prompt_tokens_per_request']:>7.0f}", flush=True)
         if r["errors"]:
             print(f"  first error: {r['first_error'][:200]}", file=sys.stderr)
         if out:
             row = {"date": time.strftime("%Y-%m-%d"), "commit": args.commit, "device": args.device, "engine": args.engine,
                    "model": args.label or args.model, "mix": f"serve-load p{args.prompt_words}w g{args.max_tokens}",
                    "test": "serve_load", "tokens_per_s": round(r["tokens_per_s"], 1), "concurrency": c}
+            if args.settings:
+                row["settings"] = args.settings
             row.update({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k not in ("first_error",)})
             out.write(json.dumps(row) + "\n")
     if out:

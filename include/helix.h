@@ -292,6 +292,19 @@ hx_status hx_get_argmax(hx_context *c, int n, const int *idx, int32_t *ids, hx_e
  * params.embeddings; NULL otherwise. */
 const float *hx_get_embeddings(hx_context *c, int i);
 
+/* One greedy step of one sequence: `token` at its next position (hx_seq_pos),
+ * *next = the argmax of the logits there (the lowest id among ties, as
+ * hx_argmax). On the GPU the pick is made there and the step after it (*next
+ * at the following position) is already running when this returns, so a loop
+ * that feeds each *next straight back keeps the GPU busy while the host
+ * handles the token (hx_generate's greedy path). Any other call that runs or
+ * changes the context (hx_decode, hx_seq_*, another sequence or token here)
+ * drops that step unseen: mixing this with hx_decode is always correct. No
+ * logits are kept (hx_get_logits returns NULL until the next hx_decode). CPU:
+ * the same as a one-token hx_decode and hx_argmax. A failed call leaves the
+ * sequence as it was. */
+hx_status hx_decode_greedy(hx_context *c, int seq, int32_t token, int32_t *next, hx_error *e);
+
 /* Positions the sequence holds (the next position to decode); 0 for an invalid seq. */
 int hx_seq_pos(const hx_context *c, int seq);
 /* The token ids the sequence holds (hx_seq_pos of them); owned by c, valid

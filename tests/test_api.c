@@ -4,6 +4,7 @@
  * set by ctest) into a temporary folder, or argv[1]; ../shared/models when
  * present (skipped with a note otherwise). Covers: open + metadata + progress,
  * greedy generation against the CLI and against a plain hx_decode loop,
+ * hx_decode_greedy mixed with batched steps against that loop,
  * prefix reuse, stop strings, 16 sequences in one context against each alone,
  * classify against a brute-force reference, embeddings, streaming UTF-8,
  * sequence save/load, and bad input. */
@@ -299,6 +300,89 @@ static void test_generate(const char *path, hx_model *m) {
     CHECK(hx_generate(c, &gp, &r5, &e) == HX_ERR_RANGE);
     hx_generate_result_free(&r);
     hx_generate_result_free(&r2);
+    hx_context_free(c);
+    hx_context_free(cb);
+}
+
+/* ---- hx_decode_greedy ---- */
+
+/* Greedy steps of one sequence with hx_decode_greedy, mixed with batched
+ * hx_decode steps (the server's switch between a lone stream and a batch),
+ * give the plain hx_decode loop's ids; bad arguments and a full sequence fail
+ * and leave the sequence as it was. */
+enum { DG_NP = 12, DG_N = 24 };
+
+/* seq s alone: its next id from its last one */
+static void dg_lone(hx_context *c, int s, int32_t (*got)[DG_N], int *n) {
+    hx_error e = {0};
+    int32_t nx = -1;
+    CHECKF(hx_decode_greedy(c, s, got[s][n[s] - 1], &nx, &e) == HX_OK, "%s", e.msg);
+    CHECK(hx_get_logits(c, -1) == NULL);
+    got[s][n[s]++] = nx;
+}
+
+/* the sequences in mask, one token each, in one hx_decode */
+static void dg_batch(hx_context *c, int mask, int32_t (*got)[DG_N], int *n) {
+    hx_error e = {0};
+    hx_batch b = hx_batch_init(2);
+    int who[2], k = 0;
+    for (int s = 0; s < 2; s++)
+        if (mask >> s & 1) { hx_batch_add(&b, got[s][n[s] - 1], DG_NP + n[s] - 1, s, true); who[k++] = s; }
+    CHECKF(hx_decode(c, &b, &e) == HX_OK, "%s", e.msg);
+    int idx[2] = {0, 1};
+    int32_t nx[2];
+    CHECKF(hx_get_argmax(c, k, idx, nx, &e) == HX_OK, "%s", e.msg);
+    for (int j = 0; j < k; j++) got[who[j]][n[who[j]]++] = nx[j];
+    hx_batch_free(&b);
+}
+
+static void test_decode_greedy(hx_model *m) {
+    hx_error e = {0};
+    const int per = DG_NP + DG_N;
+    hx_context *c = new_ctx(m, 2 * per, 2, false), *cb = new_ctx(m, 256, 1, false);
+    if (!c || !cb) { hx_context_free(c); hx_context_free(cb); return; }
+    const int32_t prompt[DG_NP] = {72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100};
+    int32_t want[DG_N], got[2][DG_N];
+    brute_greedy(cb, prompt, DG_NP, DG_N, want);
+    /* both sequences: the prompt in one batch, the first id from its logits */
+    hx_batch b = hx_batch_init(2 * DG_NP);
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < DG_NP; i++) hx_batch_add(&b, prompt[i], i, s, i == DG_NP - 1);
+    CHECKF(hx_decode(c, &b, &e) == HX_OK, "%s", e.msg);
+    hx_batch_free(&b);
+    int last[2] = {DG_NP - 1, 2 * DG_NP - 1}, n[2] = {1, 1};
+    int32_t first[2];
+    CHECKF(hx_get_argmax(c, 2, last, first, &e) == HX_OK, "%s", e.msg);
+    got[0][0] = first[0];
+    got[1][0] = first[1];
+    while (n[0] < 6) dg_lone(c, 0, got, n);          /* 0 alone */
+    while (n[0] < 12) dg_batch(c, 3, got, n);        /* both batched */
+    dg_lone(c, 0, got, n);                           /* 0 alone for one step, then one-token batches */
+    dg_batch(c, 1, got, n);
+    dg_lone(c, 0, got, n);
+    dg_batch(c, 1, got, n);
+    while (n[1] < DG_N) dg_lone(c, 1, got, n);       /* 1 alone to the end */
+    while (n[0] < 18) dg_lone(c, 0, got, n);
+    while (n[0] < DG_N) { dg_batch(c, 1, got, n); if (n[0] < DG_N) dg_lone(c, 0, got, n); }
+    CHECKF(!memcmp(got[0], want, sizeof want), "sequence 0: hx_decode_greedy mixed with batches differs from hx_decode");
+    CHECKF(!memcmp(got[1], want, sizeof want), "sequence 1: hx_decode_greedy mixed with batches differs from hx_decode");
+    /* the sequence holds what was fed: DG_NP + DG_N - 1 positions, the ids in order */
+    CHECK(hx_seq_pos(c, 0) == DG_NP + DG_N - 1);
+    const int32_t *held = hx_seq_tokens(c, 0);
+    CHECK(held && !memcmp(held, prompt, sizeof prompt) && !memcmp(held + DG_NP, want, sizeof *want * (DG_N - 1)));
+    /* bad arguments and a full sequence: errors, nothing changed */
+    int32_t nx = -7;
+    CHECK(hx_decode_greedy(c, 2, 1, &nx, &e) == HX_ERR_RANGE && nx == -7);
+    CHECK(hx_decode_greedy(c, -1, 1, &nx, &e) == HX_ERR_RANGE);
+    CHECK(hx_decode_greedy(c, 0, hx_model_n_vocab(m), &nx, &e) == HX_ERR_RANGE);
+    CHECK(hx_decode_greedy(c, 0, -1, &nx, &e) == HX_ERR_RANGE);
+    CHECK(hx_decode_greedy(c, 0, 1, NULL, &e) == HX_ERR_ARG);
+    CHECK(hx_decode_greedy(NULL, 0, 1, &nx, &e) == HX_ERR_ARG);
+    CHECK(hx_seq_pos(c, 0) == DG_NP + DG_N - 1);
+    CHECKF(hx_decode_greedy(c, 0, got[0][DG_N - 1], &nx, &e) == HX_OK, "%s", e.msg);   /* the last position */
+    CHECK(hx_seq_pos(c, 0) == per);
+    CHECK(hx_decode_greedy(c, 0, 1, &nx, &e) == HX_ERR_RANGE && strstr(e.msg, "full"));
+    CHECK(hx_seq_pos(c, 0) == per && hx_seq_pos(c, 1) == DG_NP + DG_N - 1);
     hx_context_free(c);
     hx_context_free(cb);
 }
@@ -886,6 +970,7 @@ int main(int argc, char **argv) {
     hx_model *m = open_model(model), *m2 = have2 ? open_model(model2) : NULL;
     if (m) {
         test_generate(model, m);
+        test_decode_greedy(m);
         test_many(m, -1);
         hx_model *m32 = have32 ? open_model(model32) : NULL;
         if (m32) test_many(m32, 1e-4);  /* f32 weights: the 1e-4 */

@@ -281,6 +281,40 @@ hx_status hx_get_argmax(hx_context *c, int n, const int *idx, int32_t *ids, hx_e
     return HX_OK;
 }
 
+/* The backend's decode_greedy (CUDA: the step graph, its argmax on the device,
+ * and the next step launched before this returns) or, without one, a
+ * one-token hx_decode and its argmax. */
+hx_status hx_decode_greedy(hx_context *c, int seq, int32_t token, int32_t *next, hx_error *e) {
+    if (!c || !next) return hx_err(e, HX_ERR_ARG, "hx_decode_greedy: context or next is NULL");
+    if (seq < 0 || seq >= c->n_seq)
+        return hx_err(e, HX_ERR_RANGE, "hx_decode_greedy: sequence %d is outside 0..%d (n_seq_max %d)", seq, c->n_seq - 1,
+                      c->n_seq);
+    if (token < 0 || token >= c->n_vocab)
+        return hx_err(e, HX_ERR_RANGE, "hx_decode_greedy: token %d is outside the vocabulary (0..%d)", token, c->n_vocab - 1);
+    int pos = c->seq_len[seq];
+    if (pos >= c->n_ctx_seq)
+        return hx_err(e, HX_ERR_RANGE, "hx_decode_greedy: sequence %d is full (%d positions)", seq, c->n_ctx_seq);
+    if (!c->be->decode_greedy) {
+        int32_t tk = token, ps = pos, sq = seq;
+        int8_t lg = 1;
+        hx_batch b = {.n_tokens = 1, .token = &tk, .pos = &ps, .seq_id = &sq, .logits = &lg, .capacity = 1};
+        int at = 0;
+        hx_status st = hx_decode(c, &b, e);
+        if (!st) st = hx_get_argmax(c, 1, &at, next, e);
+        c->n_last = 0;
+        return st;
+    }
+    c->n_last = 0;
+    hx_status st = c->be->decode_greedy(c->bctx, seq, token, pos, next, e);
+    if (st) {   /* the sequence keeps what it held */
+        c->seq_len[seq] = c->be->seq_keep(c->bctx, seq, pos);
+        return st;
+    }
+    c->seq_tok[(size_t)seq * (size_t)c->n_ctx_seq + (size_t)pos] = token;
+    c->seq_len[seq] = pos + 1;
+    return HX_OK;
+}
+
 const float *hx_get_embeddings(hx_context *c, int i) {
     int r = row(c, i);
     return r >= 0 && c->p.embeddings ? c->hidden + (size_t)r * (size_t)c->n_embd : NULL;

@@ -227,11 +227,8 @@ hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_re
         if (pos >= c->n_ctx_seq) { why = HX_STOP_CONTEXT; break; }
         int32_t next;
         if (fast) {
-            if ((st = c->be->decode_greedy(c->bctx, seq, t, pos, &next, e))) goto fail;
+            if ((st = hx_decode_greedy(c, seq, t, &next, e))) goto fail;
             ran_fast = true;
-            c->seq_tok[(size_t)seq * (size_t)c->n_ctx_seq + (size_t)pos] = t;
-            c->seq_len[seq] = pos + 1;
-            c->n_last = 0;
         } else if (dev_sample) {
             const hx_sampler_params *sp = &p->sampling;
             bool pen = sp->penalty_last_n != 0, picked = false;

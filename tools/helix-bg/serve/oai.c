@@ -1130,7 +1130,9 @@ char *oai_metrics(srv *s) {
     COUNTER("prompt_tokens_total", "Prompt tokens prefilled.", st.prompt_tokens);
     COUNTER("prompt_tokens_cached_total", "Prompt tokens reused from a slot's cache.", st.cached_tokens);
     COUNTER("tokens_generated_total", "Tokens generated.", st.gen_tokens);
-    COUNTER("decode_steps_total", "Batched decode steps.", st.decode_steps);
+    COUNTER("decode_steps_total", "Decode steps.", st.decode_steps);
+    COUNTER("single_stream_steps_total", "Decode steps of one stream alone (the single-sequence greedy step).",
+            st.single_steps);
     COUNTER("embeddings_total", "Embedding vectors computed.", st.embeddings);
     GAUGE("queue_depth", "Requests waiting for a slot.", "%d", st.queue_depth);
     GAUGE("slots_busy", "Sequence slots running a request.", "%d", st.slots_busy);

@@ -14,6 +14,11 @@
  *      JSON grammar for json_object), detokenize (hx_detok: whole UTF-8
  *      characters only), hold back text that may start a stop string, and
  *      append an SSE chunk (stream) or text (final body) to the request.
+ * A step with one stream decoding and nothing else to run takes the
+ * single-sequence greedy step instead (hx_decode_greedy: on the GPU the next
+ * token is computed while this one is sent); the step after a new request
+ * arrives is a batch again. The slot always holds its next token to feed, so
+ * switching between the two loses or repeats nothing.
  * A slot's KV stays after its request ends: the next request with the same
  * prefix (a system prompt, the earlier turns of a chat) starts from there.
  */
@@ -652,6 +657,34 @@ static void update_stats(srv *s, sched *sc, int seqs, int tokens) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* One step of a lone plain-greedy stream through hx_decode_greedy; false when
+ * the step failed (the slot's request is ended with the error). */
+static bool lone_step(srv *s, sched *sc, slot *sl, double *tok_s) {
+    hx_error e = {0};
+    int32_t tok = -1;
+    double t0 = util_now();
+    hx_status st = hx_decode_greedy(sc->ctx, sl->seq, sl->next_tok, &tok, &e);
+    double t1 = util_now();
+    *tok_s = *tok_s > 0 ? 0.8 * *tok_s + 0.2 * (t1 - t0) : t1 - t0;
+    pthread_mutex_lock(&s->mu);
+    s->st.decode_steps++;
+    s->st.single_steps++;
+    s->st.busy_s += t1 - t0;
+    pthread_mutex_unlock(&s->mu);
+    if (st != HX_OK) {
+        fprintf(stderr, "serve: decode of 1 token failed: %s\n", e.msg);
+        srv_req *r = sl->req;
+        hx_seq_clear(sc->ctx, sl->seq);
+        slot_release(s, sc, sl);
+        req_fail(s, r, 500, "decode_failed", e.msg, FIN_ERROR);
+        return false;
+    }
+    sl->n_past++;
+    sl->last_used = t1;
+    slot_sample(s, sc, sl, -1, tok);
+    return true;
+}
+
 static void *sched_main(void *arg) {
     srv *s = arg;
     sched *sc = s->sched;
@@ -764,6 +797,21 @@ static void *sched_main(void *arg) {
                     req_fail(s, r, 503, "timeout", "the request timed out", FIN_CANCELLED);
                 } else slot_finish(s, sc, sl, FIN_LENGTH);
             }
+        }
+
+        /* 3, one plain-greedy stream and nothing else to run: the single-sequence step */
+        slot *lone = NULL;
+        int n_run = 0;
+        for (int i = 0; i < sc->n_slots; i++) {
+            slot *sl = &sc->slots[i];
+            if (sl->state == S_FREE) continue;
+            n_run++;
+            if (sl->state == S_DECODE) lone = sl;
+        }
+        if (n_run == 1 && lone && plain_greedy(lone->req)) {
+            bool ok = lone_step(s, sc, lone, &tok_s);
+            update_stats(s, sc, ok ? 1 : 0, ok ? 1 : 0);
+            continue;
         }
 
         /* 3: the batch */

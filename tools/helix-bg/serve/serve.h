@@ -161,6 +161,7 @@ typedef struct srv_req {
 typedef struct srv_stats {
     uint64_t requests_total, requests_ok, requests_failed, requests_cancelled, requests_rejected;
     uint64_t prompt_tokens, gen_tokens, cached_tokens, decode_steps, embeddings;
+    uint64_t single_steps;     /* of decode_steps: one stream alone, hx_decode_greedy */
     int queue_depth, slots_busy, last_batch_seqs, last_batch_tokens;
     int kv_used;               /* positions held by all sequences (busy and cached) */
     double tok_per_s;          /* generated tokens per second over the last seconds */
