@@ -595,10 +595,43 @@ static void attn_f16_ggml_tiled(const attn_job *j, const float *q, int kvh, floa
     for (int d = 0; d < hd; d++) acc[d] = vacc[d] * inv;
 }
 
+typedef struct fa_prep_job { hx_cpu_ctx *c; const uint16_t *kc, *vc; int end; } fa_prep_job;
+
+/* One (kv head, tile of 64 rows) of fa_prepare's copies. */
+static void fa_prep_task(void *ctx, int64_t task, int thread) {
+    enum { T = 64 };
+    (void)thread;
+    const fa_prep_job *j = ctx;
+    hx_cpu_ctx *c = j->c;
+    int hd = c->m->cfg.head_dim, tiles = c->fa_tiles;
+    int h = (int)(task / tiles), r0 = (int)(task % tiles) * T;
+    size_t row = (size_t)c->m->cfg.n_head_kv * hd;
+    float *kt = c->fa_kt + ((size_t)h * tiles + r0 / T) * hd * T, *v = c->fa_v + ((size_t)h * tiles * T + r0) * hd;
+    for (int r = r0; r < r0 + T; r++) {
+        float *kd = kt + r % T, *vd = v + (size_t)(r - r0) * hd;
+        if (r >= j->end) {
+            for (int d = 0; d < hd; d++) kd[(size_t)d * T] = vd[d] = 0.0f;
+            continue;
+        }
+        const uint16_t *kr = j->kc + (size_t)r * row + (size_t)h * hd, *vr = j->vc + (size_t)r * row + (size_t)h * hd;
+        float kf[512];
+        if (c->f16c && hd <= 512) {
+            hx_f16_to_f32_row_avx2(hd, kf, kr);
+            hx_f16_to_f32_row_avx2(hd, vd, vr);
+            for (int d = 0; d < hd; d++) kd[(size_t)d * T] = kf[d];
+        } else {
+            for (int d = 0; d < hd; d++) {
+                kd[(size_t)d * T] = hx_fp16_to_fp32(kr[d]);
+                vd[d] = hx_fp16_to_fp32(vr[d]);
+            }
+        }
+    }
+}
+
 /* f32 copies of one layer's f16 cache rows of slot seq that a batch (positions
  * pos..pos+n-1) can see, for the tiled attention: keys transposed per tile of
  * 64 rows ([kv head][tile][hd][64]), values as rows ([kv head][row][hd]), rows
- * past the cache zero. */
+ * past the cache zero. One pool task per (kv head, tile). */
 static hx_status fa_prepare(hx_cpu_ctx *c, int layer, int seq, int pos, int n, hx_error *e) {
     enum { T = 64 };
     const hx_model_config *cfg = &c->m->cfg;
@@ -613,20 +646,9 @@ static hx_status fa_prepare(hx_cpu_ctx *c, int layer, int seq, int pos, int n, h
         if (!c->fa_cap) return hx_err(e, HX_ERR_NOMEM, "forward: out of memory (attention tiles)");
     }
     c->fa_tiles = tiles;
-    size_t row = (size_t)nkv * hd;
-    const uint16_t *kc = (const uint16_t *)slot_rows(c, c->k_cache, layer, seq);
-    const uint16_t *vc = (const uint16_t *)slot_rows(c, c->v_cache, layer, seq);
-    for (int h = 0; h < nkv; h++) {
-        float *kt = c->fa_kt + (size_t)h * tiles * T * hd, *v = c->fa_v + (size_t)h * tiles * T * hd;
-        for (int r = 0; r < tiles * T; r++) {
-            const uint16_t *kr = kc + (size_t)r * row + (size_t)h * hd, *vr = vc + (size_t)r * row + (size_t)h * hd;
-            float *kd = kt + (size_t)(r / T) * hd * T + r % T, *vd = v + (size_t)r * hd;
-            for (int d = 0; d < hd; d++) {
-                kd[(size_t)d * T] = r < end ? hx_fp16_to_fp32(kr[d]) : 0.0f;
-                vd[d] = r < end ? hx_fp16_to_fp32(vr[d]) : 0.0f;
-            }
-        }
-    }
+    fa_prep_job j = { c, (const uint16_t *)slot_rows(c, c->k_cache, layer, seq),
+                      (const uint16_t *)slot_rows(c, c->v_cache, layer, seq), end };
+    hx_pool_run(c->pool, (int64_t)nkv * tiles, fa_prep_task, &j);
     return HX_OK;
 }
 
@@ -824,7 +846,9 @@ static void store_kv(hx_cpu_ctx *c, int layer, int seq, int pos, const float *sr
     const hx_model_config *cfg = &c->m->cfg;
     size_t nkv = (size_t)cfg->n_head_kv * cfg->head_dim;
     uint8_t *dst = slot_rows(c, cache, layer, seq) + (size_t)(pos % c->kv_rows[layer]) * c->kv_row;
-    if (c->kv_type == HX_TYPE_F16)
+    if (c->kv_type == HX_TYPE_F16 && c->f16c)
+        hx_f32_to_f16_row_avx2((int)nkv, (uint16_t *)dst, src);
+    else if (c->kv_type == HX_TYPE_F16)
         for (size_t d = 0; d < nkv; d++) ((uint16_t *)dst)[d] = hx_fp32_to_fp16(src[d]);
     else
         memcpy(dst, src, nkv * sizeof(float));
