@@ -663,14 +663,16 @@ static void probe_row(const hx_cpu_ctx *c, const attn_job *j, int i, int h, int 
     for (int t = first; t <= p; t++) row[t] = sc[t] * inv;
 }
 
-/* task = token i * n_head + head h: softmax(q k^T) v over the cached positions
- * of token i's sequence. */
+/* task = (n - 1 - token i) * n_head + head h: softmax(q k^T) v over the
+ * cached positions of token i's sequence. A prompt's last tokens see the
+ * most positions, so they are handed out first and the short ones fill the
+ * threads' gaps at the end. */
 static void attn_task(void *ctx, int64_t task, int thread) {
     const attn_job *j = ctx;
     hx_cpu_ctx *c = j->c;
     const hx_model_config *cfg = &c->m->cfg;
     int hd = cfg->head_dim, nh = cfg->n_head, nkv = cfg->n_head_kv;
-    int i = (int)(task / nh), h = (int)(task % nh);
+    int i = j->n - 1 - (int)(task / nh), h = (int)(task % nh);
     int kvh = h / (nh / nkv);
     int p = j->pos[i];                          /* position of the query in its sequence */
     int first = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
