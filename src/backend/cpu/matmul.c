@@ -234,13 +234,13 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
         j.rpt[m] = rpt;
         row_tasks += (j.rows[m] + rpt - 1) / rpt;
     }
-    /* A batch whose row blocks give fewer than 4 tasks per thread (48-row
+    /* A batch whose row blocks give fewer than 8 tasks per thread (48-row
      * blocks of a 576- or 1024-row matrix on 16 threads) is also split over
-     * tokens, in chunks of whole 16-token groups, so no thread idles while
-     * others run a second round. */
+     * tokens, in chunks of whole 16-token groups, so that the last round of
+     * tasks, where some threads idle, is at most a ninth of the job. */
     j.tpt = n;
-    if (n > 1 && row_tasks < 4 * nth) {
-        int64_t k = (4 * nth + row_tasks - 1) / row_tasks;
+    if (n > 1 && row_tasks < 8 * nth) {
+        int64_t k = (8 * nth + row_tasks - 1) / row_tasks;
         int64_t tpt = ((n + k - 1) / k + 15) / 16 * 16;
         if (tpt < n) j.tpt = tpt;
     }
