@@ -568,10 +568,16 @@ static void attn_f16_ggml_tiled(const attn_job *j, const float *q, int kvh, floa
     float S = 0.0f, M = -INFINITY;
     for (int r0 = 0; r0 < end; r0 += T) {
         bool vis[T], any = false;
-        for (int k = 0; k < T; k++) {
-            int r = r0 + k;
-            vis[k] = r < end && row_pos(r, p, rows) >= first;
-            any |= vis[k];
+        if (p < rows) { /* no row of the ring reused yet: row r holds position r */
+            if (r0 + T <= first) continue;
+            for (int k = 0; k < T; k++) vis[k] = r0 + k < end && r0 + k >= first;
+            any = true;
+        } else {
+            for (int k = 0; k < T; k++) {
+                int r = r0 + k;
+                vis[k] = r < end && row_pos(r, p, rows) >= first;
+                any |= vis[k];
+            }
         }
         if (!any) continue;
         hx_fa_scores64(hd, kt + (size_t)(r0 / T) * hd * T, qf, sc, kq, c->f16c);
