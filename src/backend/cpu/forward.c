@@ -944,12 +944,15 @@ static void tok_task(void *ctx, int64_t task, int thread) {
 }
 
 /* One stage over every token of the ubatch: about four tasks per thread, on
- * the pool from 4 tokens on (a decode step's single token stays inline). */
+ * the pool from 32 tokens on (a prompt's pieces). A decode step, or the one
+ * token each of a few sequences, stays inline: there a pool job's hand-off,
+ * and on a busy machine the wait for every worker to be scheduled, costs
+ * more than the few microseconds of work per token. */
 static void run_tokens(hx_cpu_ctx *c, const hx_ubatch *ub, int layer, tok_stage stage) {
     int n = ub->n, nth = hx_pool_threads(c->pool);
     int chunk = n / (4 * nth) > 1 ? n / (4 * nth) : 1;
     tok_job j = { c, ub, layer, stage, chunk, hx_isa_current() >= HX_ISA_AVX2 };
-    hx_pool_run(n >= 4 ? c->pool : NULL, (n + chunk - 1) / chunk, tok_task, &j);
+    hx_pool_run(n >= 32 ? c->pool : NULL, (n + chunk - 1) / chunk, tok_task, &j);
 }
 
 /* Tokens, sequences and positions of a ubatch: each sequence's tokens at
