@@ -470,6 +470,47 @@ static void test_compat_long(const char *path) {
     hx_model_free(m);
 }
 
+/* A prompt's logits (all rows) and two decode steps after it are the same
+ * bits on 1, 2 and 16 threads, in the parity and the exact mode: the
+ * per-token stages, the matmul's token split and the attention's task order
+ * only change which thread computes what. 150 tokens: the tiled attention and
+ * a token split of the products on 16 threads; the decode steps see fewer
+ * than 256 cells, so parity mode's thread-count-dependent split (512+) is off. */
+static void test_threads(const char *path) {
+    hx_model *m = load(path);
+    if (!m) return;
+    enum { P = 150 };
+    int V = m->cfg.n_vocab;
+    int32_t toks[P];
+    for (int i = 0; i < P; i++) toks[i] = (int32_t)((3 + i * 7919) % V);
+    float *ref = malloc(sizeof(float) * V * (P + 2)), *got = malloc(sizeof(float) * V * (P + 2));
+    const int threads[] = { 1, 2, 16 };
+    for (int compat = 0; compat < 2; compat++)
+        for (int k = 0; k < 3; k++) {
+            hx_cpu_opts o = { .n_ctx = P + 8, .kv_type = HX_TYPE_F16, .n_threads = threads[k], .ggml_compat = compat };
+            hx_cpu_ctx *c = NULL;
+            hx_error e = {0};
+            CHECKF(hx_cpu_ctx_new(m, &o, &c, &e) == HX_OK, "%s", e.msg);
+            if (!c) break;
+            float *y = k == 0 ? ref : got;
+            CHECKF(hx_cpu_forward(c, toks, P, 0, y, true, &e) == HX_OK, "%s", e.msg);
+            for (int s = 0; s < 2; s++) {
+                int32_t t = argmax(y + (size_t)(P + s - 1) * V, V);
+                CHECKF(hx_cpu_forward(c, &t, 1, P + s, y + (size_t)(P + s) * V, false, &e) == HX_OK, "%s", e.msg);
+            }
+            if (k > 0) {
+                size_t diff = 0;
+                for (size_t i = 0; i < (size_t)V * (P + 2); i++) diff += memcmp(&ref[i], &got[i], 4) != 0;
+                CHECKF(!diff, "%s %s: %zu logits on %d threads differ from 1 thread", path,
+                       compat ? "parity" : "exact", diff, threads[k]);
+            }
+            hx_cpu_ctx_free(c);
+        }
+    printf("threads: %s: 1 / 2 / 16 threads give the same logits (parity and exact)\n", path);
+    free(ref); free(got);
+    hx_model_free(m);
+}
+
 /* --dump: files exist, with the documented header and n_embd floats */
 static void test_dump(const char *path) {
     hx_model *m = load(path);
@@ -565,6 +606,7 @@ int main(void) {
     }
     snprintf(p, sizeof p, "%s/models/ref-tiny/%s.gguf", shared, tiny[2]);
     test_ring(p);
+    test_threads(p);
     snprintf(p, sizeof p, "%s/models/ref-tiny/%s.gguf", shared, tiny[1]);
     test_compat_long(p);
     const int qtypes[] = { HX_TYPE_F32, HX_TYPE_Q8_0, HX_TYPE_Q4_K };
@@ -597,6 +639,7 @@ int main(void) {
         hx_error e = {0};
         CHECKF(o.preset && hx_synth_write(&o, tmpl, &e) == HX_OK, "synth %s: %s", syn[i].preset, e.msg);
         test_vs_ref(tmpl, HX_TYPE_F16, 64);
+        test_threads(tmpl);
         unlink(tmpl);
     }
     const char *stories[] = { "stories260K.gguf", "stories260K-Q8_0.gguf", "stories260K-Q4_0.gguf", "stories260K-Q5_1.gguf" };

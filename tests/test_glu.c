@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/cpu/attn.h"
 #include "backend/cpu/fa_ggml.h"
 #include "backend/cpu/glu.h"
 #include "core/core.h"
@@ -127,7 +128,42 @@ static void test_fa_tiles(void) {
     test_fa_tiles_hd(256);
 }
 
+/* The F16C row conversions of the KV cache stores and the tiled attention's
+ * copies (forward.c) against the scalar ones, bit for bit: every f16, and
+ * f32 bit patterns across the whole range (normals, f16 subnormals, ties,
+ * overflow, inf, NaN), on odd lengths so the scalar tails run too. (All
+ * 2^32 f32 values agree; a stride keeps the test short.) */
+static void test_f16_rows(void) {
+    hx_cpu_features cf = hx_cpu_detect();
+    if (hx_isa_best() < HX_ISA_AVX2 || !cf.f16c) { printf("SKIP F16C rows: CPU lacks AVX2/F16C\n"); return; }
+    enum { N = 65536 + 5 };
+    static uint16_t h[N], ha[N], hb[N];
+    static float f[N], fa[N], fb[N];
+    for (int i = 0; i < N; i++) h[i] = (uint16_t)(i * 40503u);
+    hx_f16_to_f32_row_avx2(N, fa, h);
+    for (int i = 0; i < N; i++) fb[i] = hx_fp16_to_fp32(h[i]);
+    int64_t diff = 0;
+    for (int i = 0; i < N; i++) {
+        /* F16C quiets a signaling NaN; the cache only holds converted f32, whose NaNs are quiet */
+        bool snan = (h[i] & 0x7e00) == 0x7c00 && (h[i] & 0x3ff);
+        diff += snan ? !(isnan(fa[i]) && isnan(fb[i])) : memcmp(&fa[i], &fb[i], 4) != 0;
+    }
+    CHECKF(!diff, "f16 -> f32 row: %lld values differ from hx_fp16_to_fp32", (long long)diff);
+    diff = 0;
+    for (uint64_t base = 0; base < (1ull << 32); base += (uint64_t)N * 997) {
+        for (int i = 0; i < N; i++) {
+            uint32_t u = (uint32_t)(base + (uint64_t)i * 997);
+            memcpy(&f[i], &u, 4);
+        }
+        hx_f32_to_f16_row_avx2(N, ha, f);
+        for (int i = 0; i < N; i++) hb[i] = hx_fp32_to_fp16(f[i]);
+        for (int i = 0; i < N; i++) diff += ha[i] != hb[i];
+    }
+    CHECKF(!diff, "f32 -> f16 row: %lld values differ from hx_fp32_to_fp16", (long long)diff);
+}
+
 int main(void) {
+    test_f16_rows();
     test_exp();
     test_swiglu();
     test_geglu();

@@ -199,6 +199,37 @@ static void check_gemm_extremes(int type) {
     free(wq); free(xq); free(f); free(y);
 }
 
+/* A batch on 16 threads, whose 48-row blocks alone give too few tasks, is
+ * split over tokens too (matmul.c): the outputs must be the one-thread
+ * products bit for bit, in the default and the parity (HX_MM_GGML_ORDER)
+ * order, for token counts that cut 16-token groups and Q4_K's 4-token gemm
+ * groups at odd places. */
+static void check_split(hx_pool *pool1, hx_pool *pool16, int type, unsigned flags, hx_rng *rng) {
+    const hx_type_info *ti = hx_type_get(type);
+    const int64_t rows = 200, cols = ti->block_size * (ti->block_size == 256 ? 2 : 12);
+    const int64_t ns[] = { 17, 67, 131 };
+    size_t wrow = hx_row_size(type, cols);
+    uint8_t *wq = malloc(wrow * rows);
+    float *f = malloc(sizeof(float) * cols), *x = malloc(sizeof(float) * cols * 131);
+    float *y1 = malloc(sizeof(float) * rows * 131), *y16 = malloc(sizeof(float) * rows * 131);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t k = 0; k < cols; k++) f[k] = (float)hx_rng_normal(rng);
+        hx_quantize_row(type, f, wq + r * wrow, cols);
+    }
+    for (int64_t i = 0; i < cols * 131; i++) x[i] = (float)hx_rng_normal(rng);
+    hx_tensor W = { "w", type, { cols, rows, 1, 1 }, wq };
+    for (int i = 0; i < 3; i++) {
+        hx_error e = {0};
+        CHECKF(hx_matmul_ex(pool1, &W, x, ns[i], y1, flags, &e) == HX_OK, "%s", e.msg);
+        CHECKF(hx_matmul_ex(pool16, &W, x, ns[i], y16, flags, &e) == HX_OK, "%s", e.msg);
+        int64_t diff = 0;
+        for (int64_t o = 0; o < rows * ns[i]; o++) diff += memcmp(&y1[o], &y16[o], 4) != 0;
+        CHECKF(!diff, "matmul %s flags %u n=%lld: %lld outputs on 16 threads differ from 1 thread",
+               hx_type_name(type), flags, (long long)ns[i], (long long)diff);
+    }
+    free(wq); free(f); free(x); free(y1); free(y16);
+}
+
 int main(void) {
     hx_rng rng;
     hx_rng_seed(&rng, 1234);
@@ -216,13 +247,18 @@ int main(void) {
                               (a + b + c) % 2 ? HX_MM_ROUND_F16_ACT : 0, &rng);
     }
     {
-        hx_pool *pool1 = hx_pool_create(1);
+        hx_pool *pool1 = hx_pool_create(1), *pool16 = hx_pool_create(16);
         const int gemm_types[] = { HX_TYPE_Q8_0, HX_TYPE_Q4_0, HX_TYPE_Q5_0, HX_TYPE_Q4_K, HX_TYPE_Q6_K };
         for (size_t i = 0; i < sizeof gemm_types / sizeof gemm_types[0]; i++) {
             check_gemm(pool, pool1, gemm_types[i], &rng);
             check_gemm_extremes(gemm_types[i]);
+            check_split(pool1, pool16, gemm_types[i], 0, &rng);
+            check_split(pool1, pool16, gemm_types[i], HX_MM_ROUND_F16_ACT | HX_MM_GGML_ORDER, &rng);
         }
+        check_split(pool1, pool16, HX_TYPE_F16, HX_MM_ROUND_F16_ACT | HX_MM_GGML_ORDER, &rng);
+        check_split(pool1, pool16, HX_TYPE_Q4_1, 0, &rng);
         hx_pool_free(pool1);
+        hx_pool_free(pool16);
     }
     /* hx_matmul_multi == separate products, bit for bit; mixed dot types refused */
     {

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -46,7 +47,10 @@ struct hx_pool {
     hx_pool_fn fn;
     void *ctx;
     int64_t n_tasks;
-    atomic_llong next;
+    /* the task counter on a cache line of its own: every thread's fetch_add
+     * takes the line, and the job's fields above are read without stalling */
+    _Alignas(64) atomic_llong next;
+    char pad[64 - sizeof(atomic_llong)];
 };
 
 typedef struct { hx_pool *p; int index; } worker_arg;
@@ -57,10 +61,13 @@ int hx_cpu_count(void) {
 }
 
 static void work(hx_pool *p, int thread) {
+    hx_pool_fn fn = p->fn;
+    void *ctx = p->ctx;
+    int64_t n = p->n_tasks;
     for (;;) {
         long long t = atomic_fetch_add(&p->next, 1);
-        if (t >= p->n_tasks) break;
-        p->fn(p->ctx, t, thread);
+        if (t >= n) break;
+        fn(ctx, t, thread);
     }
 }
 
@@ -101,8 +108,9 @@ static void *worker_main(void *arg) {
 hx_pool *hx_pool_create(int n_threads) {
     if (n_threads <= 0) n_threads = hx_cpu_count();
     if (n_threads > 512) n_threads = 512;
-    hx_pool *p = calloc(1, sizeof *p);
+    hx_pool *p = aligned_alloc(_Alignof(hx_pool), sizeof *p); /* sizeof is a multiple of the alignment */
     if (!p) return NULL;
+    memset(p, 0, sizeof *p);
     p->n_threads = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);

@@ -44,3 +44,16 @@ void hx_f32_axpy_f16_avx2(int n, float *acc, const uint16_t *v, float w) {
     }
     for (; d < n; d++) acc[d] += w * _cvtsh_ss(v[d]);
 }
+
+void hx_f32_to_f16_row_avx2(int n, uint16_t *dst, const float *src) {
+    int d = 0;
+    for (; d + 8 <= n; d += 8)
+        _mm_storeu_si128((__m128i *)(dst + d), _mm256_cvtps_ph(_mm256_loadu_ps(src + d), _MM_FROUND_TO_NEAREST_INT));
+    for (; d < n; d++) dst[d] = _cvtss_sh(src[d], _MM_FROUND_TO_NEAREST_INT);
+}
+
+void hx_f16_to_f32_row_avx2(int n, float *dst, const uint16_t *src) {
+    int d = 0;
+    for (; d + 8 <= n; d += 8) _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + d))));
+    for (; d < n; d++) dst[d] = _cvtsh_ss(src[d]);
+}

@@ -100,7 +100,8 @@ struct hx_cpu_ctx {
     float *fa_kt, *fa_v;  /* parity mode, 64+ queries: f32 copies of a layer's cache (fa_prepare) */
     size_t fa_cap; int fa_tiles;
     float *vacc;          /* (n_threads, head_dim) */
-    float *rope_cs, *rope_sn; /* (head_dim/2) */
+    float *rope_cs, *rope_sn; /* (n_threads, head_dim/2): one RoPE table per thread */
+    double *rope_freq;    /* (head_dim/2): base^(-2i/hd) of the layer in progress */
     /* LoRA adapters applied (hx_cpu_set_adapters; the API layer keeps them alive) */
     struct hx_adapter **lora;
     float *lora_scale;
@@ -129,11 +130,16 @@ static float gelu_tanh(float x) {
 }
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-/* RoPE angles for one position: cs/sn[i] = cos/sin(pos * base^(-2i/hd)),
+/* freq[i] = base^(-2i/hd), i < hd/2: once per layer, shared by every token. */
+static void rope_freqs(double *freq, int hd, double base) {
+    for (int i = 0; i < hd / 2; i++) freq[i] = pow(base, -2.0 * i / hd);
+}
+
+/* RoPE angles for one position: cs/sn[i] = cos/sin(pos * freq[i]),
  * computed once per (token, layer) and shared by every head. */
-static void rope_table(float *cs, float *sn, int hd, double pos, double base) {
+static void rope_table(float *cs, float *sn, int hd, double pos, const double *freq) {
     for (int i = 0; i < hd / 2; i++) {
-        double theta = pos * pow(base, -2.0 * i / hd);
+        double theta = pos * freq[i];
         cs[i] = (float)cos(theta);
         sn[i] = (float)sin(theta);
     }
@@ -186,7 +192,7 @@ void hx_cpu_ctx_free(hx_cpu_ctx *c) {
     free(c->x); free(c->h); free(c->q); free(c->k); free(c->v); free(c->att); free(c->o);
     free(c->gate); free(c->up); free(c->scores); free(c->vacc); free(c->fa_kt); free(c->fa_v);
     free(c->ub_pos); free(c->ub_seq); free(c->ub_out);
-    free(c->rope_cs); free(c->rope_sn);
+    free(c->rope_cs); free(c->rope_sn); free(c->rope_freq);
     free(c->lora); free(c->lora_scale); free(c->lora_t); free(c->lora_d);
     hx_pool_free(c->pool);
     free(c);
@@ -307,9 +313,10 @@ static hx_status ctx_create(const hx_model *m, const ctx_opts *o, hx_cpu_ctx **o
     int nth = hx_pool_threads(c->pool);
     c->scores = malloc(sizeof(float) * nth * c->n_ctx);
     c->vacc = malloc(sizeof(float) * nth * cfg->head_dim);
-    c->rope_cs = malloc(sizeof(float) * (cfg->head_dim / 2 + 1));
-    c->rope_sn = malloc(sizeof(float) * (cfg->head_dim / 2 + 1));
-    if (!c->scores || !c->vacc || !c->rope_cs || !c->rope_sn) {
+    c->rope_cs = malloc(sizeof(float) * nth * (cfg->head_dim / 2 + 1));
+    c->rope_sn = malloc(sizeof(float) * nth * (cfg->head_dim / 2 + 1));
+    c->rope_freq = malloc(sizeof(double) * (cfg->head_dim / 2 + 1));
+    if (!c->scores || !c->vacc || !c->rope_cs || !c->rope_sn || !c->rope_freq) {
         hx_cpu_ctx_free(c);
         return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory");
     }
@@ -561,10 +568,16 @@ static void attn_f16_ggml_tiled(const attn_job *j, const float *q, int kvh, floa
     float S = 0.0f, M = -INFINITY;
     for (int r0 = 0; r0 < end; r0 += T) {
         bool vis[T], any = false;
-        for (int k = 0; k < T; k++) {
-            int r = r0 + k;
-            vis[k] = r < end && row_pos(r, p, rows) >= first;
-            any |= vis[k];
+        if (p < rows) { /* no row of the ring reused yet: row r holds position r */
+            if (r0 + T <= first) continue;
+            for (int k = 0; k < T; k++) vis[k] = r0 + k < end && r0 + k >= first;
+            any = true;
+        } else {
+            for (int k = 0; k < T; k++) {
+                int r = r0 + k;
+                vis[k] = r < end && row_pos(r, p, rows) >= first;
+                any |= vis[k];
+            }
         }
         if (!any) continue;
         hx_fa_scores64(hd, kt + (size_t)(r0 / T) * hd * T, qf, sc, kq, c->f16c);
@@ -588,10 +601,43 @@ static void attn_f16_ggml_tiled(const attn_job *j, const float *q, int kvh, floa
     for (int d = 0; d < hd; d++) acc[d] = vacc[d] * inv;
 }
 
+typedef struct fa_prep_job { hx_cpu_ctx *c; const uint16_t *kc, *vc; int end; } fa_prep_job;
+
+/* One (kv head, tile of 64 rows) of fa_prepare's copies. */
+static void fa_prep_task(void *ctx, int64_t task, int thread) {
+    enum { T = 64 };
+    (void)thread;
+    const fa_prep_job *j = ctx;
+    hx_cpu_ctx *c = j->c;
+    int hd = c->m->cfg.head_dim, tiles = c->fa_tiles;
+    int h = (int)(task / tiles), r0 = (int)(task % tiles) * T;
+    size_t row = (size_t)c->m->cfg.n_head_kv * hd;
+    float *kt = c->fa_kt + ((size_t)h * tiles + r0 / T) * hd * T, *v = c->fa_v + ((size_t)h * tiles * T + r0) * hd;
+    for (int r = r0; r < r0 + T; r++) {
+        float *kd = kt + r % T, *vd = v + (size_t)(r - r0) * hd;
+        if (r >= j->end) {
+            for (int d = 0; d < hd; d++) kd[(size_t)d * T] = vd[d] = 0.0f;
+            continue;
+        }
+        const uint16_t *kr = j->kc + (size_t)r * row + (size_t)h * hd, *vr = j->vc + (size_t)r * row + (size_t)h * hd;
+        float kf[512];
+        if (c->f16c && hd <= 512) {
+            hx_f16_to_f32_row_avx2(hd, kf, kr);
+            hx_f16_to_f32_row_avx2(hd, vd, vr);
+            for (int d = 0; d < hd; d++) kd[(size_t)d * T] = kf[d];
+        } else {
+            for (int d = 0; d < hd; d++) {
+                kd[(size_t)d * T] = hx_fp16_to_fp32(kr[d]);
+                vd[d] = hx_fp16_to_fp32(vr[d]);
+            }
+        }
+    }
+}
+
 /* f32 copies of one layer's f16 cache rows of slot seq that a batch (positions
  * pos..pos+n-1) can see, for the tiled attention: keys transposed per tile of
  * 64 rows ([kv head][tile][hd][64]), values as rows ([kv head][row][hd]), rows
- * past the cache zero. */
+ * past the cache zero. One pool task per (kv head, tile). */
 static hx_status fa_prepare(hx_cpu_ctx *c, int layer, int seq, int pos, int n, hx_error *e) {
     enum { T = 64 };
     const hx_model_config *cfg = &c->m->cfg;
@@ -606,20 +652,9 @@ static hx_status fa_prepare(hx_cpu_ctx *c, int layer, int seq, int pos, int n, h
         if (!c->fa_cap) return hx_err(e, HX_ERR_NOMEM, "forward: out of memory (attention tiles)");
     }
     c->fa_tiles = tiles;
-    size_t row = (size_t)nkv * hd;
-    const uint16_t *kc = (const uint16_t *)slot_rows(c, c->k_cache, layer, seq);
-    const uint16_t *vc = (const uint16_t *)slot_rows(c, c->v_cache, layer, seq);
-    for (int h = 0; h < nkv; h++) {
-        float *kt = c->fa_kt + (size_t)h * tiles * T * hd, *v = c->fa_v + (size_t)h * tiles * T * hd;
-        for (int r = 0; r < tiles * T; r++) {
-            const uint16_t *kr = kc + (size_t)r * row + (size_t)h * hd, *vr = vc + (size_t)r * row + (size_t)h * hd;
-            float *kd = kt + (size_t)(r / T) * hd * T + r % T, *vd = v + (size_t)r * hd;
-            for (int d = 0; d < hd; d++) {
-                kd[(size_t)d * T] = r < end ? hx_fp16_to_fp32(kr[d]) : 0.0f;
-                vd[d] = r < end ? hx_fp16_to_fp32(vr[d]) : 0.0f;
-            }
-        }
-    }
+    fa_prep_job j = { c, (const uint16_t *)slot_rows(c, c->k_cache, layer, seq),
+                      (const uint16_t *)slot_rows(c, c->v_cache, layer, seq), end };
+    hx_pool_run(c->pool, (int64_t)nkv * tiles, fa_prep_task, &j);
     return HX_OK;
 }
 
@@ -634,14 +669,16 @@ static void probe_row(const hx_cpu_ctx *c, const attn_job *j, int i, int h, int 
     for (int t = first; t <= p; t++) row[t] = sc[t] * inv;
 }
 
-/* task = token i * n_head + head h: softmax(q k^T) v over the cached positions
- * of token i's sequence. */
+/* task = (n - 1 - token i) * n_head + head h: softmax(q k^T) v over the
+ * cached positions of token i's sequence. A prompt's last tokens see the
+ * most positions, so they are handed out first and the short ones fill the
+ * threads' gaps at the end. */
 static void attn_task(void *ctx, int64_t task, int thread) {
     const attn_job *j = ctx;
     hx_cpu_ctx *c = j->c;
     const hx_model_config *cfg = &c->m->cfg;
     int hd = cfg->head_dim, nh = cfg->n_head, nkv = cfg->n_head_kv;
-    int i = (int)(task / nh), h = (int)(task % nh);
+    int i = j->n - 1 - (int)(task / nh), h = (int)(task % nh);
     int kvh = h / (nh / nkv);
     int p = j->pos[i];                          /* position of the query in its sequence */
     int first = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
@@ -817,10 +854,105 @@ static void store_kv(hx_cpu_ctx *c, int layer, int seq, int pos, const float *sr
     const hx_model_config *cfg = &c->m->cfg;
     size_t nkv = (size_t)cfg->n_head_kv * cfg->head_dim;
     uint8_t *dst = slot_rows(c, cache, layer, seq) + (size_t)(pos % c->kv_rows[layer]) * c->kv_row;
-    if (c->kv_type == HX_TYPE_F16)
+    if (c->kv_type == HX_TYPE_F16 && c->f16c)
+        hx_f32_to_f16_row_avx2((int)nkv, (uint16_t *)dst, src);
+    else if (c->kv_type == HX_TYPE_F16)
         for (size_t d = 0; d < nkv; d++) ((uint16_t *)dst)[d] = hx_fp32_to_fp16(src[d]);
     else
         memcpy(dst, src, nkv * sizeof(float));
+}
+
+/* ---- per-token stages ----
+ * The element-wise work between the products (norms, RoPE and the cache
+ * stores, the residual adds, the gated activation) is independent per token,
+ * so it runs as pool tasks of a few tokens each: left serial, it bounds a
+ * prompt's speed-up on many threads (Amdahl) while the products around it
+ * scale. Each token is computed exactly as it would be alone, whatever the
+ * split. */
+typedef enum { TOK_NORM_IN, TOK_QK_ROPE, TOK_ATTN_OUT, TOK_GLU, TOK_FFN_OUT } tok_stage;
+
+typedef struct tok_job {
+    hx_cpu_ctx *c;
+    const hx_ubatch *ub;
+    int layer;
+    tok_stage stage;
+    int chunk;            /* tokens per task */
+    bool avx2;            /* hx_swiglu_ggml's vector path */
+} tok_job;
+
+static void tok_one(const tok_job *j, int i, int thread) {
+    hx_cpu_ctx *c = j->c;
+    const hx_model_config *cfg = &c->m->cfg;
+    const layer_vecs *V = &c->lv[j->layer];
+    int D = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_head, nkvh = cfg->n_head_kv, ff = cfg->n_ff;
+    size_t nkv = (size_t)nkvh * hd;
+    float *x = c->x + (size_t)i * D, *h = c->h + (size_t)i * D, *o = c->o + (size_t)i * D;
+    switch (j->stage) {
+    case TOK_NORM_IN:
+        rmsnorm(h, x, V->attn_norm, D, cfg->norm_eps);
+        break;
+    case TOK_QK_ROPE: {
+        float *q = c->q + (size_t)i * nh * hd, *k = c->k + (size_t)i * nkv;
+        if (cfg->qk_norm) {
+            norm_rows(q, q, nh, hd, V->q_norm, cfg->norm_eps);
+            norm_rows(k, k, nkvh, hd, V->k_norm, cfg->norm_eps);
+        }
+        int p = j->ub->pos[i];
+        float *cs = c->rope_cs + (size_t)thread * (hd / 2 + 1), *sn = c->rope_sn + (size_t)thread * (hd / 2 + 1);
+        double rs = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0;
+        if (c->ggml_compat) {
+            double base = cfg->layer_is_swa[j->layer] ? cfg->rope_base_swa : cfg->rope_base;
+            rope_table_ggml(cs, sn, hd, p, (float)(1.0 / rs), (float)base);
+        } else {
+            rope_table(cs, sn, hd, p / rs, c->rope_freq);
+        }
+        for (int hh = 0; hh < nh; hh++) rope_apply(q + (size_t)hh * hd, hd, cs, sn, cfg->rope_style, c->ggml_compat);
+        for (int hh = 0; hh < nkvh; hh++) rope_apply(k + (size_t)hh * hd, hd, cs, sn, cfg->rope_style, c->ggml_compat);
+        store_kv(c, j->layer, j->ub->seq[i], p, k, c->k_cache);
+        store_kv(c, j->layer, j->ub->seq[i], p, c->v + (size_t)i * nkv, c->v_cache);
+        break;
+    }
+    case TOK_ATTN_OUT: /* o = Wo a was computed; then the FFN's input */
+        if (cfg->post_norms) rmsnorm(o, o, V->attn_post_norm, D, cfg->norm_eps);
+        for (int d = 0; d < D; d++) x[d] += o[d];
+        rmsnorm(h, x, V->ffn_norm, D, cfg->norm_eps);
+        break;
+    case TOK_GLU: {
+        float *g = c->gate + (size_t)i * ff;
+        const float *u = c->up + (size_t)i * ff;
+        if (c->ggml_compat) { /* ggml's rounding of the gated activation (glu.h) */
+            if (cfg->act == HX_ACT_SILU) hx_swiglu_ggml(ff, g, u, j->avx2);
+            else hx_geglu_ggml(ff, g, u);
+        } else if (cfg->act == HX_ACT_SILU) {
+            for (int d = 0; d < ff; d++) g[d] = silu(g[d]) * u[d];
+        } else {
+            for (int d = 0; d < ff; d++) g[d] = gelu_tanh(g[d]) * u[d];
+        }
+        break;
+    }
+    case TOK_FFN_OUT:
+        if (cfg->post_norms) rmsnorm(o, o, V->ffn_post_norm, D, cfg->norm_eps);
+        for (int d = 0; d < D; d++) x[d] += o[d];
+        break;
+    }
+}
+
+static void tok_task(void *ctx, int64_t task, int thread) {
+    const tok_job *j = ctx;
+    int i0 = (int)task * j->chunk, i1 = i0 + j->chunk < j->ub->n ? i0 + j->chunk : j->ub->n;
+    for (int i = i0; i < i1; i++) tok_one(j, i, thread);
+}
+
+/* One stage over every token of the ubatch: about four tasks per thread, on
+ * the pool from 32 tokens on (a prompt's pieces). A decode step, or the one
+ * token each of a few sequences, stays inline: there a pool job's hand-off,
+ * and on a busy machine the wait for every worker to be scheduled, costs
+ * more than the few microseconds of work per token. */
+static void run_tokens(hx_cpu_ctx *c, const hx_ubatch *ub, int layer, tok_stage stage) {
+    int n = ub->n, nth = hx_pool_threads(c->pool);
+    int chunk = n / (4 * nth) > 1 ? n / (4 * nth) : 1;
+    tok_job j = { c, ub, layer, stage, chunk, hx_isa_current() >= HX_ISA_AVX2 };
+    hx_pool_run(n >= 32 ? c->pool : NULL, (n + chunk - 1) / chunk, tok_task, &j);
 }
 
 /* Tokens, sequences and positions of a ubatch: each sequence's tokens at
@@ -863,8 +995,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
     const hx_model_config *cfg = &m->cfg;
     int n = ub->n;
     TRY(ensure_scratch(c, n, e));
-    int D = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_head, nkvh = cfg->n_head_kv;
-    int nkv = nkvh * hd, ff = cfg->n_ff;
+    int D = cfg->n_embd, hd = cfg->head_dim, nh = cfg->n_head;
     /* each sequence's positions from its first one in the batch on are overwritten */
     bool one_seq = true;
     int max_pos = 0;
@@ -898,7 +1029,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
         const hx_layer_weights *L = &m->layers[l];
         const layer_vecs *V = &c->lv[l];
         if (c->dump_dir) TRY(dump_rows(c, ub, l, "input", c->x, e));
-        norm_rows(c->h, c->x, n, D, V->attn_norm, cfg->norm_eps);
+        run_tokens(c, ub, l, TOK_NORM_IN);
         {
             const hx_tensor *W[3] = { &L->wq, &L->wk, &L->wv };
             const float *B[3] = { V->bq, V->bk, V->bv };
@@ -906,24 +1037,10 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
             TRY(linear_group(c, 3, W, c->h, n, Y, B, e));
             for (int j = 0; j < 3 && c->n_lora; j++) TRY(lora_add(c, l, HX_LORA_Q + j, c->h, n, n, Y[j], e));
         }
-        if (cfg->qk_norm) {
-            norm_rows(c->q, c->q, n * nh, hd, V->q_norm, cfg->norm_eps);
-            norm_rows(c->k, c->k, n * nkvh, hd, V->k_norm, cfg->norm_eps);
-        }
+        /* qk_norm, RoPE, and k, v into the cache (a batch's positions are distinct rows) */
         bool swa = cfg->layer_is_swa[l];
-        double base = swa ? cfg->rope_base_swa : cfg->rope_base;
-        double rs = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0;
-        for (int i = 0; i < n; i++) {
-            int p = ub->pos[i];
-            if (c->ggml_compat) rope_table_ggml(c->rope_cs, c->rope_sn, hd, p, (float)(1.0 / rs), (float)base);
-            else rope_table(c->rope_cs, c->rope_sn, hd, p / rs, base);
-            for (int h = 0; h < nh; h++)
-                rope_apply(c->q + ((size_t)i * nh + h) * hd, hd, c->rope_cs, c->rope_sn, cfg->rope_style, c->ggml_compat);
-            for (int h = 0; h < nkvh; h++)
-                rope_apply(c->k + ((size_t)i * nkvh + h) * hd, hd, c->rope_cs, c->rope_sn, cfg->rope_style, c->ggml_compat);
-            store_kv(c, l, ub->seq[i], p, c->k + (size_t)i * nkv, c->k_cache);
-            store_kv(c, l, ub->seq[i], p, c->v + (size_t)i * nkv, c->v_cache);
-        }
+        if (!c->ggml_compat) rope_freqs(c->rope_freq, hd, swa ? cfg->rope_base_swa : cfg->rope_base);
+        run_tokens(c, ub, l, TOK_QK_ROPE);
         bool ggml_f16 = c->ggml_compat && c->kv_type == HX_TYPE_F16 && hd <= 512;
         attn_job aj = { c, l, n, ub->pos, ub->seq, ggml_f16 && one_seq && n >= 64, swa ? cfg->sliding_window : 0,
                         scale, cfg->attn_logit_softcap, kdot, c->ggml_compat && cfg->arch == HX_ARCH_GEMMA3 };
@@ -934,11 +1051,9 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
         if (c->probe) probe_layer(c, ub, l);
         TRY(linear(c, &L->wo, c->att, n, c->o, V->bo, e));
         if (c->n_lora) TRY(lora_add(c, l, HX_LORA_O, c->att, n, n, c->o, e));
-        if (cfg->post_norms) norm_rows(c->o, c->o, n, D, V->attn_post_norm, cfg->norm_eps);
+        run_tokens(c, ub, l, TOK_ATTN_OUT); /* [post-norm], residual, FFN norm */
         if (c->dump_dir) TRY(dump_rows(c, ub, l, "attn", c->o, e));
-        for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] += c->o[i];
 
-        norm_rows(c->h, c->x, n, D, V->ffn_norm, cfg->norm_eps);
         /* llama.cpp keeps only the rows that give logits before the last layer's FFN */
         const int ffn_cols = l == cfg->n_layer - 1 && ub->n_out > 0 ? ub->n_out : n;
         {
@@ -948,25 +1063,11 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
             TRY(linear_group(c, 2, W, c->h, n, Y, B, e));
             for (int j = 0; j < 2 && c->n_lora; j++) TRY(lora_add(c, l, HX_LORA_GATE + j, c->h, n, ffn_cols, Y[j], e));
         }
-        if (c->ggml_compat) { /* ggml's rounding of the gated activation (glu.h), row by row */
-            const bool avx2 = hx_isa_current() >= HX_ISA_AVX2;
-            for (int t = 0; t < n; t++) {
-                float *g = c->gate + (size_t)t * ff;
-                const float *u = c->up + (size_t)t * ff;
-                if (cfg->act == HX_ACT_SILU) hx_swiglu_ggml(ff, g, u, avx2);
-                else hx_geglu_ggml(ff, g, u);
-            }
-        } else {
-            for (size_t i = 0; i < (size_t)n * ff; i++) {
-                float g = c->gate[i];
-                c->gate[i] = (cfg->act == HX_ACT_SILU ? silu(g) : gelu_tanh(g)) * c->up[i];
-            }
-        }
+        run_tokens(c, ub, l, TOK_GLU);
         TRY(linear(c, &L->ffn_down, c->gate, n, c->o, V->ffn_down_b, e));
         if (c->n_lora) TRY(lora_add(c, l, HX_LORA_DOWN, c->gate, n, ffn_cols, c->o, e));
-        if (cfg->post_norms) norm_rows(c->o, c->o, n, D, V->ffn_post_norm, cfg->norm_eps);
+        run_tokens(c, ub, l, TOK_FFN_OUT); /* [post-norm], residual */
         if (c->dump_dir) TRY(dump_rows(c, ub, l, "ffn", c->o, e));
-        for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] += c->o[i];
     }
     for (int i = 0; i < n; i++) {
         int s = ub->seq[i], p = ub->pos[i];

@@ -99,22 +99,26 @@ typedef struct mm_job {
     int64_t rows[MM_MAX];
     int64_t rpt[MM_MAX];        /* rows per task */
     int64_t task0[MM_MAX + 1];  /* first task of each matrix */
+    int64_t tpt, n_tc;          /* tokens per task (a multiple of 16), token chunks per row block */
     float *y[MM_MAX];           /* (n, rows[m]) */
     const uint8_t *x;           /* activations in dot type, n rows */
     size_t x_row;
     int64_t cols, n, tok_block;
 } mm_job;
 
-/* One task: rows [r0, r1) of one matrix for all n tokens, token blocks
- * outermost inside the task so a row block (a few KiB) is reused from L1
- * across the token block. */
+/* One task: rows [r0, r1) of one matrix for tokens [n0, n1) (all n unless
+ * the rows alone give too few tasks), token blocks outermost inside the task
+ * so a row block (a few KiB) is reused from L1 across the token block. Every
+ * output is one kernel call's, so the split does not change any bit. */
 static void mm_task(void *ctx, int64_t task, int thread) {
     (void)thread;
     const mm_job *j = ctx;
     int m = 0;
     while (task >= j->task0[m + 1]) m++;
-    int64_t r0 = (task - j->task0[m]) * j->rpt[m];
+    int64_t rb = (task - j->task0[m]) / j->n_tc, tc = (task - j->task0[m]) % j->n_tc;
+    int64_t r0 = rb * j->rpt[m];
     int64_t r1 = r0 + j->rpt[m] < j->rows[m] ? r0 + j->rpt[m] : j->rows[m];
+    int64_t n0 = tc * j->tpt, n1 = n0 + j->tpt < j->n ? n0 + j->tpt : j->n;
     hx_vec_dot_fn dot = j->dot[m];
     const uint8_t *w = j->w[m];
     size_t wr = j->w_row[m];
@@ -122,8 +126,8 @@ static void mm_task(void *ctx, int64_t task, int thread) {
     float *y = j->y[m];
     hx_gemm_fn gemm = j->gemm[m];
     if (gemm) {
-        for (int64_t t0 = 0; t0 < j->n; t0 += j->tok_block) {
-            int64_t t1 = t0 + j->tok_block < j->n ? t0 + j->tok_block : j->n;
+        for (int64_t t0 = n0; t0 < n1; t0 += j->tok_block) {
+            int64_t t1 = t0 + j->tok_block < n1 ? t0 + j->tok_block : n1;
             /* [t0, tm) with gemm_main, [tm, t1) with gemm */
             int64_t tm = t1 < j->n_main[m] ? t1 : t0 > j->n_main[m] ? t0 : j->n_main[m];
             if (tm > t0)
@@ -139,8 +143,8 @@ static void mm_task(void *ctx, int64_t task, int thread) {
         for (int64_t r = r0; r < r1; r++) dot(j->cols, &y[r], w + (size_t)r * wr, j->x);
         return;
     }
-    for (int64_t t0 = 0; t0 < j->n; t0 += j->tok_block) {
-        int64_t t1 = t0 + j->tok_block < j->n ? t0 + j->tok_block : j->n;
+    for (int64_t t0 = n0; t0 < n1; t0 += j->tok_block) {
+        int64_t t1 = t0 + j->tok_block < n1 ? t0 + j->tok_block : n1;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wrp = w + (size_t)r * wr;
             for (int64_t t = t0; t < t1; t++) dot(j->cols, &y[(size_t)t * rows + r], wrp, j->x + (size_t)t * j->x_row);
@@ -219,7 +223,7 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
      * thread per matrix so the threads finish together; for batches a 16 KiB
      * row block. */
     size_t target = n == 1 ? 65536 : 16384;
-    j.task0[0] = 0;
+    int64_t row_tasks = 0;
     for (int m = 0; m < count; m++) {
         int64_t rpt = (int64_t)(target / j.w_row[m]);
         if (rpt < 1) rpt = 1;
@@ -228,8 +232,21 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
         if (j.gemm[m]) /* whole tiles of 3, 4 or 8 rows (matvec), also of 16 for batches */
             rpt = n == 1 ? (rpt + 23) / 24 * 24 : (rpt + 47) / 48 * 48;
         j.rpt[m] = rpt;
-        j.task0[m + 1] = j.task0[m] + (j.rows[m] + rpt - 1) / rpt;
+        row_tasks += (j.rows[m] + rpt - 1) / rpt;
     }
+    /* A batch whose row blocks give fewer than 8 tasks per thread (48-row
+     * blocks of a 576- or 1024-row matrix on 16 threads) is also split over
+     * tokens, in chunks of whole 16-token groups, so that the last round of
+     * tasks, where some threads idle, is at most a ninth of the job. */
+    j.tpt = n;
+    if (n > 1 && row_tasks < 8 * nth) {
+        int64_t k = (8 * nth + row_tasks - 1) / row_tasks;
+        int64_t tpt = ((n + k - 1) / k + 15) / 16 * 16;
+        if (tpt < n) j.tpt = tpt;
+    }
+    j.n_tc = (n + j.tpt - 1) / j.tpt;
+    j.task0[0] = 0;
+    for (int m = 0; m < count; m++) j.task0[m + 1] = j.task0[m] + (j.rows[m] + j.rpt[m] - 1) / j.rpt[m] * j.n_tc;
     /* token block: keep the quantized activations of a block in L2 (~256 KiB) */
     int64_t tb = (int64_t)(262144 / j.x_row);
     j.tok_block = tb < 1 ? 1 : tb;
