@@ -1,4 +1,4 @@
-/* test_core.c — fp16/bf16 conversion, RNG, thread pool, atomic writes. */
+/* test_core.c — fp16/bf16 conversion, RNG, FNV-1a, thread pool, atomic writes. */
 #include "core/core.h"
 #include "core/pool.h"
 #include "test_util.h"
@@ -101,9 +101,28 @@ static void test_atomic_write(void) {
     unlink(path); rmdir(dir);
 }
 
+static void test_fnv(void) {
+    /* published FNV-1a 64 vectors */
+    CHECK(hx_fnv1a("", 0, HX_FNV_INIT) == 0xcbf29ce484222325ull);
+    CHECK(hx_fnv1a("a", 1, HX_FNV_INIT) == 0xaf63dc4c8601ec8cull);
+    CHECK(hx_fnv1a("foobar", 6, HX_FNV_INIT) == 0x85944171f73967e8ull);
+    CHECK(hx_fnv1a_str("foobar", HX_FNV_INIT) == 0x85944171f73967e8ull);
+    CHECK(hx_fnv1a_str(NULL, HX_FNV_INIT) == HX_FNV_INIT);
+    /* continuing from h is hashing the concatenation */
+    CHECK(hx_fnv1a("bar", 3, hx_fnv1a("foo", 3, HX_FNV_INIT)) == 0x85944171f73967e8ull);
+    CHECK(hx_fnv1a_str("bar", hx_fnv1a_str("foo", HX_FNV_INIT)) == 0x85944171f73967e8ull);
+    /* bytes >= 0x80 mix in unsigned */
+    const unsigned char hi[1] = {0xff};
+    CHECK(hx_fnv1a_str("\xff", HX_FNV_INIT) == hx_fnv1a(hi, 1, HX_FNV_INIT));
+    CHECK(hx_fnv1a(hi, 1, 0) == 0xff * 0x100000001b3ull);
+    /* the short start value some stored hashes use: pinned, it must not change */
+    CHECK(HX_FNV_INIT_SHORT == 0x14650fb0739d0383ull);
+}
+
 int main(void) {
     test_fp16();
     test_rng();
+    test_fnv();
     test_pool();
     test_atomic_write();
     return t_done("test_core");

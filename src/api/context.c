@@ -365,12 +365,6 @@ hx_status hx_seq_copy(hx_context *c, int src, int dst, int n, hx_error *e) {
 #define SEQ_VERSION 1u
 #define SEQ_HDR 40u
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 0x100000001b3ull; }
-    return h;
-}
-
 static void put32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
 static void put64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i)); }
 static uint32_t get32(const unsigned char *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
@@ -406,8 +400,9 @@ hx_status hx_seq_save(hx_context *c, int seq, const char *path, hx_error *e) {
     unsigned char *ids = malloc((size_t)n * 4 + 1);
     if (!ids) { free(state); return hx_err(e, HX_ERR_NOMEM, "hx_seq_save: out of memory"); }
     for (int i = 0; i < n; i++) put32(ids + 4 * i, (uint32_t)toks[i]);
-    uint64_t ck = 0xcbf29ce484222325ull;
-    ck = fnv(ck, fp, strlen(fp)); ck = fnv(ck, bn, strlen(bn)); ck = fnv(ck, ids, (size_t)n * 4); ck = fnv(ck, state, sb);
+    uint64_t ck = HX_FNV_INIT;
+    ck = hx_fnv1a(fp, strlen(fp), ck); ck = hx_fnv1a(bn, strlen(bn), ck); ck = hx_fnv1a(ids, (size_t)n * 4, ck);
+    ck = hx_fnv1a(state, sb, ck);
     unsigned char tail[8];
     put64(tail, ck);
     size_t tl = strlen(path) + 64;
@@ -450,7 +445,7 @@ hx_status hx_seq_load(hx_context *c, int seq, const char *path, hx_error *e) {
         goto out;
     }
     const unsigned char *pf = b + SEQ_HDR + 8, *pb = pf + lf, *pi = pb + lb, *ps = pi + 4 * n;
-    uint64_t ck = fnv(0xcbf29ce484222325ull, pf, (size_t)(len - SEQ_HDR - 8));
+    uint64_t ck = hx_fnv1a(pf, (size_t)(len - SEQ_HDR - 8), HX_FNV_INIT);
     if (ck != get64(b + SEQ_HDR)) { st = hx_err(e, HX_ERR_FORMAT, "%s: checksum mismatch (damaged file)", path); goto out; }
     if (lf != strlen(fp) || memcmp(pf, fp, lf)) {
         st = hx_err(e, HX_ERR_ARG, "%s: saved from model '%.*s', this context's model is '%s'", path, (int)(lf < 300 ? lf : 300),

@@ -1,4 +1,4 @@
-/* core.h — small shared helpers: errors, logging, fp16/bf16, RNG, time, sizes. */
+/* core.h — small shared helpers: errors, logging, fp16/bf16, RNG, hashing, time, sizes. */
 #ifndef HX_CORE_H
 #define HX_CORE_H
 
@@ -60,6 +60,27 @@ void     hx_rng_seed(hx_rng *r, uint64_t seed);
 uint64_t hx_rng_u64(hx_rng *r);
 float    hx_rng_uniform(hx_rng *r);  /* [0,1) */
 float    hx_rng_normal(hx_rng *r);   /* N(0,1) */
+
+/* ---- hashing: FNV-1a 64 ----
+ * The values key caches, fingerprints and files on disk: never change them. */
+#define HX_FNV_INIT 0xcbf29ce484222325ull
+/* The offset basis short of its last decimal digit (1469598103934665603, not
+ * ...6037): the start value some older hashes took. Kept where they still use it,
+ * since their values are stored (kb caches, insights.state) or fix table order. */
+#define HX_FNV_INIT_SHORT 1469598103934665603ull
+/* One FNV-1a 64 step: mix byte c into h. */
+static inline uint64_t hx_fnv1a_byte(uint64_t h, unsigned char c) { return (h ^ c) * 0x100000001b3ull; }
+/* FNV-1a 64 of n bytes at p, continuing from h (HX_FNV_INIT to start). */
+static inline uint64_t hx_fnv1a(const void *p, size_t n, uint64_t h) {
+    const unsigned char *s = (const unsigned char *)p; /* cast: core.h is also C++ (CUDA) */
+    for (size_t i = 0; i < n; i++) h = hx_fnv1a_byte(h, s[i]);
+    return h;
+}
+/* The same over a NUL-terminated string, without the NUL; s NULL hashes as "". */
+static inline uint64_t hx_fnv1a_str(const char *s, uint64_t h) {
+    for (; s && *s; s++) h = hx_fnv1a_byte(h, (unsigned char)*s);
+    return h;
+}
 
 /* ---- time ---- */
 double hx_now_s(void); /* monotonic seconds */

@@ -69,12 +69,6 @@ typedef struct gguf_priv {
     bool mapped;       /* map came from mmap (unmap on close) */
 } gguf_priv;
 
-static uint64_t hash_bytes(const char *p, uint64_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (uint64_t i = 0; i < n; i++) { h ^= (uint8_t)p[i]; h *= 1099511628211ull; }
-    return h;
-}
-
 static bool table_init(name_table *t, uint64_t n) {
     uint64_t cap = 8;
     while (cap < 2 * n) cap <<= 1;
@@ -86,7 +80,7 @@ static bool table_init(name_table *t, uint64_t n) {
 /* Find name; returns the slot holding it or the empty slot where it would go. */
 static uint64_t table_slot(const name_table *t, const hx_gguf_str *names, size_t stride,
                            const char *p, uint64_t n) {
-    uint64_t i = hash_bytes(p, n) & t->mask;
+    uint64_t i = hx_fnv1a(p, n, HX_FNV_INIT_SHORT) & t->mask;
     for (;;) {
         uint32_t v = t->slots[i];
         if (!v) return i;

@@ -36,8 +36,8 @@ static size_t word_hashes(const word_table *t, const char *s, uint64_t *h, size_
     for (const unsigned char *p = (const unsigned char *)s; p && *p;) {
         while (*p && !t->lower[*p]) p++;
         if (!*p) break;
-        uint64_t v = 0xcbf29ce484222325ull;
-        for (unsigned char c; (c = t->lower[*p]); p++) { v ^= c; v *= 0x100000001b3ull; }
+        uint64_t v = HX_FNV_INIT;
+        for (unsigned char c; (c = t->lower[*p]); p++) v = hx_fnv1a_byte(v, c);
         h[m++] = v;
     }
     return m;

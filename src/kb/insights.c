@@ -555,12 +555,6 @@ oom:
     return hx_err(e, HX_ERR_NOMEM, "insights: out of memory");
 }
 
-static uint64_t str_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 /* Distinct topics in order of first appearance through an open-addressing hash
  * map (O(n) however many topics): topic[i] = id of names[i]; ids index *ids_names. */
 hx_status kb_topic_table(const char *const *names, size_t n, int *topic, char ***ids_names, int *n_topics, hx_error *e) {
@@ -572,7 +566,7 @@ hx_status kb_topic_table(const char *const *names, size_t n, int *topic, char **
     if (!slot || !tab) { free(slot); free(tab); return hx_err(e, HX_ERR_NOMEM, "insights: out of memory"); }
     memset(slot, 0xff, cap * sizeof *slot); /* -1: empty */
     for (size_t i = 0; i < n; i++) {
-        size_t h = (size_t)str_hash(names[i]) & (cap - 1);
+        size_t h = (size_t)hx_fnv1a_str(names[i], HX_FNV_INIT_SHORT) & (cap - 1);
         while (slot[h] >= 0 && strcmp(tab[slot[h]], names[i])) h = (h + 1) & (cap - 1);
         if (slot[h] < 0) { slot[h] = T; tab[T++] = names[i]; }
         topic[i] = slot[h];

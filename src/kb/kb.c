@@ -15,12 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static uint64_t fnv(const void *p, size_t n, uint64_t h) {
-    const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
-    return h;
-}
-#define FNV0 1469598103934665603ull
+#define FNV0 HX_FNV_INIT_SHORT
 
 /* kb_sum64 in pieces: sum64_blocks over whole 32-byte blocks, in order,
  * then sum64_end with the tail (under 32 bytes) and the total length */
@@ -34,9 +29,9 @@ static void sum64_blocks(uint64_t h[4], const unsigned char *s, size_t n) {
 }
 
 static uint64_t sum64_end(const uint64_t h[4], const unsigned char *tail, size_t n_tail, size_t n) {
-    uint64_t t = fnv(tail, n_tail, FNV0);
-    t = fnv(h, 4 * sizeof *h, t);
-    return fnv(&n, sizeof n, t);
+    uint64_t t = hx_fnv1a(tail, n_tail, FNV0);
+    t = hx_fnv1a(h, 4 * sizeof *h, t);
+    return hx_fnv1a(&n, sizeof n, t);
 }
 
 uint64_t kb_sum64(const void *p, size_t n) {
@@ -320,8 +315,8 @@ static hx_status parse_line(kb_log *log, const char *path, char *line, size_t le
     if (!en.topic || !en.text) { free(en.topic); free(en.text); free(en.title); return HX_ERR_NOMEM; }
     /* the hash of kb_entry_text's "title\ntext" (or text), formed in pieces */
     en.hash = FNV0;
-    if (en.title) en.hash = fnv("\n", 1, fnv(en.title, strlen(en.title), en.hash));
-    en.hash = fnv(en.text, strlen(en.text), en.hash);
+    if (en.title) en.hash = hx_fnv1a("\n", 1, hx_fnv1a(en.title, strlen(en.title), en.hash));
+    en.hash = hx_fnv1a(en.text, strlen(en.text), en.hash);
     if (!log_push(log, en)) { free(en.topic); free(en.text); free(en.title); return HX_ERR_NOMEM; }
     return HX_OK;
 }
@@ -575,9 +570,9 @@ static void lex_one(const char *text, float *out) {
         const char *w = low + s;
         size_t wn = i - s;
         bool stop = is_stop(w, wn);
-        f[nf++] = (feat){fnv(w, wn, FNV0), stop ? 0.2f : 1.0f};
+        f[nf++] = (feat){hx_fnv1a(w, wn, FNV0), stop ? 0.2f : 1.0f};
         if (pw) {
-            uint64_t h = fnv(w, wn, fnv(" ", 1, fnv(pw, pn, FNV0 ^ 0x5bd1e995)));
+            uint64_t h = hx_fnv1a(w, wn, hx_fnv1a(" ", 1, hx_fnv1a(pw, pn, FNV0 ^ 0x5bd1e995)));
             f[nf++] = (feat){h, (stop && pstop) ? 0.1f : 0.7f};
         }
         pw = w; pn = wn; pstop = stop;
@@ -757,7 +752,7 @@ static void load_base(kb_cache *c, const char *path, const kb_embedder *em, bool
         } else {
             uint64_t sum;
             memcpy(&sum, buf + n - 8, 8);
-            if ((ver == 2 ? fnv(buf, n - 8, FNV0) : kb_sum64(buf, n - 8)) != sum) { why = "checksum mismatch"; goto bad; }
+            if ((ver == 2 ? hx_fnv1a(buf, n - 8, FNV0) : kb_sum64(buf, n - 8)) != sum) { why = "checksum mismatch"; goto bad; }
             c->sum = sum;
             if (memcmp(buf + 20, em->fingerprint, fpl)) { why = "made by another embedding model"; goto bad; }
             size_t rec = 16 + 4 * (size_t)dim, body = 20 + fpl;

@@ -8,13 +8,6 @@
 
 #include "core/core.h"
 
-static uint64_t fnv(const void *p, size_t n, uint64_t h) {
-    const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++) { h ^= s[i]; h *= 0x100000001b3ull; }
-    return h;
-}
-#define FNV0 0xcbf29ce484222325ull
-
 void kb_llm_cache_free(kb_llm_cache *c) {
     for (size_t i = 0; i < c->n; i++) free(c->r[i].val);
     free(c->r);
@@ -24,7 +17,7 @@ void kb_llm_cache_free(kb_llm_cache *c) {
 
 static uint64_t key_hash(uint32_t kind, uint64_t a, uint64_t b) {
     uint64_t k[3] = {kind, a, b};
-    return fnv(k, sizeof k, FNV0);
+    return hx_fnv1a(k, sizeof k, HX_FNV_INIT);
 }
 
 /* The slot of (kind, a, b): where it is, or the empty slot where it would go. */
@@ -95,7 +88,7 @@ void kb_llm_cache_load(kb_llm_cache *c, const char *path, const char *fingerprin
     if (n < 24 || memcmp(buf, "HXLC", 4)) { why = "not an LLM cache"; goto bad; }
     uint64_t sum;
     memcpy(&sum, buf + n - 8, 8);
-    if (fnv(buf, n - 8, FNV0) != sum) { why = "checksum mismatch"; goto bad; }
+    if (hx_fnv1a(buf, n - 8, HX_FNV_INIT) != sum) { why = "checksum mismatch"; goto bad; }
     memcpy(&ver, buf + 4, 4);
     memcpy(&fpl, buf + 8, 4);
     if (ver != 1) { why = "unknown version"; goto bad; }
@@ -161,7 +154,7 @@ hx_status kb_llm_cache_save(const kb_llm_cache *c, const char *path, const char 
         memcpy(buf + p + 24, c->r[i].val, len);
         p += 24 + len;
     }
-    uint64_t sum = fnv(buf, p, FNV0);
+    uint64_t sum = hx_fnv1a(buf, p, HX_FNV_INIT);
     memcpy(buf + p, &sum, 8);
     hx_status st = hx_write_file_atomic(path, buf, n, e);
     free(buf);

@@ -11,12 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FNV0 1469598103934665603ull
-static uint64_t fnv(const void *p, size_t n, uint64_t h) {
-    const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
-    return h;
-}
+#define FNV0 HX_FNV_INIT_SHORT
 
 /* ---- insights.state ---- */
 
@@ -100,7 +95,7 @@ static hx_status state_save(const char *path, const kb_state *s, hx_error *e) {
         put_u32(&w, (uint32_t)l->n); put_u32(&w, l->has_cut); put_pair(&w, &l->cut);
         for (int q = 0; q < l->n; q++) put_pair(&w, &l->p[q]);
     }
-    if (!w.oom) put_u64(&w, fnv(w.p, w.n, FNV0));
+    if (!w.oom) put_u64(&w, hx_fnv1a(w.p, w.n, FNV0));
     hx_status st = w.oom ? hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path) : hx_write_file_atomic(path, w.p, w.n, e);
     free(w.p);
     return st;
@@ -128,7 +123,7 @@ static bool state_load(const char *path, const kb_cache *c, const kb_opts *o, kb
     if (r != (ssize_t)n) { why = "read failed"; goto out; }
     uint64_t sum;
     memcpy(&sum, buf + n - 8, 8);
-    if (memcmp(buf, "HXKS", 4) || fnv(buf, n - 8, FNV0) != sum) { why = "not a state file, or damaged (checksum)"; goto out; }
+    if (memcmp(buf, "HXKS", 4) || hx_fnv1a(buf, n - 8, FNV0) != sum) { why = "not a state file, or damaged (checksum)"; goto out; }
     rbuf rb = {buf, n - 8, 4, false};
     if (get_u32(&rb) != 1) { why = "unknown version"; goto out; }
     s->cache_sum = get_u64(&rb); s->cache_n = get_u64(&rb);
@@ -196,9 +191,9 @@ static bool log_marks(int fd, uint64_t to, uint64_t *head, uint64_t *tail) {
     char buf[4096];
     size_t m = to < sizeof buf ? (size_t)to : sizeof buf;
     if (pread(fd, buf, m, 0) != (ssize_t)m) return false;
-    *head = fnv(buf, m, FNV0);
+    *head = hx_fnv1a(buf, m, FNV0);
     if (pread(fd, buf, m, (off_t)(to - m)) != (ssize_t)m) return false;
-    *tail = fnv(buf, m, FNV0);
+    *tail = hx_fnv1a(buf, m, FNV0);
     return true;
 }
 

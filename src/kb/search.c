@@ -29,12 +29,6 @@ static void for_words(const char *s, void (*fn)(const char *w, size_t n, void *u
     }
 }
 
-static uint64_t term_hash(const char *w, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) { h ^= (unsigned char)w[i]; h *= 0x100000001b3ull; }
-    return h;
-}
-
 typedef struct word_acc { uint64_t *terms; size_t n, cap; bool oom; } word_acc;
 static void acc_word(const char *w, size_t n, void *u) {
     word_acc *a = u;
@@ -46,7 +40,7 @@ static void acc_word(const char *w, size_t n, void *u) {
         a->terms = t;
         a->cap = cap;
     }
-    a->terms[a->n++] = term_hash(w, n);
+    a->terms[a->n++] = hx_fnv1a(w, n, HX_FNV_INIT);
 }
 
 static int cmp_u64(const void *a, const void *b) {

@@ -21,12 +21,6 @@ kb_think_opts kb_think_defaults(void) {
     return (kb_think_opts){.misfiled = 0.8f, .summarize_min_words = 60, .max_labels = 24};
 }
 
-static uint64_t fnv_str(const char *s, uint64_t h) {
-    for (; s && *s; s++) { h ^= (unsigned char)*s; h *= 0x100000001b3ull; }
-    return h;
-}
-#define FNV0 0xcbf29ce484222325ull
-
 static int count_words(const char *s) {
     int n = 0;
     bool in = false;
@@ -174,7 +168,7 @@ static hx_status load(think *t, const char *dir, kb_embedder *em, bool need_vec,
     int nd = 0;
     for (size_t i = 0; i < t->n; i++) {
         const char *name = ent(t, i)->topic ? ent(t, i)->topic : "";
-        uint64_t h = fnv_str(name, FNV0);
+        uint64_t h = hx_fnv1a_str(name, HX_FNV_INIT);
         size_t q = (size_t)(h * 0x9e3779b97f4a7c15ull >> 32) & (cap - 1);
         while (tab[q].name && (tab[q].h != h || strcmp(tab[q].name, name))) q = (q + 1) & (cap - 1);
         if (!tab[q].name) { tab[q] = (tslot){name, h, nd}; r[nd] = (topic_ref){name, (size_t)nd}; nd++; }
@@ -370,8 +364,8 @@ static hx_status classify_llm(think *t, kb_class *cls, const float *central, con
     if (nl < 2) return HX_OK;
     const char *labels[256];
     for (int j = 0; j < nl; j++) labels[j] = t->topics[label_topic[j]];
-    uint64_t lset = FNV0;
-    for (int i = 0; i < nl; i++) lset = fnv_str(labels[i], fnv_str("\x1f", lset));
+    uint64_t lset = HX_FNV_INIT;
+    for (int i = 0; i < nl; i++) lset = hx_fnv1a_str(labels[i], hx_fnv1a_str("\x1f", lset));
     size_t np = 0;
     char **prompts = malloc(sizeof *prompts * (t->n + 1));
     size_t *rows = malloc(sizeof *rows * (t->n + 1));
@@ -398,7 +392,7 @@ static hx_status classify_llm(think *t, kb_class *cls, const float *central, con
             if (*q == '\n') { *q = 0; if (k < 256) about[k] = q + 1; k++; }
         if (k != nl) { st = hx_err(e, HX_ERR_FORMAT, "think: llm.bin's topic lines do not match the topics"); goto done; }
         /* the answers depend on the labels and the lines about them */
-        for (int j = 0; j < nl; j++) lset = fnv_str(about[j], fnv_str("\x1e", lset));
+        for (int j = 0; j < nl; j++) lset = hx_fnv1a_str(about[j], hx_fnv1a_str("\x1e", lset));
     }
     const char *const *shown = names ? NULL : about;
     /* ask about the entries the cache lacks */
@@ -818,11 +812,11 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
         }
         if (m < 3 || topics_seen < 2) continue;
         cJSON *p = cJSON_CreateObject(), *mem = cJSON_AddArrayToObject(p, "members"), *tp = cJSON_AddArrayToObject(p, "topics");
-        uint64_t key = FNV0;
+        uint64_t key = HX_FNV_INIT;
         const char *titles[32];
         for (size_t k = 0; k < m; k++) {
             cJSON_AddItemToArray(mem, cJSON_CreateNumber((double)ent(&t, cm[k])->offset));
-            key = fnv_str(ent(&t, cm[k])->title, key ^ ent(&t, cm[k])->offset);
+            key = hx_fnv1a_str(ent(&t, cm[k])->title, key ^ ent(&t, cm[k])->offset);
             if (k < 32) titles[k] = ent(&t, cm[k])->title;
             bool dup = false;
             for (size_t q = 0; q < k && !dup; q++) dup = t.topic[cm[q]] == t.topic[cm[k]];
@@ -958,15 +952,15 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
                 bsim[k] = sim;
             }
             const char *ti[5], *tx[5];
-            uint64_t key = FNV0;
+            uint64_t key = HX_FNV_INIT;
             for (int k = 0; k < nb; k++) {
                 ti[k] = ent(&t, best[k])->title;
                 tx[k] = ent(&t, best[k])->text;
-                key = fnv_str(tx[k], key ^ ent(&t, best[k])->hash);
+                key = hx_fnv1a_str(tx[k], key ^ ent(&t, best[k])->hash);
             }
             dt[np] = tp;
             dkey[np] = key;
-            keys[np][0] = fnv_str(t.topics[tp], FNV0);
+            keys[np][0] = hx_fnv1a_str(t.topics[tp], HX_FNV_INIT);
             keys[np][1] = key;
             pr[np] = kb_llm_cache_get(&t.cache, KB_LLM_DIGEST, keys[np][0], key) ? NULL
                      : kb_llm_prompt_digest(o->llm, t.topics[tp], ti, tx, nb);
@@ -981,7 +975,7 @@ hx_status kb_think(const char *dir, kb_embedder *em, hx_pool *pool, const kb_thi
         cJSON_DeleteItemFromObject(root, "digests");
         cJSON_AddItemToObject(root, "digests", dg);
         for (int i = 0; i < np && !s; i++) {
-            const char *v = kb_llm_cache_get(&t.cache, KB_LLM_DIGEST, fnv_str(t.topics[dt[i]], FNV0), dkey[i]);
+            const char *v = kb_llm_cache_get(&t.cache, KB_LLM_DIGEST, hx_fnv1a_str(t.topics[dt[i]], HX_FNV_INIT), dkey[i]);
             if (!v) continue;
             cJSON *c = cJSON_CreateObject();
             cJSON_AddStringToObject(c, "topic", t.topics[dt[i]]);

@@ -14,11 +14,6 @@
 /* open-addressing string -> int32 map */
 typedef struct { char **keys; size_t *lens; int32_t *vals; size_t cap; } smap;
 
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ull; }
-    return h;
-}
 static bool smap_init(smap *m, size_t n) {
     m->cap = 16; while (m->cap < n * 2 + 16) m->cap <<= 1;
     m->keys = calloc(m->cap, sizeof *m->keys); m->lens = calloc(m->cap, sizeof *m->lens);
@@ -28,12 +23,12 @@ static bool smap_init(smap *m, size_t n) {
 static void smap_free(smap *m) { free(m->keys); free(m->lens); free(m->vals); }
 /* key must outlive the map; first insertion wins */
 static void smap_put(smap *m, char *k, size_t n, int32_t v) {
-    size_t i = hash_bytes(k, n) & (m->cap - 1);
+    size_t i = hx_fnv1a(k, n, HX_FNV_INIT_SHORT) & (m->cap - 1);
     while (m->keys[i]) { if (m->lens[i] == n && !memcmp(m->keys[i], k, n)) return; i = (i + 1) & (m->cap - 1); }
     m->keys[i] = k; m->lens[i] = n; m->vals[i] = v;
 }
 static int32_t smap_get(const smap *m, const char *k, size_t n) {
-    size_t i = hash_bytes(k, n) & (m->cap - 1);
+    size_t i = hx_fnv1a(k, n, HX_FNV_INIT_SHORT) & (m->cap - 1);
     while (m->keys[i]) { if (m->lens[i] == n && !memcmp(m->keys[i], k, n)) return m->vals[i]; i = (i + 1) & (m->cap - 1); }
     return -1;
 }
