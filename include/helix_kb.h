@@ -285,7 +285,9 @@ typedef struct kb_index {
 } kb_index;
 
 /* Opens DIR/data.log and DIR/embeddings.bin. A cache written by another
- * embedder fails with HX_ERR_ARG and a message naming both fingerprints.
+ * embedder fails with HX_ERR_ARG and a message naming both fingerprints; one
+ * written by em's BERT model in int8 (--embed-type int8) switches em to int8
+ * (kb_neural_set_type), so queries are embedded as the KB was.
  * max_embed_new < 0: embed every entry the cache lacks. */
 hx_status kb_index_open(const char *dir, kb_embedder *em, long max_embed_new, kb_index *ix, hx_error *e);
 /* kb_index_open for a process that keeps an index open (helix-bg serve) and

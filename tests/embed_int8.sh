@@ -39,4 +39,11 @@ print("int8 vs f32 over 300 sentences: worst cosine %.6f, median %.6f" % (cos[0]
 assert cos[0] >= 0.999, cos[:5]
 assert cos[0] < 0.99999, "int8 gives f32's vectors: is it running?"
 PY
-echo "1 passed, 0 failed"
+# a KB embedded in int8: search with the same --embed-model embeds the query the same way
+mkdir -p "$tmp/kb"
+cp examples/kb/data.log "$tmp/kb/"
+"$BIN" one-shot "$tmp/kb" --embed-model "$M" --embed-type int8 -q -t 2 2>/dev/null
+"$BIN" search "$tmp/kb" "leaky kitchen tap" --embed-model "$M" -k 1 > "$tmp/search.txt" ||
+    { echo "search on an int8 KB failed"; exit 1; }
+grep -q "home-repair" "$tmp/search.txt" || { echo "search on an int8 KB: unexpected answer"; cat "$tmp/search.txt"; exit 1; }
+echo "2 passed, 0 failed"

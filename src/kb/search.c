@@ -102,6 +102,14 @@ hx_status kb_index_reopen(const char *dir, kb_embedder *em, long max_embed_new, 
     snprintf(logp, sizeof logp, "%s/data.log", dir);
     snprintf(cachep, sizeof cachep, "%s/embeddings.bin", dir);
     if (access(logp, F_OK) != 0) return hx_err(e, HX_ERR_IO, "%s: no data.log in this directory", logp);
+    /* a KB embedded with this BERT model's int8 linear layers (--embed-type int8): the
+     * query is embedded the same way, so its vector compares with the KB's */
+    size_t fl = strlen(em->fingerprint);
+    if (cache_fingerprint(cachep, fp, sizeof fp) && strcmp(fp, em->fingerprint) && !strncmp(fp, em->fingerprint, fl) &&
+        !strcmp(fp + fl, ":int8")) {
+        hx_status st = kb_neural_set_type(em, "int8", e);
+        if (st) return st;
+    }
     if (cache_fingerprint(cachep, fp, sizeof fp) && strcmp(fp, em->fingerprint))
         return hx_err(e, HX_ERR_ARG,
                       "%s was made by the embedder '%s', not '%s': its vectors do not compare with this query's "
