@@ -74,8 +74,9 @@ int hx_k_mmq_pad(int n) {
 
 // MQ<T>::frag(w, g, tig, lo, hi, d, m): the row at w, its group g (elements
 // 32g..32g+31): lo = elements 4tig..+3 and hi = 16+4tig..+3 as signed int8,
-// so that dot(group, x) = d * xd * sum(q x) + m * (xd * sum(xq)). Q6_K
-// (SPLIT16) gives two scales instead: d for the lower 16, m for the upper 16.
+// so that dot(group, x) = d * xd * sum(q x) + m * (xd * sum(xq)), for the
+// 32-element formats; the K-quants' units (MU) give the same per group, Q6_K
+// (SPLIT16) two scales instead: d for the lower 16, m for the upper 16.
 template <int T> struct MQ;
 template <> struct MQ<HX_TYPE_Q8_0> {
     enum { HAS_M = 0, SPLIT16 = 0 };
@@ -126,42 +127,16 @@ template <> struct MQ<HX_TYPE_Q5_1> {
         hi = (int)(((v >> 4) & 0x0F0F0F0Fu) | (uint32_t)q5_hi4(qh >> (16 + 4 * tig)));
     }
 };
-// Q4_K: group s = g % 8 of super-block g / 8 is sub-block s: the low (s even)
-// or high nibbles of qs[32 (s/2) .. +32], scale d * sc[s], minimum dmin * mn[s].
+// The K-quants are read a super-block at a time (MU below); MQ gives their
+// scale kinds, and Q6_K's 6-bit levels minus 32 from its ql and qh words.
 template <> struct MQ<HX_TYPE_Q4_K> {
     enum { HAS_M = 1, SPLIT16 = 0 };
-    __device__ static void frag(const uint8_t *w, int g, int tig, int &lo, int &hi, float &d, float &m) {
-        const uint8_t *b = w + (size_t)(g >> 3) * 144;
-        int s = g & 7, sc, mn;
-        hx_dk4_scale_min(s, b + 4, &sc, &mn);
-        d = hx_dh2f(b) * (float)sc;
-        m = -hx_dh2f(b + 2) * (float)mn;
-        const uint8_t *q = b + 16 + 32 * (s >> 1) + 4 * tig;
-        int sh = (s & 1) * 4;
-        lo = (int)((*(const uint32_t *)q >> sh) & 0x0F0F0F0Fu);
-        hi = (int)((*(const uint32_t *)(q + 16) >> sh) & 0x0F0F0F0Fu);
-    }
 };
-// Q6_K: group gg = g % 8 of super-block g / 8 holds elements 128h + 32s + l
-// (h = gg / 4, s = gg % 4, l < 32): 4 bits from ql[64h + 32(s&1) + l] (high
-// nibble when s >= 2), 2 bits from qh[32h + l] >> 2s, minus 32; scales
-// sc[8h + 2s] (l < 16) and sc[8h + 2s + 1].
 template <> struct MQ<HX_TYPE_Q6_K> {
     enum { HAS_M = 0, SPLIT16 = 1 };
     __device__ static int q6(uint32_t ql, uint32_t qh, int s) {
         uint32_t q = ((ql >> (s >= 2 ? 4 : 0)) & 0x0F0F0F0Fu) | (((qh >> (2 * s)) & 0x03030303u) << 4);
         return (int)__vsub4(q, 0x20202020u);
-    }
-    __device__ static void frag(const uint8_t *w, int g, int tig, int &lo, int &hi, float &d, float &m) {
-        const uint8_t *b = w + (size_t)(g >> 3) * 210;
-        int gg = g & 7, h = gg >> 2, s = gg & 3;
-        const uint8_t *ql = b + 64 * h + 32 * (s & 1) + 4 * tig, *qh = b + 128 + 32 * h + 4 * tig;
-        lo = q6(hx_ld32_a2(ql), hx_ld32_a2(qh), s);
-        hi = q6(hx_ld32_a2(ql + 16), hx_ld32_a2(qh + 16), s);
-        const int8_t *sc = (const int8_t *)(b + 192 + 8 * h + 2 * s);
-        float dd = hx_dh2f(b + 208);
-        d = dd * (float)sc[0];
-        m = dd * (float)sc[1];
     }
 };
 
