@@ -62,6 +62,7 @@ struct hx_cuda_ctx {
     std::vector<hx_cuda_wpr_rule> wpr_rules;
     bool use_graph;
     bool no_fuse_attn;             // dv.no_fuse_attn: separate rope and attention kernels at decode
+    bool tok_distinct;             // the many-sequence forward being enqueued has no slot twice
     bool pdl;                      // launches with programmatic dependent launch (device has it, not dv.no_pdl)
     cudaStream_t st;
     hx_gemm_scratch gs;
@@ -937,7 +938,21 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         const float *bo[1] = {L->bo};
         bool wo_q = n == 1 && mvq_ok(c, 2, 1, wo);
         bool att_q8 = false; // the decode attention wrote its output quantized for wo
-        if (multi) {
+        bool att_mq = false; // the attention of tokens wrote it as mmq's activations (c->xqn, c->dsn)
+        // many sequences, one token each, wo on mmq: rope and the KV stores inside the attention,
+        // which also quantizes its output for wo when nothing else reads c->att (more tokens:
+        // the separate kernels were faster, bench/RESULTS.md)
+        const hx_lora_dmat *lo1[1];
+        const bool tok_fuse = multi && c->tok_distinct && !c->no_fuse_attn && !dv->naive_attn &&
+                              (hd == 64 || hd == 128 || hd == 256) && mmq_ok(n, wo, 1);
+        att_mq = tok_fuse && mmq_ok(n, wo, 1) && !lora_at(l, HX_LORA_O, 1, lo1) && !dump && !cfg->post_norms;
+        if (tok_fuse) {
+            hx_attn_tok_args ta = {c->q, c->k, c->v, kc, vc, c->kv_rows[l], slot_stride, c->d_tpos, c->d_tslot, n, nh,
+                                   nkvh, scale, cfg->attn_logit_softcap, window, base, rs, neox, qn, kn, eps,
+                                   c->rope_tab[swa ? 1 : 0], c->att, att_mq ? c->xqn : NULL, c->dsn,
+                                   hx_k_mmq_pad(n)};
+            PK(att_mq ? "rope+attention+q8 (tokens)" : "rope+attention (tokens)", hx_k_attention_tok_rope(st, &ta, hd));
+        } else if (multi) {
             PK("rope+store (tokens)", hx_k_rope_store_tok(st, c->q, c->k, c->v, kc, vc, c->kv_rows[l], slot_stride,
                                                           c->d_tpos, c->d_tslot, n, nh, nkvh, hd, base, rs, neox, qn, kn, eps));
             PK("attention (tokens)", hx_k_attention_tok(st, c->q, kc, vc, c->kv_rows[l], slot_stride, c->att, c->d_tpos,
@@ -982,6 +997,7 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
             bool acc = !pa && lead;
             float *ys[1] = {wy};
             if (wo_q) PK("wo (q8)", mvq_runs(c, 1, wo, c->att, NULL, eps, ys, bo, acc, -1, att_q8));
+            else if (att_mq) PK("wo (mmq)", hx_k_mmq(st, 1, wo, c->xqn, c->dsn, n, ys, bo, acc, -1, dv));
             else PK("wo", linear(&L->wo, c->att, n, wy, L->bo, acc));
             if (tp_q8) PK("all-reduce (attention) + norm + q8", hx_tp_sum_q8(c->tpc, c->x, pa, D, 2 * l, L->ffn_norm, eps,
                                                                            c->xq, c->xd, st));
@@ -1445,7 +1461,13 @@ static hx_status forward_multi(hx_cuda_ctx *c, const hx_ubatch *ub, float *logit
     CK(cudaMemcpyAsync(c->d_tslot, host.data() + n, sizeof(int) * n, cudaMemcpyHostToDevice, c->st));
     if (n_out > 0) CK(cudaMemcpyAsync(c->d_gidx, host.data() + 2 * n, sizeof(int) * n_out, cudaMemcpyHostToDevice, c->st));
     const bool want_hidden = hidden != NULL && n_out > 0;
-    const long long key = (long long)n | (long long)n_out << 20 | (long long)want_hidden << 40;
+    c->tok_distinct = true; // no sequence twice: the attention of tokens may rope and store itself
+    {
+        std::vector<char> seen(c->n_seq, 0);
+        for (int i = 0; i < n && c->tok_distinct; i++) c->tok_distinct = !seen[ub->seq[i]]++;
+    }
+    const long long key = (long long)n | (long long)n_out << 20 | (long long)want_hidden << 40 |
+                          (long long)c->tok_distinct << 41;
     hx_cuda_ctx::mgraph *g = NULL;
     if (c->use_graph && !c->prof) {
         auto it = c->mgraphs.find(key);

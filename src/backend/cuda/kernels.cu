@@ -1128,6 +1128,160 @@ cudaError_t hx_k_attention_tok(cudaStream_t st, const float *q, const __half *kc
     return cudaGetLastError();
 }
 
+// Decode of many sequences, one token each (no two tokens of the same slot):
+// the rope kernel folded into the attention of tokens, as the one-token
+// decode item does it (decode.cuh). Block (h, i): token i's query head h is
+// normed and rotated in registers, warp 0 also rotates the token's k of its
+// KV head and takes k and v rounded to f16 as the cache holds them; the
+// group's first head stores them at (tslot[i], tpos[i]). The cached positions
+// first..p-1 are read as k_attn_tok_warp reads them, the current one comes
+// from registers. Output: f32 rows of out, or (xq not NULL) mmq's 8-bit
+// activations: xq (np, nh * hd) and ds[g * np + i] = (d, d * sum q) per 32
+// (hx_k_mmq_quant's rounding), tokens n..np-1 repeating token n - 1, so that
+// wo needs no quantization launch.
+// (launch bounds: at least 3 blocks an SM for hd <= 128, as k_attn_tok_warp
+// holds without the bound; more registers cost B = 128 a block an SM)
+template <int E> __global__ void __launch_bounds__(ATT_TOK_THREADS, E <= 4 ? 3 : 2) k_attn_tok_rope(hx_attn_tok_args A) {
+    typedef typename Halves<E>::T HT;
+    constexpr int hd = 32 * E, NW = ATT_TOK_THREADS / 32, half = hd / 2;
+    __shared__ float ow[NW][hd];
+    __shared__ float mw[NW], lw[NW], res[hd];
+    pdl_trigger();
+    int h = blockIdx.x, i = blockIdx.y, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    int group = A.nh / A.nkvh, kvh = h / group, rows = A.rows;
+    // positions, slots and the cache rows below p do not depend on the running kernels
+    int p = A.tpos[i], first = hx_att_first(p, A.window), nc = p - first, r0 = first % rows;
+    size_t kvrow = (size_t)A.nkvh * hd, so = (size_t)A.tslot[i] * A.slot_stride + (size_t)kvh * hd;
+    const __half *kb = A.kc + so + lane * E, *vb = A.vc + so + lane * E;
+    HT kr[ATT_NB], vr[ATT_NB];
+    auto load_batch = [&](int ib) {
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            int t = ib + NW * j;
+            if (t < nc) {
+                int r = r0 + t < rows ? r0 + t : r0 + t - rows;
+                kr[j] = *(const HT *)(kb + (size_t)r * kvrow);
+                vr[j] = *(const HT *)(vb + (size_t)r * kvrow);
+            }
+        }
+    };
+    load_batch(wid);
+    float2 cs[E];
+    int j0 = A.neox ? (lane & 15) * E : lane * (E / 2);
+#pragma unroll
+    for (int e = 0; e < E; e++)
+        if (A.neox || e < E / 2)
+            cs[e] = A.rope_tab ? A.rope_tab[(size_t)p * half + j0 + e] : hx_rope_cs(p, j0 + e, hd, A.base, A.rope_scale);
+    pdl_wait();
+    float q[E];
+    load_e<E>(A.q + ((size_t)i * A.nh + h) * hd + lane * E, q);
+    norm_rope_e<E>(q, A.q_norm, A.eps, A.neox, cs);
+    const bool cur = wid == 0; // warp 0 adds the current position
+    float kcur[E], vcur[E];
+    if (cur) {
+        load_e<E>(A.k + ((size_t)i * A.nkvh + kvh) * hd + lane * E, kcur);
+        load_e<E>(A.v + ((size_t)i * A.nkvh + kvh) * hd + lane * E, vcur);
+        norm_rope_e<E>(kcur, A.k_norm, A.eps, A.neox, cs);
+        HT kh, vh;
+        __half2 *k2 = (__half2 *)&kh, *v2 = (__half2 *)&vh;
+#pragma unroll
+        for (int j = 0; j < E / 2; j++) {
+            k2[j] = __floats2half2_rn(kcur[2 * j], kcur[2 * j + 1]);
+            v2[j] = __floats2half2_rn(vcur[2 * j], vcur[2 * j + 1]);
+        }
+        halves_f<E>(kh, kcur);
+        halves_f<E>(vh, vcur);
+        if (h % group == 0) {
+            size_t off = so + (size_t)(p % rows) * kvrow + lane * E;
+            *(HT *)(A.kc + off) = kh;
+            *(HT *)(A.vc + off) = vh;
+        }
+    }
+    auto score = [&](float s) {
+        s *= A.scale;
+        return A.softcap > 0.0f ? A.softcap * tanhf(s / A.softcap) : s;
+    };
+    float m = -INFINITY, l = 0.0f, o[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) o[e] = 0.0f;
+    for (int ib = wid; ib < nc; ib += NW * ATT_NB) {
+        if (ib != wid) load_batch(ib);
+        float s[ATT_NB], mb = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            float kf[E], a = 0.0f;
+            halves_f<E>(kr[j], kf);
+#pragma unroll
+            for (int e = 0; e < E; e++) a = fmaf(q[e], kf[e], a);
+            s[j] = a;
+        }
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            s[j] = ib + NW * j < nc ? score(warp_sum(s[j])) : -INFINITY;
+            mb = fmaxf(mb, s[j]);
+        }
+        float mn = fmaxf(m, mb), corr = __expf(m - mn);
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[e] *= corr;
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            if (ib + NW * j >= nc) break;
+            float pj = __expf(s[j] - mn), vf[E];
+            halves_f<E>(vr[j], vf);
+            l += pj;
+#pragma unroll
+            for (int e = 0; e < E; e++) o[e] = fmaf(pj, vf[e], o[e]);
+        }
+        m = mn;
+    }
+    if (cur) {
+        float a = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) a = fmaf(q[e], kcur[e], a);
+        float s = score(warp_sum(a)), mn = fmaxf(m, s), corr = __expf(m - mn), pj = __expf(s - mn);
+        l = l * corr + pj;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[e] = fmaf(pj, vcur[e], o[e] * corr);
+        m = mn;
+    }
+#pragma unroll
+    for (int e = 0; e < E; e++) ow[wid][lane * E + e] = o[e];
+    if (lane == 0) { mw[wid] = m; lw[wid] = l; }
+    __syncthreads();
+    float M = -INFINITY, L = 0.0f;
+    for (int w = 0; w < NW; w++) M = fmaxf(M, mw[w]);
+    for (int w = 0; w < NW; w++) L += lw[w] > 0.0f ? lw[w] * __expf(mw[w] - M) : 0.0f;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int w = 0; w < NW; w++) acc += lw[w] > 0.0f ? ow[w][d] * __expf(mw[w] - M) : 0.0f;
+        res[d] = acc / L;
+    }
+    if (!A.xq) {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) A.out[((size_t)i * A.nh + h) * hd + d] = res[d];
+        return;
+    }
+    __syncthreads();
+    if (wid >= E) return; // a warp per 32 outputs
+    int cols = A.nh * hd, g = h * E + wid;
+    float v = res[wid * 32 + lane], amax = warp_max(fabsf(v)), d = amax / 127.0f;
+    int qv = d > 0.0f ? __float2int_rn(v / d) : 0, sum = __reduce_add_sync(0xffffffffu, qv);
+    for (int t = i; t < (i == A.n - 1 ? A.np : i + 1); t++) { // the last token fills the pad rows
+        A.xq[(size_t)t * cols + g * 32 + lane] = (int8_t)qv;
+        if (lane == 0) A.ds[(size_t)g * A.np + t] = make_float2(d, d * (float)sum);
+    }
+}
+
+cudaError_t hx_k_attention_tok_rope(cudaStream_t st, const hx_attn_tok_args *a, int hd) {
+    if (a->np < a->n || (a->xq && !a->ds) || (!a->xq && !a->out)) return cudaErrorInvalidValue;
+    dim3 grid(a->nh, a->n);
+    if (hd == 64) LAUNCH(k_attn_tok_rope<2>, grid, ATT_TOK_THREADS, 0, st, *a);
+    else if (hd == 128) LAUNCH(k_attn_tok_rope<4>, grid, ATT_TOK_THREADS, 0, st, *a);
+    else if (hd == 256) LAUNCH(k_attn_tok_rope<8>, grid, ATT_TOK_THREADS, 0, st, *a);
+    else return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
 __global__ void k_gather_rows(const float *__restrict__ x, const int *__restrict__ idx, int dim, float *__restrict__ out) {
     pdl_trigger();
     pdl_wait();

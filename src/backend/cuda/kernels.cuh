@@ -132,6 +132,25 @@ cudaError_t hx_k_attention_tok(cudaStream_t st, const float *q, const __half *kc
                                size_t slot_stride, float *out, const int *tpos, const int *tslot, int n, int nh,
                                int nkvh, int hd, float scale, float softcap, int window, int max_ctx,
                                const hx_cuda_dev_opts *dv);
+// Decode of many sequences with one token each (no slot twice): rope, the KV
+// stores and the attention of tokens in one launch (hd 64, 128 or 256). As
+// hx_k_rope_store_tok + hx_k_attention_tok, except that q and k stay unrotated
+// in memory and the output goes, when xq is set, straight to mmq's 8-bit
+// activations (xq, ds for np = hx_k_mmq_pad(n) tokens) instead of out.
+struct hx_attn_tok_args {
+    const float *q, *k, *v;       // (n, nh, hd), (n, nkvh, hd), (n, nkvh, hd), as the q/k/v matmuls wrote them
+    __half *kc, *vc;              // the caches: slot s at element s * slot_stride, rows rows of nkvh * hd
+    int rows; size_t slot_stride;
+    const int *tpos, *tslot;      // token i: position tpos[i] in slot tslot[i]
+    int n, nh, nkvh;
+    float scale, softcap; int window;
+    float base, rope_scale; bool neox;
+    const float *q_norm, *k_norm; float eps; // per-head RMSNorm weights (qk_norm) or NULL
+    const float2 *rope_tab;       // (cos, sin) per position and pair, or NULL (hx_rope_cs)
+    float *out;                   // (n, nh, hd) f32, when xq is NULL
+    int8_t *xq; float2 *ds; int np;
+};
+cudaError_t hx_k_attention_tok_rope(cudaStream_t st, const hx_attn_tok_args *a, int hd);
 // Batches of tokens with 8-bit activations (mvq.cu): hx_k_quant_q8_rows
 // quantizes the rows of x (n, cols) (row r at xq + r * cols, xd + r * cols /
 // 32); hx_k_mvq_cols then y (n, rows) = x W^T (+ bias) (accumulate: +=), a
