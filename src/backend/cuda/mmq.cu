@@ -153,44 +153,61 @@ template <int T> struct MU {
     }
 };
 __device__ __forceinline__ int byte_of(uint32_t w, int i) { return (int)((w >> (8 * i)) & 0xFFu); }
-template <> struct MU<HX_TYPE_Q4_K> {
-    __device__ static void unit(const uint8_t *w, int u, int, int tig, int (&lo)[8], int (&hi)[8], float (&d)[8],
-                                float (&m)[8]) {
+// The K-quants' units in two steps: RW<T>::load issues one row's word loads of
+// super-block u (this lane's share), RW<T>::group(s) turns them into group s's
+// fragments and scales. Up to 16 tokens the kernel issues the next unit's
+// loads before it multiplies the current one, and the first unit's before its
+// PDL wait (weights never depend on the previous kernel).
+template <int T> struct RW { // (the 32-element formats load through MU)
+    enum { ON = 0 };
+    __device__ void load(const uint8_t *, int, int) {}
+    __device__ void group(int, int &, int &, float &, float &) const {}
+};
+template <> struct RW<HX_TYPE_Q4_K> {
+    enum { ON = 1 };
+    uint4 h; // d, dmin | scales[0..12)
+    uint32_t qa[4], qb[4];
+    __device__ __forceinline__ void load(const uint8_t *w, int u, int tig) {
         const uint8_t *b = w + (size_t)u * 144;
-        uint4 h = *(const uint4 *)b; // d, dmin | scales[0..12)
-        uint32_t qa[4], qb[4];
+        h = *(const uint4 *)b;
 #pragma unroll
         for (int c = 0; c < 4; c++) {
             qa[c] = *(const uint32_t *)(b + 16 + 32 * c + 4 * tig);
             qb[c] = *(const uint32_t *)(b + 32 + 32 * c + 4 * tig);
         }
+    }
+    // group s (elements 32s..32s+31) of the super-block: fragments and scales
+    __device__ __forceinline__ void group(int s, int &lo, int &hi, float &d, float &m) const {
         float dd = __half2float(__ushort_as_half((unsigned short)(h.x & 0xFFFFu)));
         float dm = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
         const uint32_t sw[3] = {h.y, h.z, h.w};
-#pragma unroll
-        for (int s = 0; s < 8; s++) { // hx_dk4_scale_min on the scale bytes in registers
-            int sc, mn;
-            if (s < 4) {
-                sc = byte_of(sw[s / 4], s % 4) & 63;
-                mn = byte_of(sw[(s + 4) / 4], (s + 4) % 4) & 63;
-            } else {
-                int q4 = byte_of(sw[(s + 4) / 4], (s + 4) % 4);
-                sc = (q4 & 0xF) | ((byte_of(sw[(s - 4) / 4], (s - 4) % 4) >> 6) << 4);
-                mn = (q4 >> 4) | ((byte_of(sw[s / 4], s % 4) >> 6) << 4);
-            }
-            d[s] = dd * (float)sc;
-            m[s] = -dm * (float)mn;
-            int sh = (s & 1) * 4;
-            lo[s] = (int)((qa[s >> 1] >> sh) & 0x0F0F0F0Fu);
-            hi[s] = (int)((qb[s >> 1] >> sh) & 0x0F0F0F0Fu);
+        int sc, mn; // hx_dk4_scale_min on the scale bytes in registers
+        if (s < 4) {
+            sc = byte_of(sw[s / 4], s % 4) & 63;
+            mn = byte_of(sw[(s + 4) / 4], (s + 4) % 4) & 63;
+        } else {
+            int q4 = byte_of(sw[(s + 4) / 4], (s + 4) % 4);
+            sc = (q4 & 0xF) | ((byte_of(sw[(s - 4) / 4], (s - 4) % 4) >> 6) << 4);
+            mn = (q4 >> 4) | ((byte_of(sw[s / 4], s % 4) >> 6) << 4);
         }
+        d = dd * (float)sc;
+        m = -dm * (float)mn;
+        int sh = (s & 1) * 4;
+        lo = (int)((qa[s >> 1] >> sh) & 0x0F0F0F0Fu);
+        hi = (int)((qb[s >> 1] >> sh) & 0x0F0F0F0Fu);
+    }
+    __device__ __forceinline__ void decode(int (&lo)[8], int (&hi)[8], float (&d)[8], float (&m)[8]) const {
+#pragma unroll
+        for (int s = 0; s < 8; s++) group(s, lo[s], hi[s], d[s], m[s]);
     }
 };
-template <> struct MU<HX_TYPE_Q6_K> {
-    __device__ static void unit(const uint8_t *w, int u, int, int tig, int (&lo)[8], int (&hi)[8], float (&d)[8],
-                                float (&m)[8]) {
+template <> struct RW<HX_TYPE_Q6_K> {
+    enum { ON = 1 };
+    uint32_t ql[2][2][2], qh[2][2]; // [h][s & 1][upper 16], [h][upper 16]
+    int4 sc;
+    uint32_t dh; // the f16 super-block scale (low half)
+    __device__ __forceinline__ void load(const uint8_t *w, int u, int tig) {
         const uint8_t *b = w + (size_t)u * 210;
-        uint32_t ql[2][2][2], qh[2][2]; // [h][s & 1][upper 16], [h][upper 16]
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -199,17 +216,38 @@ template <> struct MU<HX_TYPE_Q6_K> {
 #pragma unroll
                 for (int p = 0; p < 2; p++) ql[h][p][k] = hx_ld32_a2(b + 64 * h + 32 * p + 16 * k + 4 * tig);
             }
-        int4 scv = ld16_a2(b + 192);
-        const uint32_t sw[4] = {(uint32_t)scv.x, (uint32_t)scv.y, (uint32_t)scv.z, (uint32_t)scv.w};
-        float dd = hx_dh2f(b + 208);
+        sc = ld16_a2(b + 192);
+        dh = *(const uint16_t *)(b + 208);
+    }
+    __device__ __forceinline__ void group(int gg, int &lo, int &hi, float &d, float &m) const {
+        const uint32_t sw[4] = {(uint32_t)sc.x, (uint32_t)sc.y, (uint32_t)sc.z, (uint32_t)sc.w};
+        float dd = __half2float(__ushort_as_half((unsigned short)dh));
+        int h = gg >> 2, s = gg & 3, i = 8 * h + 2 * s;
+        lo = MQ<HX_TYPE_Q6_K>::q6(ql[h][s & 1][0], qh[h][0], s);
+        hi = MQ<HX_TYPE_Q6_K>::q6(ql[h][s & 1][1], qh[h][1], s);
+        d = dd * (float)(int8_t)byte_of(sw[i / 4], i % 4);
+        m = dd * (float)(int8_t)byte_of(sw[(i + 1) / 4], (i + 1) % 4);
+    }
+    __device__ __forceinline__ void decode(int (&lo)[8], int (&hi)[8], float (&d)[8], float (&m)[8]) const {
 #pragma unroll
-        for (int gg = 0; gg < 8; gg++) {
-            int h = gg >> 2, s = gg & 3, i = 8 * h + 2 * s;
-            lo[gg] = MQ<HX_TYPE_Q6_K>::q6(ql[h][s & 1][0], qh[h][0], s);
-            hi[gg] = MQ<HX_TYPE_Q6_K>::q6(ql[h][s & 1][1], qh[h][1], s);
-            d[gg] = dd * (float)(int8_t)byte_of(sw[i / 4], i % 4);
-            m[gg] = dd * (float)(int8_t)byte_of(sw[(i + 1) / 4], (i + 1) % 4);
-        }
+        for (int gg = 0; gg < 8; gg++) group(gg, lo[gg], hi[gg], d[gg], m[gg]);
+    }
+};
+
+template <> struct MU<HX_TYPE_Q4_K> {
+    __device__ static void unit(const uint8_t *w, int u, int, int tig, int (&lo)[8], int (&hi)[8], float (&d)[8],
+                                float (&m)[8]) {
+        RW<HX_TYPE_Q4_K> r;
+        r.load(w, u, tig);
+        r.decode(lo, hi, d, m);
+    }
+};
+template <> struct MU<HX_TYPE_Q6_K> {
+    __device__ static void unit(const uint8_t *w, int u, int, int tig, int (&lo)[8], int (&hi)[8], float (&d)[8],
+                                float (&m)[8]) {
+        RW<HX_TYPE_Q6_K> r;
+        r.load(w, u, tig);
+        r.decode(lo, hi, d, m);
     }
 };
 
@@ -224,18 +262,21 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b0) {
         : "r"(a0), "r"(a1), "r"(b0));
 }
 
-// The products of one unit of 8 groups of rows r0 and r1 (fragments lo/hi,
-// scales d/m) with the block's tokens, into acc.
-template <int T, int NT>
-__device__ __forceinline__ void unit_mma(float (&acc)[NT][4], const int (&lo0)[8], const int (&hi0)[8],
-                                         const float (&d0)[8], const float (&m0)[8], const int (&lo1)[8],
-                                         const int (&hi1)[8], const float (&d1)[8], const float (&m1)[8], int u,
-                                         int ngroups, const int8_t *xb, const float2 *db, int cols, int np) {
+// The products of one unit of 8 groups of rows r0 and r1 with the block's
+// tokens, into acc; frag(j, lo0, hi0, d0, m0, lo1, hi1, d1, m1) gives group
+// j's fragments and scales of the two rows (from registers already decoded,
+// or decoded from a unit's words just before its products).
+template <int T, int NT, class F>
+__device__ __forceinline__ void unit_mma(float (&acc)[NT][4], F frag, int u, int ngroups, const int8_t *xb,
+                                         const float2 *db, int cols, int np) {
     typedef MQ<T> M;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         int g = 8 * u + j;
         if (g >= ngroups) break;
+        int lo0, hi0, lo1, hi1;
+        float d0, m0, d1, m1;
+        frag(j, lo0, hi0, d0, m0, lo1, hi1, d1, m1);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             const int8_t *xg = xb + (size_t)8 * nt * cols + 32 * g;
@@ -243,24 +284,24 @@ __device__ __forceinline__ void unit_mma(float (&acc)[NT][4], const int (&lo0)[8
             float4 e = *(const float4 *)(db + (size_t)g * np + 8 * nt); // (d, s) of the two C tokens
             if (M::SPLIT16) { // d: scale of k 0..15, m: of k 16..31
                 int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
-                mma_k16(cl, lo0[j], lo1[j], blo);
-                mma_k16(ch, hi0[j], hi1[j], bhi);
-                acc[nt][0] += e.x * (d0[j] * (float)cl[0] + m0[j] * (float)ch[0]);
-                acc[nt][1] += e.z * (d0[j] * (float)cl[1] + m0[j] * (float)ch[1]);
-                acc[nt][2] += e.x * (d1[j] * (float)cl[2] + m1[j] * (float)ch[2]);
-                acc[nt][3] += e.z * (d1[j] * (float)cl[3] + m1[j] * (float)ch[3]);
+                mma_k16(cl, lo0, lo1, blo);
+                mma_k16(ch, hi0, hi1, bhi);
+                acc[nt][0] += e.x * (d0 * (float)cl[0] + m0 * (float)ch[0]);
+                acc[nt][1] += e.z * (d0 * (float)cl[1] + m0 * (float)ch[1]);
+                acc[nt][2] += e.x * (d1 * (float)cl[2] + m1 * (float)ch[2]);
+                acc[nt][3] += e.z * (d1 * (float)cl[3] + m1 * (float)ch[3]);
             } else {
                 int c[4] = {0, 0, 0, 0};
-                mma_k32(c, lo0[j], lo1[j], hi0[j], hi1[j], blo, bhi);
-                acc[nt][0] += d0[j] * e.x * (float)c[0];
-                acc[nt][1] += d0[j] * e.z * (float)c[1];
-                acc[nt][2] += d1[j] * e.x * (float)c[2];
-                acc[nt][3] += d1[j] * e.z * (float)c[3];
+                mma_k32(c, lo0, lo1, hi0, hi1, blo, bhi);
+                acc[nt][0] += d0 * e.x * (float)c[0];
+                acc[nt][1] += d0 * e.z * (float)c[1];
+                acc[nt][2] += d1 * e.x * (float)c[2];
+                acc[nt][3] += d1 * e.z * (float)c[3];
                 if (M::HAS_M) {
-                    acc[nt][0] += m0[j] * e.y;
-                    acc[nt][1] += m0[j] * e.w;
-                    acc[nt][2] += m1[j] * e.y;
-                    acc[nt][3] += m1[j] * e.w;
+                    acc[nt][0] += m0 * e.y;
+                    acc[nt][1] += m0 * e.w;
+                    acc[nt][2] += m1 * e.y;
+                    acc[nt][3] += m1 * e.w;
                 }
             }
         }
@@ -302,6 +343,12 @@ k_mmq(mmq_set S, int cols, const int8_t *__restrict__ xq, const float2 *__restri
     int r0 = tile * 16 + gid, r1 = r0 + 8, c0 = blockIdx.y * 8 * NT;
     size_t o0 = (size_t)(r0 < rows ? r0 : rows - 1) * rb, o1 = (size_t)(r1 < rows ? r1 : rows - 1) * rb;
     pdl_trigger();
+    int ngroups = cols / 32, nunits = (ngroups + 7) / 8;
+    // K-quants, up to 16 tokens: the next unit's words of rows r0 and r1 in registers, the first
+    // loaded before the wait (more tokens: the registers go to the accumulators; bench/RESULTS.md)
+    constexpr bool PIPE = RW<T>::ON && NT <= 2;
+    RW<T> n0, n1;
+    if (PIPE && wid < nunits) { n0.load(W + o0, wid, tig); n1.load(W + o1, wid, tig); }
     { // the block's rows to L2 before the wait (weights never depend on the previous kernel)
         int ct = tile * 16, per = (16 + nw - 1) / nw;
         for (int i = wid * per; i < (wid + 1) * per && i < 16 && ct + i < rows; i++) {
@@ -321,17 +368,38 @@ k_mmq(mmq_set S, int cols, const int8_t *__restrict__ xq, const float2 *__restri
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc2[nt][j] = 0.0f;
-    int ngroups = cols / 32, nunits = (ngroups + 7) / 8;
-    for (int u = wid; u < nunits; u += nw) {
-        int lo0[8], hi0[8], lo1[8], hi1[8];
-        float d0[8], m0[8], d1[8], m1[8];
+    if (PIPE) { // each job's loads in flight while the one before it is decoded and multiplied
+        for (int u = wid; u < nunits; u += nw) {
+#pragma unroll
+            for (int part = 0; part < (GLU ? 2 : 1); part++) {
+                RW<T> cur0 = n0, cur1 = n1;
+                // the next job: the up rows of this unit (GLU), else the next unit
+                int nu = GLU && part == 0 ? u : u + nw;
+                const uint8_t *nW = GLU && part == 0 ? S.w[1] : W;
+                if (nu < nunits) { n0.load(nW + o0, nu, tig); n1.load(nW + o1, nu, tig); }
+                auto frag = [&](int j, int &lo0, int &hi0, float &d0, float &m0, int &lo1, int &hi1, float &d1,
+                                float &m1) {
+                    cur0.group(j, lo0, hi0, d0, m0);
+                    cur1.group(j, lo1, hi1, d1, m1);
+                };
+                if (GLU && part == 1) unit_mma<T, NT>(acc2, frag, u, ngroups, xb, db, cols, np);
+                else unit_mma<T, NT>(acc, frag, u, ngroups, xb, db, cols, np);
+            }
+        }
+    } else for (int u = wid; u < nunits; u += nw) {
+        int lo0[8] = {}, hi0[8] = {}, lo1[8] = {}, hi1[8] = {}; // (groups past the row's end stay unset by MU)
+        float d0[8] = {}, m0[8] = {}, d1[8] = {}, m1[8] = {};
+        auto frag = [&](int j, int &a0, int &b0, float &e0, float &f0, int &a1, int &b1, float &e1, float &f1) {
+            a0 = lo0[j]; b0 = hi0[j]; e0 = d0[j]; f0 = m0[j];
+            a1 = lo1[j]; b1 = hi1[j]; e1 = d1[j]; f1 = m1[j];
+        };
         MU<T>::unit(W + o0, u, ngroups, tig, lo0, hi0, d0, m0);
         MU<T>::unit(W + o1, u, ngroups, tig, lo1, hi1, d1, m1);
-        unit_mma<T, NT>(acc, lo0, hi0, d0, m0, lo1, hi1, d1, m1, u, ngroups, xb, db, cols, np);
+        unit_mma<T, NT>(acc, frag, u, ngroups, xb, db, cols, np);
         if (GLU) {
             MU<T>::unit(S.w[1] + o0, u, ngroups, tig, lo0, hi0, d0, m0);
             MU<T>::unit(S.w[1] + o1, u, ngroups, tig, lo1, hi1, d1, m1);
-            unit_mma<T, NT>(acc2, lo0, hi0, d0, m0, lo1, hi1, d1, m1, u, ngroups, xb, db, cols, np);
+            unit_mma<T, NT>(acc2, frag, u, ngroups, xb, db, cols, np);
         }
     }
     constexpr int NA = GLU ? 2 : 1; // accumulator sets
