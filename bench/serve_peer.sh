@@ -92,12 +92,20 @@ stop_server() {
   pid=""
 }
 trap stop_server EXIT
+# the status code of GET url (curl, or python3 where curl is missing: the GPU machine)
+http_code() {
+  if command -v curl >/dev/null 2>&1; then curl -s -o /dev/null -w '%{http_code}' "$1" || true
+  else python3 -c 'import sys, urllib.request, urllib.error
+try: print(urllib.request.urlopen(sys.argv[1], timeout=2).status)
+except urllib.error.HTTPError as e: print(e.code)
+except Exception: print(0)' "$1"; fi
+}
 # waits for /health 200 (both servers answer 503 while loading)
 wait_ready() {
   local port=$1 log=$2
   for _ in $(seq 1 1200); do
     kill -0 "$pid" 2>/dev/null || { tail -20 "$log" >&2; die "the server exited while starting (log: $log)"; }
-    [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" || true) == 200 ]] && return 0
+    [[ $(http_code "http://127.0.0.1:$port/health") == 200 ]] && return 0
     sleep 0.25
   done
   tail -20 "$log" >&2
