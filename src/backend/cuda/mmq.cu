@@ -63,8 +63,11 @@ __global__ void __launch_bounds__(MQ_QWARPS * WARP) k_mmq_quant(const float *__r
     if (lane == 0) ds[(size_t)gi * np + t] = make_float2(d, d * (float)sum);
 }
 
-// n-tiles of 8 tokens per block for n tokens, and the padded token count
-static int mmq_nt(int n) { return n <= 8 ? 1 : n <= 16 ? 2 : n <= 32 ? 4 : 8; }
+// n-tiles of 8 tokens per block for n tokens, and the padded token count.
+// 17..32 tokens take two blocks of 16 per row tile rather than one of 32: twice
+// the blocks, and the 16-token kernel keeps the next unit's loads in flight
+// (bench/RESULTS.md: qwen3-0.6b 11.7k -> 14.7k tok/s at B = 32 on an H200)
+static int mmq_nt(int n) { return n <= 8 ? 1 : n <= 32 ? 2 : 8; }
 int hx_k_mmq_pad(int n) {
     int t = 8 * mmq_nt(n);
     return (n + t - 1) / t * t;
@@ -326,7 +329,7 @@ struct mmq_set {
 // 1) * NT * 4 * 32 floats, twice with GLU). Rows past a matrix reuse its last
 // row and are not stored, as tokens past n.
 template <int T, int NT, bool GLU>
-__global__ void __launch_bounds__(NT <= 4 ? 512 : 256)
+__global__ void __launch_bounds__(NT <= 2 ? 512 : 256)
 k_mmq(mmq_set S, int cols, const int8_t *__restrict__ xq, const float2 *__restrict__ ds, int n, int np,
       int accumulate, int act) {
     extern __shared__ float red[];
@@ -459,7 +462,7 @@ cudaError_t hx_k_mmq_quant(cudaStream_t st, const float *x, const float *norm_w,
 
 template <int T, bool GLU> static const void *mmq_kernel(int nt) {
     return nt == 1 ? (const void *)k_mmq<T, 1, GLU> : nt == 2 ? (const void *)k_mmq<T, 2, GLU>
-         : nt == 4 ? (const void *)k_mmq<T, 4, GLU> : (const void *)k_mmq<T, 8, GLU>;
+                   : (const void *)k_mmq<T, 8, GLU>;
 }
 
 bool hx_k_mmq_one_launch(const hx_dmat *const *Ws, int count) {
@@ -495,7 +498,7 @@ cudaError_t hx_k_mmq(cudaStream_t st, int count, const hx_dmat *const *Ws, const
     int cols = Ws[0]->cols, acc = accumulate ? 1 : 0, act = glu ? glu_act : 0, na = glu ? 2 : 1;
     // warps per block splitting each row's groups: enough warps for the loads
     // in flight (few row tiles: more warps each), each with a unit of 8 groups or more
-    int units = (cols / 32 + 7) / 8, most = nt <= 4 ? 16 : 8; // (the kernel's launch bounds)
+    int units = (cols / 32 + 7) / 8, most = nt <= 2 ? 16 : 8; // (the kernel's launch bounds)
     int nw = tiles * na >= 2048 ? 2 : tiles * na >= 512 ? 4 : tiles * na >= 128 ? 8 : 16;
     if (dv && dv->mmq_warps > 0) nw = dv->mmq_warps;
     if (nw > most) nw = most;
