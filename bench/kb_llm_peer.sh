@@ -33,8 +33,10 @@
 # sm_90 with --device cuda, unless DIR/bin/llama-server exists). Its folder is put
 # first on LD_LIBRARY_PATH, so a copied build finds its own libraries.
 # Rows (date, commit, device, engine, model, mix, test, tokens_per_s,
-# entries_per_s, concurrency, ...) are appended to --jsonl (default
-# bench/kb_llm_peer.jsonl); a table and the ratios go to stdout.
+# entries_per_s, concurrency, load: the 1-minute load average at the start and
+# end, ...) are appended to --jsonl (default bench/kb_llm_peer.jsonl); a table
+# and the ratios go to stdout. If llama-server's requests fail, helix's rows are
+# still written and the exit status is 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="" device="" entries=10000 summaries="" max_tokens=40 np=32 ctx_slot=1024 threads="" n_seq=16
@@ -95,6 +97,7 @@ label=${label:-$(basename "$model" .gguf)}
 if [[ $device == cuda ]]; then devname=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 else devname="cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $threads threads"; fi
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+load0=$(cut -d' ' -f1 /proc/loadavg)
 echo "# $(date -u +%FT%TZ) $devname; load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 lflag=(); [[ $letters == 1 ]] && lflag=(--letter-labels)
 prompts=$logs/prompts.jsonl
@@ -127,7 +130,7 @@ stop_server() {
   pid=""
 }
 trap stop_server EXIT
-llama_args=()
+llama_args=() fail=0
 if [[ $run_llama == 1 ]]; then
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   ngl=0; [[ $device == cuda ]] && ngl=99
@@ -146,23 +149,25 @@ if [[ $run_llama == 1 ]]; then
   [[ $ready == 1 ]] || die "llama-server was not ready after 300 s (log: $logs/llama-server.log)"
   stages=classify; [[ $summaries -gt 0 ]] && stages=classify,summaries
   echo "# llama.cpp: $entries classifications, $summaries summaries, $np in flight" >&2
+  # a failure here still leaves helix's rows to write below
   python3 bench/kb_llm_peer.py --port "$port" --prompts "$prompts" --concurrency "$np" --stages "$stages" \
-    > "$logs/llama.out" || die "kb_llm_peer.py failed (server log: $logs/llama-server.log)"
+    > "$logs/llama.out" || { fail=1; keep_logs=1; echo "kb_llm_peer: kb_llm_peer.py failed (server log: $logs/llama-server.log)" >&2; }
   stop_server
 fi
 
 # rows for results.jsonl and the table
+# load: the 1-minute load average at the start and at the end of the run
 python3 - "$logs" "$jsonl" "$commit" "$devname" "$label" "$threads" "$n_seq" "$np" "$run_helix" "$run_llama" \
-  "$(basename "$llama") ${llama_args[*]}" "$letters" <<'PY'
+  "$(basename "$llama") ${llama_args[*]}" "$letters" "$load0-$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
 import datetime, json, os, sys
-logs, out, commit, dev, label, threads, n_seq, np, rh, rl, largs, letters = sys.argv[1:]
+logs, out, commit, dev, label, threads, n_seq, np, rh, rl, largs, letters, load = sys.argv[1:]
 def rows(path):
     if not os.path.exists(path): return []
     return [json.loads(l) for l in open(path) if l.startswith("{")]
 pp = rows(f"{logs}/pp512.jsonl")
 mix = pp[0]["mix"] if pp else ""
 model = pp[0]["model"] if pp else label
-base = {"date": datetime.date.today().isoformat(), "commit": commit, "device": dev}
+base = {"date": datetime.date.today().isoformat(), "commit": commit, "device": dev, "load": load}
 suffix = "-letters" if letters == "1" else ""
 res, ppv = [], None
 for r in pp:
@@ -208,3 +213,4 @@ print(f"# {len(res)} rows appended to {out}")
 PY
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg); logs: $logs" >&2
 [[ $keep_logs == 1 ]] || rm -rf "$logs"
+exit $fail
