@@ -409,6 +409,10 @@ void kb_llm_free(kb_llm *l);
 /* Model fingerprint + prompt version: the cache key of everything this model says. */
 const char *kb_llm_fingerprint(const kb_llm *l);
 const char *kb_llm_device(const kb_llm *l);   /* "cpu" or "cuda" */
+/* Tokens kb_llm_generate has produced on this handle so far (end-of-generation
+ * tokens not counted): a benchmark's exact count, where retokenizing the
+ * answers would not give it back. */
+long long kb_llm_tokens_generated(const kb_llm *l);
 
 /* ---- prompts (malloc'ed, chat-formatted with the assistant turn open) ---- */
 char *kb_llm_prompt_classify(kb_llm *l, const char *title, const char *text, const char *const *labels, int n_labels);

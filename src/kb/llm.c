@@ -16,6 +16,7 @@ struct kb_llm {
     hx_context *ctx;
     kb_llm_opts o;
     char fingerprint[512];
+    long long n_generated;  /* tokens kb_llm_generate produced, for benchmarks */
 };
 
 kb_llm_opts kb_llm_defaults(void) {
@@ -61,6 +62,7 @@ void kb_llm_free(kb_llm *l) {
 
 const char *kb_llm_fingerprint(const kb_llm *l) { return l->fingerprint; }
 const char *kb_llm_device(const kb_llm *l) { return hx_model_device(l->model) == HX_DEVICE_CUDA ? "cuda" : "cpu"; }
+long long kb_llm_tokens_generated(const kb_llm *l) { return l->n_generated; }
 
 /* ---- prompts ---- */
 
@@ -307,6 +309,7 @@ hx_status kb_llm_generate(kb_llm *l, const char *const *prompts, int n, int max_
                 const char *piece = hx_detok_push(q->dt, t);
                 sb_add(&q->text, "%s", piece);
                 q->gen++;
+                l->n_generated++;
                 q->last = t;
                 if (one_line && q->text.p && strchr(q->text.p, '\n') && trim(q->text.p)[0]) fin = true;
                 if (q->gen >= max_tokens || q->n_ids + q->gen >= C) fin = true;
