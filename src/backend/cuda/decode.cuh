@@ -477,81 +477,44 @@ template <int E> static __device__ __forceinline__ void load_e(const float *p, f
     for (int e = 0; e < E; e += 2) { float2 t = __ldcg((const float2 *)(p + e)); x[e] = t.x; x[e + 1] = t.y; }
 }
 
-// sm: (1 + nwarps) * hd + 2 * nwarps floats.
+// One warp's share of the attention over nc cached positions (a ring of rows
+// rows from row r0, K / V rows kvrow halves apart, this lane's E dimensions at
+// kb / vb): positions ib = wid, wid + nw, ... in rounds of ATT_NB, each round's
+// K and V rows loaded together (attn_rows), an online softmax kept per warp in
+// (m, l, o); kr / vr hold the first round, loaded before the PDL wait. With
+// cur, the current position's k and v (kcur, vcur, in registers) join last.
 template <int E>
-static __device__ void attn_decode_warp_item(const hx_attn_args &A, int h, int split, int nsplit, int p, float *sm) {
+static __device__ __forceinline__ void attn_rows(const __half *kb, const __half *vb, size_t kvrow, int r0, int rows,
+                                                 int nc, int ib, int nw, typename Halves<E>::T (&kr)[ATT_NB],
+                                                 typename Halves<E>::T (&vr)[ATT_NB]) {
     typedef typename Halves<E>::T HT;
-    const int hd = 32 * E, half = hd / 2;
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int group = A.nh / A.nkvh, kvh = h / group, rows = A.rows;
-    att_span sp = att_span_of(A, p, split);
-    int nact = sp.nact, t0 = sp.t0, t1 = sp.t1;
-    if (split >= nact) return;
-    bool last = t1 == p + 1;
-    int nc = last ? t1 - t0 - 1 : t1 - t0; // cached positions of the chunk (the current one comes from k, v)
-    size_t kvrow = (size_t)A.nkvh * hd;
-    int r0 = t0 % rows;
-    const __half *kb = A.kc + (size_t)kvh * hd + lane * E, *vb = A.vc + (size_t)kvh * hd + lane * E;
-    HT kr[ATT_NB], vr[ATT_NB];
-    auto load_batch = [&](int ib) { // positions ib + nw * j of the chunk
 #pragma unroll
-        for (int j = 0; j < ATT_NB; j++) {
-            int i = ib + nw * j;
-            if (i < nc) {
-                int r = r0 + i < rows ? r0 + i : r0 + i - rows;
-                kr[j] = *(const HT *)(kb + (size_t)r * kvrow);
-                vr[j] = *(const HT *)(vb + (size_t)r * kvrow);
-            }
-        }
-    };
-    load_batch(wid);
-    float2 cs[E];
-    if (A.rope_tab) {
-        const float2 *row = A.rope_tab + (size_t)p * half;
-        int j0 = A.neox ? (lane & 15) * E : lane * (E / 2);
-#pragma unroll
-        for (int e = 0; e < E; e++)
-            if (A.neox || e < E / 2) cs[e] = row[j0 + e];
-    } else {
-#pragma unroll
-        for (int e = 0; e < E; e++) {
-            cs[e] = hx_rope_cs(p, A.neox ? (lane & 15) * E + e : lane * (E / 2) + e, hd, A.base, A.rope_scale);
+    for (int j = 0; j < ATT_NB; j++) {
+        int i = ib + nw * j;
+        if (i < nc) {
+            int r = r0 + i < rows ? r0 + i : r0 + i - rows;
+            kr[j] = *(const HT *)(kb + (size_t)r * kvrow);
+            vr[j] = *(const HT *)(vb + (size_t)r * kvrow);
         }
     }
-    pdl_wait();
-    float q[E];
-    load_e<E>(A.q + (size_t)h * hd + lane * E, q);
-    norm_rope_e<E>(q, A.q_norm, A.eps, A.neox, cs);
-    bool cur = last && wid == 0; // warp 0 of the last chunk adds the current position
-    float kcur[E], vcur[E];
-    if (cur) {
-        load_e<E>(A.k + (size_t)kvh * hd + lane * E, kcur);
-        load_e<E>(A.v + (size_t)kvh * hd + lane * E, vcur);
-        norm_rope_e<E>(kcur, A.k_norm, A.eps, A.neox, cs);
-        HT kh, vh;
-        __half2 *k2 = (__half2 *)&kh, *v2 = (__half2 *)&vh;
-#pragma unroll
-        for (int j = 0; j < E / 2; j++) {
-            k2[j] = __floats2half2_rn(kcur[2 * j], kcur[2 * j + 1]);
-            v2[j] = __floats2half2_rn(vcur[2 * j], vcur[2 * j + 1]);
-        }
-        halves_f<E>(kh, kcur); // as the cache holds them
-        halves_f<E>(vh, vcur);
-        if (h % group == 0) {
-            size_t off = (size_t)(p % rows) * kvrow + (size_t)kvh * hd + lane * E;
-            *(HT *)(A.kc + off) = kh;
-            *(HT *)(A.vc + off) = vh;
-        }
-    }
+}
+template <int E>
+static __device__ __forceinline__ void attn_warp_pass(const float (&q)[E], const __half *kb, const __half *vb,
+                                                      size_t kvrow, int r0, int rows, int nc, int wid, int nw,
+                                                      typename Halves<E>::T (&kr)[ATT_NB],
+                                                      typename Halves<E>::T (&vr)[ATT_NB], bool cur,
+                                                      const float (&kcur)[E], const float (&vcur)[E], float scale,
+                                                      float softcap, float &m, float &l, float (&o)[E]) {
     auto score = [&](float s) {
-        s *= A.scale;
-        return A.softcap > 0.0f ? A.softcap * tanhf(s / A.softcap) : s;
+        s *= scale;
+        return softcap > 0.0f ? softcap * tanhf(s / softcap) : s;
     };
-    float m = -INFINITY, l = 0.0f, o[E];
+    m = -INFINITY;
+    l = 0.0f;
 #pragma unroll
     for (int e = 0; e < E; e++) o[e] = 0.0f;
     for (int ib = wid; ib < nc; ib += nw * ATT_NB) {
-        if (ib != wid) load_batch(ib);
+        if (ib != wid) attn_rows<E>(kb, vb, kvrow, r0, rows, nc, ib, nw, kr, vr);
         float s[ATT_NB], mb = -INFINITY;
 #pragma unroll
         for (int j = 0; j < ATT_NB; j++) {
@@ -591,6 +554,74 @@ static __device__ void attn_decode_warp_item(const hx_attn_args &A, int h, int s
         for (int e = 0; e < E; e++) o[e] = fmaf(pj, vcur[e], o[e] * corr);
         m = mn;
     }
+}
+// The current token's k of its KV head (this lane's E dimensions, normed and
+// rotated in place) and v, rounded to f16 as the cache holds them: kh / vh
+// the f16 words to store, kcur / vcur their values back in f32.
+template <int E>
+static __device__ __forceinline__ void attn_cur_kv(float (&kcur)[E], float (&vcur)[E], const float *k_norm, float eps,
+                                                   bool neox, const float2 *cs, typename Halves<E>::T &kh,
+                                                   typename Halves<E>::T &vh) {
+    norm_rope_e<E>(kcur, k_norm, eps, neox, cs);
+    __half2 *k2 = (__half2 *)&kh, *v2 = (__half2 *)&vh;
+#pragma unroll
+    for (int j = 0; j < E / 2; j++) {
+        k2[j] = __floats2half2_rn(kcur[2 * j], kcur[2 * j + 1]);
+        v2[j] = __floats2half2_rn(vcur[2 * j], vcur[2 * j + 1]);
+    }
+    halves_f<E>(kh, kcur);
+    halves_f<E>(vh, vcur);
+}
+
+// sm: (1 + nwarps) * hd + 2 * nwarps floats.
+template <int E>
+static __device__ void attn_decode_warp_item(const hx_attn_args &A, int h, int split, int nsplit, int p, float *sm) {
+    typedef typename Halves<E>::T HT;
+    const int hd = 32 * E, half = hd / 2;
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int group = A.nh / A.nkvh, kvh = h / group, rows = A.rows;
+    att_span sp = att_span_of(A, p, split);
+    int nact = sp.nact, t0 = sp.t0, t1 = sp.t1;
+    if (split >= nact) return;
+    bool last = t1 == p + 1;
+    int nc = last ? t1 - t0 - 1 : t1 - t0; // cached positions of the chunk (the current one comes from k, v)
+    size_t kvrow = (size_t)A.nkvh * hd;
+    int r0 = t0 % rows;
+    const __half *kb = A.kc + (size_t)kvh * hd + lane * E, *vb = A.vc + (size_t)kvh * hd + lane * E;
+    HT kr[ATT_NB], vr[ATT_NB];
+    attn_rows<E>(kb, vb, kvrow, r0, rows, nc, wid, nw, kr, vr);
+    float2 cs[E];
+    if (A.rope_tab) {
+        const float2 *row = A.rope_tab + (size_t)p * half;
+        int j0 = A.neox ? (lane & 15) * E : lane * (E / 2);
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            if (A.neox || e < E / 2) cs[e] = row[j0 + e];
+    } else {
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            cs[e] = hx_rope_cs(p, A.neox ? (lane & 15) * E + e : lane * (E / 2) + e, hd, A.base, A.rope_scale);
+        }
+    }
+    pdl_wait();
+    float q[E];
+    load_e<E>(A.q + (size_t)h * hd + lane * E, q);
+    norm_rope_e<E>(q, A.q_norm, A.eps, A.neox, cs);
+    bool cur = last && wid == 0; // warp 0 of the last chunk adds the current position
+    float kcur[E], vcur[E];
+    if (cur) {
+        load_e<E>(A.k + (size_t)kvh * hd + lane * E, kcur);
+        load_e<E>(A.v + (size_t)kvh * hd + lane * E, vcur);
+        HT kh, vh;
+        attn_cur_kv<E>(kcur, vcur, A.k_norm, A.eps, A.neox, cs, kh, vh);
+        if (h % group == 0) {
+            size_t off = (size_t)(p % rows) * kvrow + (size_t)kvh * hd + lane * E;
+            *(HT *)(A.kc + off) = kh;
+            *(HT *)(A.vc + off) = vh;
+        }
+    }
+    float m, l, o[E];
+    attn_warp_pass<E>(q, kb, vb, kvrow, r0, rows, nc, wid, nw, kr, vr, cur, kcur, vcur, A.scale, A.softcap, m, l, o);
     // merge the warps: output (nw rows of hd), max and sum per warp
     float *qs = sm, *ow = sm + hd, *mw = ow + (size_t)nw * hd, *lw = mw + nw;
 #pragma unroll

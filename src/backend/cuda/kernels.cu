@@ -1047,49 +1047,10 @@ k_attn_tok_warp(const float *__restrict__ q, const __half *__restrict__ kc, cons
     const __half *kb = kc + so, *vb = vc + so;
     float qr[E];
     load_e<E>(q + ((size_t)i * nh + h) * hd + lane * E, qr);
-    float m = -INFINITY, l = 0.0f, o[E];
-#pragma unroll
-    for (int e = 0; e < E; e++) o[e] = 0.0f;
-    for (int ib = wid; ib < len; ib += NW * ATT_NB) {
-        HT kr[ATT_NB], vr[ATT_NB];
-#pragma unroll
-        for (int j = 0; j < ATT_NB; j++) {
-            int t = ib + NW * j;
-            if (t < len) {
-                int r = r0 + t < rows ? r0 + t : r0 + t - rows;
-                kr[j] = *(const HT *)(kb + (size_t)r * kvrow);
-                vr[j] = *(const HT *)(vb + (size_t)r * kvrow);
-            }
-        }
-        float s[ATT_NB], mb = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < ATT_NB; j++) {
-            float kf[E], a = 0.0f;
-            if (ib + NW * j < len) {
-                halves_f<E>(kr[j], kf);
-#pragma unroll
-                for (int e = 0; e < E; e++) a = fmaf(qr[e], kf[e], a);
-            }
-            a = warp_sum(a) * scale;
-            if (softcap > 0.0f) a = softcap * tanhf(a / softcap);
-            s[j] = ib + NW * j < len ? a : -INFINITY;
-            mb = fmaxf(mb, s[j]);
-        }
-        float mn = fmaxf(m, mb), corr = __expf(m - mn);
-        l *= corr;
-#pragma unroll
-        for (int e = 0; e < E; e++) o[e] *= corr;
-#pragma unroll
-        for (int j = 0; j < ATT_NB; j++) {
-            if (ib + NW * j >= len) break;
-            float pj = __expf(s[j] - mn), vf[E];
-            halves_f<E>(vr[j], vf);
-            l += pj;
-#pragma unroll
-            for (int e = 0; e < E; e++) o[e] = fmaf(pj, vf[e], o[e]);
-        }
-        m = mn;
-    }
+    HT kr[ATT_NB], vr[ATT_NB];
+    attn_rows<E>(kb, vb, kvrow, r0, rows, len, wid, NW, kr, vr);
+    float m, l, o[E], none[E];
+    attn_warp_pass<E>(qr, kb, vb, kvrow, r0, rows, len, wid, NW, kr, vr, false, none, none, scale, softcap, m, l, o);
 #pragma unroll
     for (int e = 0; e < E; e++) ow[wid][lane * E + e] = o[e];
     if (lane == 0) { mw[wid] = m; lw[wid] = l; }
@@ -1154,18 +1115,7 @@ template <int E> __global__ void __launch_bounds__(ATT_TOK_THREADS, E <= 4 ? 3 :
     size_t kvrow = (size_t)A.nkvh * hd, so = (size_t)A.tslot[i] * A.slot_stride + (size_t)kvh * hd;
     const __half *kb = A.kc + so + lane * E, *vb = A.vc + so + lane * E;
     HT kr[ATT_NB], vr[ATT_NB];
-    auto load_batch = [&](int ib) {
-#pragma unroll
-        for (int j = 0; j < ATT_NB; j++) {
-            int t = ib + NW * j;
-            if (t < nc) {
-                int r = r0 + t < rows ? r0 + t : r0 + t - rows;
-                kr[j] = *(const HT *)(kb + (size_t)r * kvrow);
-                vr[j] = *(const HT *)(vb + (size_t)r * kvrow);
-            }
-        }
-    };
-    load_batch(wid);
+    attn_rows<E>(kb, vb, kvrow, r0, rows, nc, wid, NW, kr, vr);
     float2 cs[E];
     int j0 = A.neox ? (lane & 15) * E : lane * (E / 2);
 #pragma unroll
@@ -1181,70 +1131,16 @@ template <int E> __global__ void __launch_bounds__(ATT_TOK_THREADS, E <= 4 ? 3 :
     if (cur) {
         load_e<E>(A.k + ((size_t)i * A.nkvh + kvh) * hd + lane * E, kcur);
         load_e<E>(A.v + ((size_t)i * A.nkvh + kvh) * hd + lane * E, vcur);
-        norm_rope_e<E>(kcur, A.k_norm, A.eps, A.neox, cs);
         HT kh, vh;
-        __half2 *k2 = (__half2 *)&kh, *v2 = (__half2 *)&vh;
-#pragma unroll
-        for (int j = 0; j < E / 2; j++) {
-            k2[j] = __floats2half2_rn(kcur[2 * j], kcur[2 * j + 1]);
-            v2[j] = __floats2half2_rn(vcur[2 * j], vcur[2 * j + 1]);
-        }
-        halves_f<E>(kh, kcur);
-        halves_f<E>(vh, vcur);
+        attn_cur_kv<E>(kcur, vcur, A.k_norm, A.eps, A.neox, cs, kh, vh);
         if (h % group == 0) {
             size_t off = so + (size_t)(p % rows) * kvrow + lane * E;
             *(HT *)(A.kc + off) = kh;
             *(HT *)(A.vc + off) = vh;
         }
     }
-    auto score = [&](float s) {
-        s *= A.scale;
-        return A.softcap > 0.0f ? A.softcap * tanhf(s / A.softcap) : s;
-    };
-    float m = -INFINITY, l = 0.0f, o[E];
-#pragma unroll
-    for (int e = 0; e < E; e++) o[e] = 0.0f;
-    for (int ib = wid; ib < nc; ib += NW * ATT_NB) {
-        if (ib != wid) load_batch(ib);
-        float s[ATT_NB], mb = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < ATT_NB; j++) {
-            float kf[E], a = 0.0f;
-            halves_f<E>(kr[j], kf);
-#pragma unroll
-            for (int e = 0; e < E; e++) a = fmaf(q[e], kf[e], a);
-            s[j] = a;
-        }
-#pragma unroll
-        for (int j = 0; j < ATT_NB; j++) {
-            s[j] = ib + NW * j < nc ? score(warp_sum(s[j])) : -INFINITY;
-            mb = fmaxf(mb, s[j]);
-        }
-        float mn = fmaxf(m, mb), corr = __expf(m - mn);
-        l *= corr;
-#pragma unroll
-        for (int e = 0; e < E; e++) o[e] *= corr;
-#pragma unroll
-        for (int j = 0; j < ATT_NB; j++) {
-            if (ib + NW * j >= nc) break;
-            float pj = __expf(s[j] - mn), vf[E];
-            halves_f<E>(vr[j], vf);
-            l += pj;
-#pragma unroll
-            for (int e = 0; e < E; e++) o[e] = fmaf(pj, vf[e], o[e]);
-        }
-        m = mn;
-    }
-    if (cur) {
-        float a = 0.0f;
-#pragma unroll
-        for (int e = 0; e < E; e++) a = fmaf(q[e], kcur[e], a);
-        float s = score(warp_sum(a)), mn = fmaxf(m, s), corr = __expf(m - mn), pj = __expf(s - mn);
-        l = l * corr + pj;
-#pragma unroll
-        for (int e = 0; e < E; e++) o[e] = fmaf(pj, vcur[e], o[e] * corr);
-        m = mn;
-    }
+    float m, l, o[E];
+    attn_warp_pass<E>(q, kb, vb, kvrow, r0, rows, nc, wid, NW, kr, vr, cur, kcur, vcur, A.scale, A.softcap, m, l, o);
 #pragma unroll
     for (int e = 0; e < E; e++) ow[wid][lane * E + e] = o[e];
     if (lane == 0) { mw[wid] = m; lw[wid] = l; }
