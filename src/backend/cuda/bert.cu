@@ -69,8 +69,8 @@ struct hx_cuda_bert {
     bslot slot[HX_CUDA_BERT_SLOTS];
 };
 
-__global__ void k_bert_attn(const float *qkv, float *out, const int *starts, const int *lens, int H, int D,
-                            float scale);
+__global__ void k_bert_attn(const float *qkv, const float *bqkv, float *out, const int *starts, const int *lens, int H,
+                            int D, float scale);
 
 static hx_status up_mat(hx_cuda_bert *b, const hx_tensor *t, int64_t n, float **dst, hx_error *e) {
     *dst = NULL;
@@ -232,34 +232,51 @@ __global__ void k_bert_res_ln(float *x, const float *y, const float *bias, const
     ln_row(row, E, w, b, eps, x + off, red);
 }
 
-__global__ void k_bert_bias(float *y, const float *b, int rows, size_t count, int gelu) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
-        float v = y[i] + b[i % rows];
-        if (gelu) v = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-        y[i] = v;
+// y (T, cols) = gelu(y + b) (b may be NULL): block per row, float4 when cols allows (no index
+// division per element)
+__global__ void k_bert_bias_gelu(float *y, const float *b, int cols) {
+    float *row = y + (size_t)blockIdx.x * cols;
+    if ((cols & 3) == 0) {
+        float4 *r4 = (float4 *)row;
+        const float4 *b4 = (const float4 *)b;
+        for (int i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+            float4 v = r4[i], c = b4 ? b4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            v.x += c.x; v.y += c.y; v.z += c.z; v.w += c.w;
+            v.x = 0.5f * v.x * (1.0f + erff(v.x * 0.70710678118654752f));
+            v.y = 0.5f * v.y * (1.0f + erff(v.y * 0.70710678118654752f));
+            v.z = 0.5f * v.z * (1.0f + erff(v.z * 0.70710678118654752f));
+            v.w = 0.5f * v.w * (1.0f + erff(v.w * 0.70710678118654752f));
+            r4[i] = v;
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        float v = row[i] + (b ? b[i] : 0.0f);
+        row[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
     }
 }
 
 // grid (n_seq, H), 256 threads: K and V of the sequence's head in shared
 // memory (f16), one warp per query row, lanes over keys, then lanes over dims.
-__global__ void k_bert_attn(const float *qkv, float *out, const int *starts, const int *lens, int H, int D,
-                            float scale) {
+// qkv (T, 3E) is the product without its bias; bqkv (3E) is added here, on load.
+__global__ void k_bert_attn(const float *qkv, const float *bqkv, float *out, const int *starts, const int *lens, int H,
+                            int D, float scale) {
     extern __shared__ __half kv[];
     int s = blockIdx.x, h = blockIdx.y, L = lens[s], t0 = starts[s], E = H * D, W3 = 3 * E;
     __half *ks = kv, *vs = kv + (size_t)L * D;
     float *qsh = (float *)(kv + (size_t)2 * L * D); // per warp: 64 floats of the query row
     for (int i = threadIdx.x; i < L * D; i += blockDim.x) {
         int t = i / D, d = i % D;
-        const float *r = qkv + (size_t)(t0 + t) * W3 + h * D + d;
-        ks[i] = __float2half(r[E]);
-        vs[i] = __float2half(r[2 * E]);
+        const float *r = qkv + (size_t)(t0 + t) * W3 + h * D + d, *bb = bqkv + h * D + d;
+        ks[i] = __float2half(r[E] + bb[E]);
+        vs[i] = __float2half(r[2 * E] + bb[2 * E]);
     }
     __syncthreads();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int qi = warp; qi < L; qi += nw) {
         const float *q = qkv + (size_t)(t0 + qi) * W3 + h * D;
         float *qw = qsh + warp * 64;
-        for (int d = lane; d < D; d += 32) qw[d] = q[d];
+        for (int d = lane; d < D; d += 32) qw[d] = q[d] + bqkv[h * D + d];
         __syncwarp();
         float sc[16];
         float mx = -INFINITY;
@@ -421,19 +438,16 @@ extern "C" hx_status hx_cuda_bert_submit(hx_cuda_bert *b, int slot, const int32_
     k_bert_embed<<<T, thr, rowsm, st>>>(d_ids, d_posid, b->tok, b->pos, b->type0, b->lnw, b->lnb, b->x, E,
                                         c->norm_eps);
     BK(cudaGetLastError());
-    size_t n3 = (size_t)T * 3 * E, nf = (size_t)T * F;
-    auto grid = [](size_t n) { size_t g = (n + 255) / 256; return (int)(g > 65535 * 4 ? 65535 * 4 : g); };
     for (int l = 0; l < c->n_layer; l++) {
         blayer *Lw = &b->L[l];
         if (!gemm(b, Lw->wqkv, 3 * E, E, b->x, T, b->qkv)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
-        k_bert_bias<<<grid(n3), 256, 0, st>>>(b->qkv, Lw->bqkv, 3 * E, n3, 0);
         dim3 ag(n_seq, H);
-        k_bert_attn<<<ag, 256, asm_, st>>>(b->qkv, b->att, d_starts, d_lens, H, D, c->attn_scale);
+        k_bert_attn<<<ag, 256, asm_, st>>>(b->qkv, Lw->bqkv, b->att, d_starts, d_lens, H, D, c->attn_scale);
         BK(cudaGetLastError());
         if (!gemm(b, Lw->wo, E, E, b->att, T, b->y)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
         k_bert_res_ln<<<T, thr, rowsm, st>>>(b->x, b->y, Lw->bo, Lw->ln1w, Lw->ln1b, E, c->norm_eps);
         if (!gemm(b, Lw->wu, F, E, b->x, T, b->h)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
-        k_bert_bias<<<grid(nf), 256, 0, st>>>(b->h, Lw->bu, F, nf, 1);
+        k_bert_bias_gelu<<<T, 128, 0, st>>>(b->h, Lw->bu, F);
         if (!gemm(b, Lw->wd, E, F, b->h, T, b->y)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
         k_bert_res_ln<<<T, thr, rowsm, st>>>(b->x, b->y, Lw->bd, Lw->ln2w, Lw->ln2b, E, c->norm_eps);
         BK(cudaGetLastError());
