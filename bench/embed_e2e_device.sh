@@ -103,7 +103,10 @@ with open(jsonl, "a") as out:
         out.write(json.dumps(rec) + "\n")
     for line in open(f"{tmp}/enc.jsonl"):
         e = json.loads(line)
-        name = {"encoder_async": "encoder-async", "encoder_sync": "encoder-sync", "e2e": "inproc-e2e"}[e["measure"]]
+        if e["measure"] == "tokenize_1thread":
+            e["batch"] = 0
+        name = {"encoder_async": "encoder-async", "encoder_sync": "encoder-sync", "e2e": "inproc-e2e",
+                "tokenize_1thread": "tokenize-1thread"}[e["measure"]]
         out.write(json.dumps(dict(base, engine="helix", test=f"embed-{name}-b{e['batch']}", batch=e["batch"],
                                   sentences=e["sentences"], sentences_per_s=e["sentences_per_s"],
                                   tokens_per_s=e["sentences_per_s"], unit="sentences/s (embed_encoder_bench, best)")) + "\n")

@@ -2,6 +2,7 @@
  * where the end-to-end time goes. Reads texts (one per line) from stdin, tokenizes them once
  * (untimed, sorted by token count, batches of B texts and at most 32768 tokens) and prints one
  * JSON line per measure, best of R passes:
+ *   tokenize_1thread  that tokenization, one thread, one pass
  *   encoder_async  (CUDA) hx_cuda_bert_submit with HX_CUDA_BERT_SLOTS batches in flight, rows back
  *                  to the host: hx_embed's encoder side without tokenization
  *   encoder_sync   submit + wait per batch (CUDA), or hx_bert_encode_prep per batch (CPU)
@@ -60,12 +61,14 @@ int main(int argc, char **argv) {
     const int E = m->cfg.n_embd, M = m->cfg.n_ctx_train < 256 ? m->cfg.n_ctx_train : 256, BUDGET = 32768;
     seq *s = calloc(n, sizeof *s);
     int64_t total = 0;
+    double t_tok = hx_now_s();
     for (size_t i = 0; i < n; i++) {
         size_t nt = 0;
         if (hx_tok_encode(tok, texts[i], strlen(texts[i]), true, false, &s[i].ids, &nt, &e)) { fprintf(stderr, "%s\n", e.msg); return 1; }
         s[i].len = (int)hx_tok_truncate(tok, s[i].ids, nt, (size_t)M);
         total += s[i].len;
     }
+    t_tok = hx_now_s() - t_tok;
     qsort(s, n, sizeof *s, by_len);
     /* batches: [first[k], first[k + 1]) */
     int *first = malloc((n + 1) * sizeof *first), nb = 0;
@@ -144,6 +147,7 @@ int main(int argc, char **argv) {
         if (r && n / dt > best_e2e) best_e2e = n / dt;
     }
     const char *dev = cuda ? "cuda" : "cpu";
+    printf("{\"measure\": \"tokenize_1thread\", \"device\": \"cpu\", \"sentences\": %zu, \"tokens\": %lld, \"sentences_per_s\": %.1f}\n", n, (long long)total, n / t_tok);
     if (cuda) printf("{\"measure\": \"encoder_async\", \"device\": \"%s\", \"batch\": %d, \"sentences\": %zu, \"tokens\": %lld, \"sentences_per_s\": %.1f}\n", dev, B, n, (long long)total, best_async);
     printf("{\"measure\": \"encoder_sync\", \"device\": \"%s\", \"batch\": %d, \"sentences\": %zu, \"tokens\": %lld, \"sentences_per_s\": %.1f}\n", dev, B, n, (long long)total, best_sync);
     printf("{\"measure\": \"e2e\", \"device\": \"%s\", \"batch\": %d, \"sentences\": %zu, \"tokens\": %lld, \"sentences_per_s\": %.1f}\n", dev, B, n, (long long)total, best_e2e);

@@ -124,8 +124,9 @@ extern "C" hx_status hx_cuda_bert_new(const hx_model *m, int device, hx_cuda_ber
     *out = NULL;
     const hx_model_config *c = &m->cfg;
     if (c->arch != HX_ARCH_BERT) return hx_err(e, HX_ERR_ARG, "cuda bert: model is %s, not bert", c->arch_name);
-    if (c->head_dim > 64 || c->n_embd != c->n_head * c->head_dim)
-        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda bert: head_dim %d (the attention kernel takes <= 64)", c->head_dim);
+    if (c->head_dim > 64 || c->head_dim % 2 || c->n_embd != c->n_head * c->head_dim)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda bert: head_dim %d (the attention kernel takes even sizes <= 64)",
+                      c->head_dim);
     hx_cuda_device dev;
     hx_status s = hx_cuda_init(device, &dev, e);
     if (s) return s;
@@ -172,7 +173,7 @@ extern "C" hx_status hx_cuda_bert_new(const hx_model *m, int device, hx_cuda_ber
             return hx_err(e, HX_ERR_FORMAT, "cuda bert: layer %d weights missing", l);
         }
     }
-    size_t smem = (size_t)2 * c->n_ctx_train * c->head_dim * sizeof(__half);
+    size_t smem = (size_t)c->n_ctx_train * (2 * c->head_dim + 2) * sizeof(__half);
     if (smem > 227 * 1024) {
         hx_cuda_bert_free(b);
         return hx_err(e, HX_ERR_UNSUPPORTED, "cuda bert: %d positions x head_dim %d do not fit the attention kernel",
@@ -185,7 +186,7 @@ extern "C" hx_status hx_cuda_bert_new(const hx_model *m, int device, hx_cuda_ber
     }
     {
         int P = c->n_ctx_train < 512 ? c->n_ctx_train : 512;
-        b->attn_smem_max = (size_t)2 * P * c->head_dim * sizeof(__half) + 8 * 64 * sizeof(float);
+        b->attn_smem_max = (size_t)P * (2 * c->head_dim + 2) * sizeof(__half) + 8 * 64 * sizeof(float);
         if (b->attn_smem_max > 48 * 1024) {
             rc = cudaFuncSetAttribute(k_bert_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)b->attn_smem_max);
             if (rc != cudaSuccess) { hx_cuda_bert_free(b); return bfail(e, rc, __LINE__, "attention shared memory"); }
@@ -259,16 +260,18 @@ __global__ void k_bert_bias_gelu(float *y, const float *b, int cols) {
 // grid (n_seq, H), 256 threads: K and V of the sequence's head in shared
 // memory (f16), one warp per query row, lanes over keys, then lanes over dims.
 // qkv (T, 3E) is the product without its bias; bqkv (3E) is added here, on load.
+// K rows are D + 2 halves apart (D even): in the q.k loop lane j reads row j's
+// pair d, and an odd row stride in 4-byte words puts the 32 lanes on 32 banks.
 __global__ void k_bert_attn(const float *qkv, const float *bqkv, float *out, const int *starts, const int *lens, int H,
                             int D, float scale) {
     extern __shared__ __half kv[];
-    int s = blockIdx.x, h = blockIdx.y, L = lens[s], t0 = starts[s], E = H * D, W3 = 3 * E;
-    __half *ks = kv, *vs = kv + (size_t)L * D;
-    float *qsh = (float *)(kv + (size_t)2 * L * D); // per warp: 64 floats of the query row
+    int s = blockIdx.x, h = blockIdx.y, L = lens[s], t0 = starts[s], E = H * D, W3 = 3 * E, KS = D + 2;
+    __half *ks = kv, *vs = kv + (size_t)L * KS;
+    float *qsh = (float *)(vs + (size_t)L * D); // per warp: 64 floats of the query row
     for (int i = threadIdx.x; i < L * D; i += blockDim.x) {
         int t = i / D, d = i % D;
         const float *r = qkv + (size_t)(t0 + t) * W3 + h * D + d, *bb = bqkv + h * D + d;
-        ks[i] = __float2half(r[E] + bb[E]);
+        ks[t * KS + d] = __float2half(r[E] + bb[E]);
         vs[i] = __float2half(r[2 * E] + bb[2 * E]);
     }
     __syncthreads();
@@ -286,8 +289,12 @@ __global__ void k_bert_attn(const float *qkv, const float *bqkv, float *out, con
             float acc = -INFINITY;
             if (t < L) {
                 acc = 0.0f;
-                const __half *kr = ks + (size_t)t * D;
-                for (int d = 0; d < D; d++) acc = fmaf(qw[d], __half2float(kr[d]), acc);
+                const __half2 *kr = (const __half2 *)(ks + (size_t)t * KS);
+                for (int d = 0; d < D / 2; d++) {
+                    float2 kf = __half22float2(kr[d]);
+                    acc = fmaf(qw[2 * d], kf.x, acc);
+                    acc = fmaf(qw[2 * d + 1], kf.y, acc);
+                }
                 acc *= scale;
             }
             sc[k] = acc;
@@ -410,7 +417,7 @@ extern "C" hx_status hx_cuda_bert_submit(hx_cuda_bert *b, int slot, const int32_
     if (s) return s;
     cudaStream_t st = b->st;
     const int E = c->n_embd, F = c->n_ff, H = c->n_head, D = c->head_dim;
-    size_t asm_ = (size_t)2 * max_len * D * sizeof(__half) + 8 * 64 * sizeof(float); // <= attn_smem_max
+    size_t asm_ = (size_t)max_len * (2 * D + 2) * sizeof(__half) + 8 * 64 * sizeof(float); // <= attn_smem_max
     // pinned staging: ids (T) | position ids (T) | starts (n_seq) | lens (n_seq), then the rows (n_seq, E)
     size_t n_int = 2 * (size_t)T + 2 * (size_t)n_seq, rows_off = (n_int * sizeof(int) + 255) / 256 * 256;
     size_t need = rows_off + sizeof(float) * E * (size_t)n_seq;
