@@ -28,7 +28,8 @@ if [ -n "${MODEL:-}" ]; then
 else
   "$HX" synth --preset minilm-l6 --type f32 --tokenizer "$SHARED/tokenizers/vocab-gguf/ggml-vocab-bert-bge.gguf" \
     -o "$tmp/minilm.gguf" >&2 || exit 1
-  mkdir "$tmp/tok" && cp "$SHARED/tokenizers/bert-base-uncased.vocab.txt" "$tmp/tok/vocab.txt"
+  mkdir "$tmp/tok" && cp "$SHARED/tokenizers/bert-base-uncased.vocab.txt" "$tmp/tok/vocab.txt" &&
+    echo '{"do_lower_case": true, "model_max_length": 512}' > "$tmp/tok/tokenizer_config.json"
   M=$tmp/minilm.gguf; LABEL="minilm-l6 shape, random f32, bert-base-uncased vocab"; TORCH_ARGS=(--tokenizer "$tmp/tok")
 fi
 DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)

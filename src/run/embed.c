@@ -358,7 +358,7 @@ hx_status hx_embed(hx_embedder *em, const char *const *texts, int n, float *out,
     }
     int *order = malloc((size_t)n * sizeof *order), *bounds = malloc(((size_t)n_chunks + 1) * sizeof *bounds);
     int *count = calloc(LEN_CAP + 2, sizeof *count);
-    int bmax = cmax < budget ? cmax : budget; /* texts per batch: each has >= 1 token */
+    int bmax = cmax; /* texts per batch: batches stay inside a chunk */
     int32_t *batch_ids = malloc(((size_t)budget + (size_t)M) * sizeof *batch_ids);
     int *lens = malloc((size_t)bmax * sizeof *lens), *index = malloc((size_t)bmax * sizeof *index);
     runner r = {.em = em, .out = out, .E = E,
@@ -381,7 +381,6 @@ hx_status hx_embed(hx_embedder *em, const char *const *texts, int n, float *out,
 #endif
     if (!gpu) slots = (r.vec = malloc((size_t)bmax * (size_t)E * sizeof *r.vec)) != NULL;
     hx_status st = HX_OK;
-    bool threaded = false;
     if (!order || !bounds || !count || !batch_ids || !lens || !index || !bufs || !slots) {
         st = hx_err(e, HX_ERR_NOMEM, "embed: out of memory for %d texts", n);
         goto done;
@@ -413,7 +412,6 @@ hx_status hx_embed(hx_embedder *em, const char *const *texts, int n, float *out,
         st = hx_err(e, HX_ERR_NOMEM, "embed: cannot start the tokenizer thread");
         goto cleanup;
     }
-    threaded = true;
     for (int c = 0; c < n_chunks && !st; c++) {
         pthread_mutex_lock(&p.mu);
         while (p.ready <= c && !p.stop) pthread_cond_wait(&p.cv, &p.mu);
@@ -429,13 +427,11 @@ hx_status hx_embed(hx_embedder *em, const char *const *texts, int n, float *out,
         pthread_mutex_unlock(&p.mu);
     }
     st = drain(&r, st, e);
-    if (threaded) {
-        pthread_mutex_lock(&p.mu);
-        p.stop = true;
-        pthread_cond_broadcast(&p.cv);
-        pthread_mutex_unlock(&p.mu);
-        pthread_join(th, NULL);
-    }
+    pthread_mutex_lock(&p.mu);
+    p.stop = true;
+    pthread_cond_broadcast(&p.cv);
+    pthread_mutex_unlock(&p.mu);
+    pthread_join(th, NULL);
 cleanup:
     pthread_mutex_destroy(&p.mu);
     pthread_cond_destroy(&p.cv);

@@ -192,6 +192,21 @@ extern "C" hx_status hx_cuda_bert_new(const hx_model *m, int device, hx_cuda_ber
             if (rc != cudaSuccess) { hx_cuda_bert_free(b); return bfail(e, rc, __LINE__, "attention shared memory"); }
         }
     }
+    // Two warm-up batches (1 x 16 and 128 x 64 tokens of id 0): the first launch of each kernel and
+    // of cuBLAS's GEMMs loads its code (CUDA's lazy loading); paid here with the model's load, not
+    // by the first batch of hx_embed. They also size the buffers for an 8192-token batch.
+    {
+        int L = c->n_ctx_train < 64 ? c->n_ctx_train : 64;
+        std::vector<int32_t> ids((size_t)128 * L, 0);
+        std::vector<int> lens(128, L);
+        lens[0] = L < 16 ? L : 16;
+        const float *rows = NULL;
+        TRYB(hx_cuda_bert_submit(b, 0, ids.data(), lens.data(), 1, 1, true, e));
+        TRYB(hx_cuda_bert_wait(b, 0, &rows, e));
+        lens[0] = L;
+        TRYB(hx_cuda_bert_submit(b, 0, ids.data(), lens.data(), 128, 1, true, e));
+        TRYB(hx_cuda_bert_wait(b, 0, &rows, e));
+    }
     *out = b;
     return HX_OK;
 #undef TRYB
