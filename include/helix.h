@@ -552,7 +552,8 @@ int hx_embedder_dim(const hx_embedder *em);
 /* A string that changes when the model changes (for caches). */
 const char *hx_embedder_fingerprint(const hx_embedder *em);
 void hx_embedder_set_max_tokens(hx_embedder *em, int max_tokens);
-/* Sequences per forward pass (0 = as many as fit 8192 tokens, the default). */
+/* Sequences per forward pass (0 = as many as fit the token budget, the default:
+ * 8192 tokens on the CPU, 32768 on the GPU). */
 void hx_embedder_set_batch(hx_embedder *em, int max_seqs);
 /* "cpu", "cuda", "cuda:N" (device N) or "auto" (CUDA when this build has it
  * and a GPU is usable). "cuda" fails with HX_ERR_DEVICE / HX_ERR_UNSUPPORTED

@@ -1,6 +1,7 @@
 /* embed.c — hx_embed(): texts -> unit vectors with a BERT encoder.
- * Texts are tokenized, sorted by length, and run in batches of similar length
- * (no padding: see bert.h), then put back in the caller's order. */
+ * Texts are tokenized (a thread ahead of the encoder), grouped by length, and
+ * run in batches of similar length (no padding: see bert.h), then put back in
+ * the caller's order; the pipeline is described above hx_embed. */
 #include "backend/cpu/bert.h"
 #include "core/core.h"
 #include "core/pool.h"
@@ -11,17 +12,23 @@
 #include "backend/cuda/cuda.h"
 #endif
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#define BATCH_TOKENS 8192 /* tokens per forward: bounds activation memory */
+#define BATCH_TOKENS 8192 /* tokens per forward on the CPU: bounds activation memory */
+#ifdef HX_HAVE_CUDA
+#define HX_EMBED_SLOTS HX_CUDA_BERT_SLOTS /* GPU batches in flight */
+#else
+#define HX_EMBED_SLOTS 1
+#endif
 
 struct hx_embedder {
     hx_model *model;
     hx_tok *tok;
     hx_pool *pool;
     int max_tokens;
-    int max_seqs;   /* 0 = by BATCH_TOKENS only */
+    int max_seqs;   /* 0 = by the token budget only */
     void *gpu;      /* hx_cuda_bert when running on CUDA */
     hx_bert_cpu *cpu; /* the weights prepared for the CPU GEMM (f32 or int8); NULL = the per-row dot path */
     hx_bert_type type;
@@ -142,57 +149,295 @@ hx_status hx_embedder_set_type(hx_embedder *em, const char *type, hx_error *e) {
 
 const char *hx_embedder_type(const hx_embedder *em) { return em->type == HX_BERT_INT8 ? "int8" : "f32"; }
 
-typedef struct item { int index, len; int32_t *ids; } item;
+/* ---- hx_embed: the pipeline ----
+ * The texts are taken in order of byte length (known before tokenizing, a close
+ * proxy for the token count; counting sort, O(n)) and cut into chunks. A
+ * producer thread tokenizes chunk c + 1 while the encoder runs chunk c's
+ * batches (two chunk buffers); on the GPU the producer uses the CPU pool, on
+ * the CPU it tokenizes alone, as the encoder has the pool. Each chunk's texts
+ * are sorted by token count and cut into batches filled to the token budget
+ * (and to max_seqs). On the GPU, HX_CUDA_BERT_SLOTS batches are in flight at
+ * once (pinned staging, asynchronous copies; the host waits only for the
+ * oldest batch, when its slot is needed again). Rows land at the caller's
+ * index. The CPU encoder gives every sequence the same bits whatever batch it
+ * is in, so the result does not depend on the chunking or batching there. */
 
-static int by_len(const void *a, const void *b) {
-    const item *x = a, *y = b;
-    return x->len != y->len ? x->len - y->len : x->index - y->index;
+#define BATCH_TOKENS_GPU 32768 /* tokens per forward on the GPU: fewer launches; ~0.5 GB of activations for MiniLM */
+#define CHUNK_FIRST 256        /* texts in the first chunk: the encoder starts early */
+#define CHUNK_MAX 8192         /* texts per chunk after doubling */
+#define LEN_CAP 4096           /* byte lengths from here on sort together (all cut to max_tokens) */
+enum { TOK_TASK = 8 };         /* texts per tokenization task */
+
+typedef struct chunk {
+    int n;          /* texts */
+    int *index;     /* [n] the caller's index of text k */
+    int *len;       /* [n] its token count (-1: tokenizing failed) */
+    int *perm;      /* [n] k by token count (stable) */
+    int32_t *ids;   /* [n * M] text k's tokens at k * M */
+} chunk;
+
+typedef struct tok_pipe {
+    const hx_tok *tok;
+    const char *const *texts;
+    const int *order;     /* [n] the texts by byte length */
+    const int *bounds;    /* [n_chunks + 1] chunk c = order[bounds[c] .. bounds[c + 1]) */
+    int n_chunks, M;
+    hx_pool *pool;        /* tokenization's pool; NULL = one thread */
+    chunk buf[2];         /* chunk c in buf[c % 2] */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int ready;            /* chunks tokenized */
+    int released;         /* chunks the encoder is done with */
+    bool stop;            /* the encoder failed: the producer stops */
+} tok_pipe;
+
+typedef struct tok_job { const tok_pipe *p; chunk *ch; } tok_job;
+
+static void tok_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    tok_job *j = ctx;
+    chunk *ch = j->ch;
+    const int M = j->p->M;
+    int k1 = (int)(task + 1) * TOK_TASK < ch->n ? (int)(task + 1) * TOK_TASK : ch->n;
+    for (int k = (int)task * TOK_TASK; k < k1; k++) {
+        const char *t = j->p->texts[ch->index[k]] ? j->p->texts[ch->index[k]] : "";
+        int32_t *tid = NULL;
+        size_t nt = 0;
+        if (hx_tok_encode(j->p->tok, t, strlen(t), true, false, &tid, &nt, NULL)) { ch->len[k] = -1; continue; }
+        nt = hx_tok_truncate(j->p->tok, tid, nt, (size_t)M); /* keeps the closing [SEP] */
+        memcpy(ch->ids + (size_t)k * M, tid, nt * sizeof *tid);
+        ch->len[k] = (int)nt;
+        free(tid);
+    }
+}
+
+/* Tokenize chunk c into buf[c % 2] and order it by token count (counting sort, stable); false when a
+ * text could not be tokenized (out of memory). */
+static bool tokenize_chunk(tok_pipe *p, int c) {
+    chunk *ch = &p->buf[c % 2];
+    ch->n = p->bounds[c + 1] - p->bounds[c];
+    memcpy(ch->index, p->order + p->bounds[c], (size_t)ch->n * sizeof *ch->index);
+    tok_job j = {p, ch};
+    hx_pool_run(p->pool, (ch->n + TOK_TASK - 1) / TOK_TASK, tok_task, &j);
+    int *count = calloc((size_t)p->M + 2, sizeof *count); /* token counts are 0..M */
+    if (!count) return false;
+    for (int k = 0; k < ch->n; k++) {
+        if (ch->len[k] < 0) { free(count); return false; }
+        count[ch->len[k] + 1]++;
+    }
+    for (int l = 0; l <= p->M; l++) count[l + 1] += count[l];
+    for (int k = 0; k < ch->n; k++) ch->perm[count[ch->len[k]]++] = k;
+    free(count);
+    return true;
+}
+
+static void *producer(void *arg) {
+    tok_pipe *p = arg;
+    for (int c = 0; c < p->n_chunks; c++) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->stop && c - p->released >= 2) pthread_cond_wait(&p->cv, &p->mu);
+        bool stop = p->stop;
+        pthread_mutex_unlock(&p->mu);
+        if (stop) break;
+        bool ok = tokenize_chunk(p, c);
+        pthread_mutex_lock(&p->mu);
+        if (ok) p->ready = c + 1;
+        else p->stop = true;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        if (!ok) break;
+    }
+    return NULL;
+}
+
+/* The batches in flight: on the GPU one per slot, finished in the order submitted; on the CPU each
+ * batch is encoded and put in place at once. */
+typedef struct runner {
+    hx_embedder *em;
+    float *out;
+    int E;
+    hx_pooling pooling;
+    float *vec;            /* CPU: [batch seqs * E] */
+    int *idx[HX_EMBED_SLOTS]; /* per slot: the caller's index of each row */
+    int n_in[HX_EMBED_SLOTS]; /* rows in flight per slot, 0 = free */
+    int next;              /* the slot the next batch takes */
+} runner;
+
+#ifdef HX_HAVE_CUDA
+static hx_status finish_slot(runner *r, int s, hx_error *e) {
+    if (!r->n_in[s]) return HX_OK;
+    const float *rows = NULL;
+    hx_status st = hx_cuda_bert_wait(r->em->gpu, s, &rows, e);
+    if (!st)
+        for (int k = 0; k < r->n_in[s]; k++)
+            memcpy(r->out + (size_t)r->idx[s][k] * r->E, rows + (size_t)k * r->E, (size_t)r->E * sizeof *r->out);
+    r->n_in[s] = 0;
+    return st;
+}
+#endif
+
+/* One batch: ids (concatenated), lens and the caller's indices of its nb texts. */
+static hx_status run_batch(runner *r, const int32_t *ids, const int *lens, const int *index, int nb, hx_error *e) {
+    hx_status st;
+#ifdef HX_HAVE_CUDA
+    if (r->em->gpu) {
+        int s = r->next;
+        if ((st = finish_slot(r, s, e))) return st;
+        if ((st = hx_cuda_bert_submit(r->em->gpu, s, ids, lens, nb, r->pooling, true, e))) return st;
+        memcpy(r->idx[s], index, (size_t)nb * sizeof *index);
+        r->n_in[s] = nb;
+        r->next = (s + 1) % HX_EMBED_SLOTS;
+        return HX_OK;
+    }
+#endif
+    if ((st = hx_bert_encode_prep(r->em->model, r->em->cpu, r->em->pool, ids, lens, nb, r->pooling, true, r->vec, e)))
+        return st;
+    for (int k = 0; k < nb; k++)
+        memcpy(r->out + (size_t)index[k] * r->E, r->vec + (size_t)k * r->E, (size_t)r->E * sizeof *r->out);
+    return HX_OK;
+}
+
+/* Drain every slot, oldest first; the first error wins. */
+static hx_status drain(runner *r, hx_status st, hx_error *e) {
+#ifdef HX_HAVE_CUDA
+    hx_error e2 = {0};
+    for (int k = 0; k < HX_EMBED_SLOTS; k++) {
+        int s = (r->next + k) % HX_EMBED_SLOTS;
+        hx_status s2 = finish_slot(r, s, st ? &e2 : e);
+        if (!st) st = s2;
+    }
+#else
+    (void)r; (void)e;
+#endif
+    return st;
+}
+
+/* Chunk c's batches: by token count, filled to `budget` tokens and max_seqs texts. */
+static hx_status run_chunk(runner *r, const chunk *ch, int M, int budget, int max_seqs, int32_t *batch_ids,
+                           int *lens, int *index, hx_error *e) {
+    for (int b = 0; b < ch->n;) {
+        int nb = 0, tok = 0;
+        while (b + nb < ch->n && (max_seqs <= 0 || nb < max_seqs)) {
+            int k = ch->perm[b + nb], l = ch->len[k];
+            if (nb > 0 && tok + l > budget) break;
+            memcpy(batch_ids + tok, ch->ids + (size_t)k * M, (size_t)l * sizeof *batch_ids);
+            lens[nb] = l;
+            index[nb] = ch->index[k];
+            tok += l;
+            nb++;
+        }
+        hx_status st = run_batch(r, batch_ids, lens, index, nb, e);
+        if (st) return st;
+        b += nb;
+    }
+    return HX_OK;
+}
+
+/* Texts in chunk c (of `left` still to come): CHUNK_FIRST doubling to CHUNK_MAX, rounded to a multiple of
+ * max_seqs where that fits, so that only a chunk's last batch can be short. */
+static int chunk_size(int c, int max_seqs, int left) {
+    int sz = c < 6 && (CHUNK_FIRST << c) < CHUNK_MAX ? CHUNK_FIRST << c : CHUNK_MAX;
+    if (max_seqs > 0 && max_seqs <= CHUNK_MAX) {
+        sz = (sz + max_seqs - 1) / max_seqs * max_seqs;
+        if (sz > CHUNK_MAX) sz = CHUNK_MAX / max_seqs * max_seqs;
+    }
+    return sz < left ? sz : left;
 }
 
 hx_status hx_embed(hx_embedder *em, const char *const *texts, int n, float *out, hx_error *e) {
     if (n <= 0) return HX_OK;
     const int E = em->model->cfg.n_embd, M = em->max_tokens;
-    item *it = calloc((size_t)n, sizeof *it);
-    int32_t *ids = malloc((size_t)n * (size_t)M * sizeof *ids);
-    int32_t *batch_ids = malloc((size_t)BATCH_TOKENS * sizeof *batch_ids + (size_t)M * sizeof *batch_ids);
-    int *lens = malloc((size_t)n * sizeof *lens);
-    float *vec = malloc((size_t)n * (size_t)E * sizeof *vec);
-    hx_status st = HX_OK;
-    if (!it || !ids || !batch_ids || !lens || !vec) { st = hx_err(e, HX_ERR_NOMEM, "embed: out of memory for %d texts", n); goto done; }
-    for (int i = 0; i < n; i++) {
-        it[i].index = i;
-        it[i].ids = ids + (size_t)i * M;
-        const char *t = texts[i] ? texts[i] : "";
-        int32_t *tid = NULL;
-        size_t nt = 0;
-        if ((st = hx_tok_encode(em->tok, t, strlen(t), true, false, &tid, &nt, e))) goto done;
-        nt = hx_tok_truncate(em->tok, tid, nt, (size_t)M); /* keeps the closing [SEP] */
-        memcpy(it[i].ids, tid, nt * sizeof *tid);
-        it[i].len = (int)nt;
-        free(tid);
+    const bool gpu = em->gpu != NULL;
+    const int budget = gpu ? BATCH_TOKENS_GPU : BATCH_TOKENS;
+    /* chunks: CHUNK_FIRST texts, doubling to CHUNK_MAX, each a multiple of max_seqs where that fits */
+    int n_chunks = 0, cmax = 0;
+    for (int at = 0; at < n; n_chunks++) {
+        int sz = chunk_size(n_chunks, em->max_seqs, n - at);
+        cmax = sz > cmax ? sz : cmax;
+        at += sz;
     }
-    qsort(it, (size_t)n, sizeof *it, by_len);
-    for (int b = 0; b < n;) {
-        int nb = 0, tok = 0;
-        while (b + nb < n && (nb == 0 || tok + it[b + nb].len <= BATCH_TOKENS) && (!em->max_seqs || nb < em->max_seqs)) {
-            memcpy(batch_ids + tok, it[b + nb].ids, (size_t)it[b + nb].len * sizeof *batch_ids);
-            lens[nb] = it[b + nb].len;
-            tok += it[b + nb].len;
-            nb++;
-        }
-        /* the model's own pooling (GGUF bert.pooling_type, or sentence-transformers' 1_Pooling):
-         * CLS when it says so, else mean (one vector per text either way) */
-        hx_pooling pool = em->model->cfg.pooling == HX_POOL_CLS ? HX_POOL_CLS : HX_POOL_MEAN;
+    int *order = malloc((size_t)n * sizeof *order), *bounds = malloc(((size_t)n_chunks + 1) * sizeof *bounds);
+    int *count = calloc(LEN_CAP + 2, sizeof *count);
+    int bmax = cmax; /* texts per batch: batches stay inside a chunk */
+    int32_t *batch_ids = malloc(((size_t)budget + (size_t)M) * sizeof *batch_ids);
+    int *lens = malloc((size_t)bmax * sizeof *lens), *index = malloc((size_t)bmax * sizeof *index);
+    runner r = {.em = em, .out = out, .E = E,
+                .pooling = em->model->cfg.pooling == HX_POOL_CLS ? HX_POOL_CLS : HX_POOL_MEAN};
+    /* the model's own pooling (GGUF bert.pooling_type, or sentence-transformers' 1_Pooling):
+     * CLS when it says so, else mean (one vector per text either way) */
+    tok_pipe p = {.tok = em->tok, .texts = texts, .order = order, .bounds = bounds, .n_chunks = n_chunks, .M = M};
+    bool bufs = true;
+    for (int i = 0; i < 2 && i < n_chunks; i++) {
+        chunk *ch = &p.buf[i];
+        ch->index = malloc((size_t)cmax * sizeof(int));
+        ch->len = malloc((size_t)cmax * sizeof(int));
+        ch->perm = malloc((size_t)cmax * sizeof(int));
+        ch->ids = malloc((size_t)cmax * (size_t)M * sizeof(int32_t));
+        bufs = bufs && ch->index && ch->len && ch->perm && ch->ids;
+    }
+    bool slots = true;
 #ifdef HX_HAVE_CUDA
-        if (em->gpu) st = hx_cuda_bert_encode(em->gpu, batch_ids, lens, nb, pool, true, vec, e);
-        else
+    for (int s = 0; gpu && s < HX_EMBED_SLOTS; s++) slots = slots && (r.idx[s] = malloc((size_t)bmax * sizeof(int)));
 #endif
-        st = hx_bert_encode_prep(em->model, em->cpu, em->pool, batch_ids, lens, nb, pool, true, vec, e);
-        if (st) goto done;
-        for (int k = 0; k < nb; k++) memcpy(out + (size_t)it[b + k].index * E, vec + (size_t)k * E, (size_t)E * sizeof *out);
-        b += nb;
+    if (!gpu) slots = (r.vec = malloc((size_t)bmax * (size_t)E * sizeof *r.vec)) != NULL;
+    hx_status st = HX_OK;
+    if (!order || !bounds || !count || !batch_ids || !lens || !index || !bufs || !slots) {
+        st = hx_err(e, HX_ERR_NOMEM, "embed: out of memory for %d texts", n);
+        goto done;
     }
+    /* by byte length (stable): counting sort */
+    for (int i = 0; i < n; i++) {
+        size_t l = texts[i] ? strlen(texts[i]) : 0;
+        count[(l < LEN_CAP ? l : LEN_CAP) + 1]++;
+    }
+    for (int l = 0; l <= LEN_CAP; l++) count[l + 1] += count[l];
+    for (int i = 0; i < n; i++) {
+        size_t l = texts[i] ? strlen(texts[i]) : 0;
+        order[count[l < LEN_CAP ? l : LEN_CAP]++] = i;
+    }
+    bounds[0] = 0;
+    for (int c = 0; c < n_chunks; c++) bounds[c + 1] = bounds[c] + chunk_size(c, em->max_seqs, n - bounds[c]);
+    if (n_chunks == 1) { /* nothing to overlap: tokenize on the pool, then encode */
+        p.pool = em->pool;
+        if (!tokenize_chunk(&p, 0)) { st = hx_err(e, HX_ERR_NOMEM, "embed: out of memory tokenizing"); goto done; }
+        st = run_chunk(&r, &p.buf[0], M, budget, em->max_seqs, batch_ids, lens, index, e);
+        st = drain(&r, st, e);
+        goto done;
+    }
+    p.pool = gpu ? em->pool : NULL;
+    pthread_t th;
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.cv, NULL);
+    if (pthread_create(&th, NULL, producer, &p)) {
+        st = hx_err(e, HX_ERR_NOMEM, "embed: cannot start the tokenizer thread");
+        goto cleanup;
+    }
+    for (int c = 0; c < n_chunks && !st; c++) {
+        pthread_mutex_lock(&p.mu);
+        while (p.ready <= c && !p.stop) pthread_cond_wait(&p.cv, &p.mu);
+        bool have = p.ready > c;
+        pthread_mutex_unlock(&p.mu);
+        if (!have) { st = hx_err(e, HX_ERR_NOMEM, "embed: out of memory tokenizing"); break; }
+        st = run_chunk(&r, &p.buf[c % 2], M, budget, em->max_seqs, batch_ids, lens, index, e);
+        /* the chunk's tokens are copied out (CPU: encoded; GPU: staged by submit): its buffer is free */
+        pthread_mutex_lock(&p.mu);
+        p.released = c + 1;
+        if (st) p.stop = true;
+        pthread_cond_broadcast(&p.cv);
+        pthread_mutex_unlock(&p.mu);
+    }
+    st = drain(&r, st, e);
+    pthread_mutex_lock(&p.mu);
+    p.stop = true;
+    pthread_cond_broadcast(&p.cv);
+    pthread_mutex_unlock(&p.mu);
+    pthread_join(th, NULL);
+cleanup:
+    pthread_mutex_destroy(&p.mu);
+    pthread_cond_destroy(&p.cv);
 done:
-    free(it); free(ids); free(batch_ids); free(lens); free(vec);
+    for (int i = 0; i < 2; i++) { free(p.buf[i].index); free(p.buf[i].len); free(p.buf[i].perm); free(p.buf[i].ids); }
+    for (int s = 0; s < HX_EMBED_SLOTS; s++) free(r.idx[s]);
+    free(r.vec); free(order); free(bounds); free(count); free(batch_ids); free(lens); free(index);
     return st;
 }

@@ -6,7 +6,10 @@
 // Sequences of a batch are concatenated (no padding); the projections are
 // cuBLAS GEMMs over all tokens (f32 storage, TF32 tensor cores; HX_CUDA_BERT_FP32=1
 // for plain f32 math), attention is one block per (sequence, head) with K and
-// V of that sequence in shared memory.
+// V of that sequence in shared memory. Batches go through one stream without a
+// host wait each: hx_cuda_bert_submit stages ids in a slot's pinned buffer,
+// queues the copy in, the forward and the copy of the pooled rows back, and
+// records the slot's event; hx_cuda_bert_wait waits for that event only.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +44,15 @@ struct blayer {
     float *ln2w, *ln2b;
 };
 
+// A batch in flight: its pinned staging and the event after its copy back.
+struct bslot {
+    void *host;       // pinned: the batch's ints (laid out as d_int), then its pooled rows
+    size_t cap;       // bytes of host
+    float *rows;      // (n_seq, E) inside host
+    cudaEvent_t done; // recorded after the rows' copy back
+    bool busy;
+};
+
 struct hx_cuda_bert {
     hx_model_config cfg;
     cudaStream_t st;
@@ -50,9 +62,15 @@ struct hx_cuda_bert {
     float *tok, *pos, *type0, *lnw, *lnb;
     std::vector<blayer> L;
     int cap_tok, cap_seq;
-    float *x, *qkv, *att, *y, *h, *out;
-    int *d_ids, *d_posid, *d_starts, *d_lens;
+    float *x, *qkv, *att, *y, *h; // (cap_tok, E / 3E / E / E / F): activations
+    float *out;                   // (cap_seq, E): pooled rows
+    int *d_int;                   // 2 cap_tok + 2 cap_seq: a batch's ids, position ids, starts, lens
+    size_t attn_smem_max;         // dynamic shared memory the attention kernel is cleared for
+    bslot slot[HX_CUDA_BERT_SLOTS];
 };
+
+__global__ void k_bert_attn(const float *qkv, const float *bqkv, float *out, const int *starts, const int *lens, int H,
+                            int D, float scale);
 
 static hx_status up_mat(hx_cuda_bert *b, const hx_tensor *t, int64_t n, float **dst, hx_error *e) {
     *dst = NULL;
@@ -88,11 +106,15 @@ static hx_status up_cat(hx_cuda_bert *b, const hx_tensor *const *ts, const int64
 
 extern "C" void hx_cuda_bert_free(hx_cuda_bert *b) {
     if (!b) return;
+    if (b->st) cudaStreamSynchronize(b->st); // batches may still be in flight
     for (void *p : b->allocs) cudaFree(p);
     float *bufs[] = {b->x, b->qkv, b->att, b->y, b->h, b->out};
     for (float *p : bufs) if (p) cudaFree(p);
-    int *ib[] = {b->d_ids, b->d_posid, b->d_starts, b->d_lens};
-    for (int *p : ib) if (p) cudaFree(p);
+    if (b->d_int) cudaFree(b->d_int);
+    for (auto &sl : b->slot) {
+        if (sl.host) cudaFreeHost(sl.host);
+        if (sl.done) cudaEventDestroy(sl.done);
+    }
     if (b->blas) cublasDestroy(b->blas);
     if (b->st) cudaStreamDestroy(b->st);
     delete b;
@@ -102,8 +124,9 @@ extern "C" hx_status hx_cuda_bert_new(const hx_model *m, int device, hx_cuda_ber
     *out = NULL;
     const hx_model_config *c = &m->cfg;
     if (c->arch != HX_ARCH_BERT) return hx_err(e, HX_ERR_ARG, "cuda bert: model is %s, not bert", c->arch_name);
-    if (c->head_dim > 64 || c->n_embd != c->n_head * c->head_dim)
-        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda bert: head_dim %d (the attention kernel takes <= 64)", c->head_dim);
+    if (c->head_dim > 64 || c->head_dim % 2 || c->n_embd != c->n_head * c->head_dim)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "cuda bert: head_dim %d (the attention kernel takes even sizes <= 64)",
+                      c->head_dim);
     hx_cuda_device dev;
     hx_status s = hx_cuda_init(device, &dev, e);
     if (s) return s;
@@ -150,11 +173,39 @@ extern "C" hx_status hx_cuda_bert_new(const hx_model *m, int device, hx_cuda_ber
             return hx_err(e, HX_ERR_FORMAT, "cuda bert: layer %d weights missing", l);
         }
     }
-    size_t smem = (size_t)2 * c->n_ctx_train * c->head_dim * sizeof(__half);
+    size_t smem = (size_t)c->n_ctx_train * (2 * c->head_dim + 2) * sizeof(__half);
     if (smem > 227 * 1024) {
         hx_cuda_bert_free(b);
         return hx_err(e, HX_ERR_UNSUPPORTED, "cuda bert: %d positions x head_dim %d do not fit the attention kernel",
                       c->n_ctx_train, c->head_dim);
+    }
+    for (auto &sl : b->slot) {
+        // blocking: a host waiting for a batch sleeps, leaving its core to the tokenizer threads
+        rc = cudaEventCreateWithFlags(&sl.done, cudaEventBlockingSync | cudaEventDisableTiming);
+        if (rc != cudaSuccess) { hx_cuda_bert_free(b); return bfail(e, rc, __LINE__, "event"); }
+    }
+    {
+        int P = c->n_ctx_train < 512 ? c->n_ctx_train : 512;
+        b->attn_smem_max = (size_t)P * (2 * c->head_dim + 2) * sizeof(__half) + 8 * 64 * sizeof(float);
+        if (b->attn_smem_max > 48 * 1024) {
+            rc = cudaFuncSetAttribute(k_bert_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)b->attn_smem_max);
+            if (rc != cudaSuccess) { hx_cuda_bert_free(b); return bfail(e, rc, __LINE__, "attention shared memory"); }
+        }
+    }
+    // Two warm-up batches (1 x 16 and 128 x 64 tokens of id 0): the first launch of each kernel and
+    // of cuBLAS's GEMMs loads its code (CUDA's lazy loading); paid here with the model's load, not
+    // by the first batch of hx_embed. They also size the buffers for an 8192-token batch.
+    {
+        int L = c->n_ctx_train < 64 ? c->n_ctx_train : 64;
+        std::vector<int32_t> ids((size_t)128 * L, 0);
+        std::vector<int> lens(128, L);
+        lens[0] = L < 16 ? L : 16;
+        const float *rows = NULL;
+        TRYB(hx_cuda_bert_submit(b, 0, ids.data(), lens.data(), 1, 1, true, e));
+        TRYB(hx_cuda_bert_wait(b, 0, &rows, e));
+        lens[0] = L;
+        TRYB(hx_cuda_bert_submit(b, 0, ids.data(), lens.data(), 128, 1, true, e));
+        TRYB(hx_cuda_bert_wait(b, 0, &rows, e));
     }
     *out = b;
     return HX_OK;
@@ -197,34 +248,53 @@ __global__ void k_bert_res_ln(float *x, const float *y, const float *bias, const
     ln_row(row, E, w, b, eps, x + off, red);
 }
 
-__global__ void k_bert_bias(float *y, const float *b, int rows, size_t count, int gelu) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
-        float v = y[i] + b[i % rows];
-        if (gelu) v = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-        y[i] = v;
+// y (T, cols) = gelu(y + b) (b may be NULL): block per row, float4 when cols allows (no index
+// division per element)
+__global__ void k_bert_bias_gelu(float *y, const float *b, int cols) {
+    float *row = y + (size_t)blockIdx.x * cols;
+    if ((cols & 3) == 0) {
+        float4 *r4 = (float4 *)row;
+        const float4 *b4 = (const float4 *)b;
+        for (int i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+            float4 v = r4[i], c = b4 ? b4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            v.x += c.x; v.y += c.y; v.z += c.z; v.w += c.w;
+            v.x = 0.5f * v.x * (1.0f + erff(v.x * 0.70710678118654752f));
+            v.y = 0.5f * v.y * (1.0f + erff(v.y * 0.70710678118654752f));
+            v.z = 0.5f * v.z * (1.0f + erff(v.z * 0.70710678118654752f));
+            v.w = 0.5f * v.w * (1.0f + erff(v.w * 0.70710678118654752f));
+            r4[i] = v;
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        float v = row[i] + (b ? b[i] : 0.0f);
+        row[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
     }
 }
 
 // grid (n_seq, H), 256 threads: K and V of the sequence's head in shared
 // memory (f16), one warp per query row, lanes over keys, then lanes over dims.
-__global__ void k_bert_attn(const float *qkv, float *out, const int *starts, const int *lens, int H, int D,
-                            float scale) {
+// qkv (T, 3E) is the product without its bias; bqkv (3E) is added here, on load.
+// K rows are D + 2 halves apart (D even): in the q.k loop lane j reads row j's
+// pair d, and an odd row stride in 4-byte words puts the 32 lanes on 32 banks.
+__global__ void k_bert_attn(const float *qkv, const float *bqkv, float *out, const int *starts, const int *lens, int H,
+                            int D, float scale) {
     extern __shared__ __half kv[];
-    int s = blockIdx.x, h = blockIdx.y, L = lens[s], t0 = starts[s], E = H * D, W3 = 3 * E;
-    __half *ks = kv, *vs = kv + (size_t)L * D;
-    float *qsh = (float *)(kv + (size_t)2 * L * D); // per warp: 64 floats of the query row
+    int s = blockIdx.x, h = blockIdx.y, L = lens[s], t0 = starts[s], E = H * D, W3 = 3 * E, KS = D + 2;
+    __half *ks = kv, *vs = kv + (size_t)L * KS;
+    float *qsh = (float *)(vs + (size_t)L * D); // per warp: 64 floats of the query row
     for (int i = threadIdx.x; i < L * D; i += blockDim.x) {
         int t = i / D, d = i % D;
-        const float *r = qkv + (size_t)(t0 + t) * W3 + h * D + d;
-        ks[i] = __float2half(r[E]);
-        vs[i] = __float2half(r[2 * E]);
+        const float *r = qkv + (size_t)(t0 + t) * W3 + h * D + d, *bb = bqkv + h * D + d;
+        ks[t * KS + d] = __float2half(r[E] + bb[E]);
+        vs[i] = __float2half(r[2 * E] + bb[2 * E]);
     }
     __syncthreads();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int qi = warp; qi < L; qi += nw) {
         const float *q = qkv + (size_t)(t0 + qi) * W3 + h * D;
         float *qw = qsh + warp * 64;
-        for (int d = lane; d < D; d += 32) qw[d] = q[d];
+        for (int d = lane; d < D; d += 32) qw[d] = q[d] + bqkv[h * D + d];
         __syncwarp();
         float sc[16];
         float mx = -INFINITY;
@@ -234,8 +304,12 @@ __global__ void k_bert_attn(const float *qkv, float *out, const int *starts, con
             float acc = -INFINITY;
             if (t < L) {
                 acc = 0.0f;
-                const __half *kr = ks + (size_t)t * D;
-                for (int d = 0; d < D; d++) acc = fmaf(qw[d], __half2float(kr[d]), acc);
+                const __half2 *kr = (const __half2 *)(ks + (size_t)t * KS);
+                for (int d = 0; d < D / 2; d++) {
+                    float2 kf = __half22float2(kr[d]);
+                    acc = fmaf(qw[2 * d], kf.x, acc);
+                    acc = fmaf(qw[2 * d + 1], kf.y, acc);
+                }
                 acc *= scale;
             }
             sc[k] = acc;
@@ -300,105 +374,148 @@ static bool gemm(hx_cuda_bert *b, const float *W, int rows, int cols, const floa
                         CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
 }
 
+// Room for a batch of T tokens in n_seq sequences: at least 8192 tokens and 256 sequences, doubling,
+// so that batches of rising length (hx_embed sorts by length) reallocate once or twice, not per
+// batch. In-flight batches use the old buffers: the stream is drained first.
 static hx_status grow(hx_cuda_bert *b, int T, int n_seq, hx_error *e) {
     const hx_model_config *c = &b->cfg;
-    if (T > b->cap_tok) {
+    if (T <= b->cap_tok && n_seq <= b->cap_seq) return HX_OK;
+    BK(cudaStreamSynchronize(b->st));
+    int nt = b->cap_tok > 0 ? b->cap_tok : 8192, ns = b->cap_seq > 0 ? b->cap_seq : 256;
+    while (nt < T) nt *= 2;
+    while (ns < n_seq) ns *= 2;
+    if (nt > b->cap_tok) {
         float **fb[] = {&b->x, &b->qkv, &b->att, &b->y, &b->h};
         size_t dims[] = {(size_t)c->n_embd, 3 * (size_t)c->n_embd, (size_t)c->n_embd, (size_t)c->n_embd,
                          (size_t)c->n_ff};
         for (int i = 0; i < 5; i++) {
             if (*fb[i]) cudaFree(*fb[i]);
             *fb[i] = NULL;
-            BK(cudaMalloc((void **)fb[i], sizeof(float) * dims[i] * T));
         }
-        int **ib[] = {&b->d_ids, &b->d_posid};
-        for (int i = 0; i < 2; i++) {
-            if (*ib[i]) cudaFree(*ib[i]);
-            *ib[i] = NULL;
-            BK(cudaMalloc((void **)ib[i], sizeof(int) * T));
-        }
-        b->cap_tok = T;
+        b->cap_tok = 0;
+        for (int i = 0; i < 5; i++) BK(cudaMalloc((void **)fb[i], sizeof(float) * dims[i] * nt));
     }
-    if (n_seq > b->cap_seq || T > b->cap_tok) {
-        if (b->out) cudaFree(b->out);
-        if (b->d_starts) cudaFree(b->d_starts);
-        if (b->d_lens) cudaFree(b->d_lens);
-        b->out = NULL; b->d_starts = b->d_lens = NULL;
-        int rows = n_seq > T ? n_seq : T; // pooling NONE writes T rows
-        BK(cudaMalloc((void **)&b->out, sizeof(float) * c->n_embd * rows));
-        BK(cudaMalloc((void **)&b->d_starts, sizeof(int) * n_seq));
-        BK(cudaMalloc((void **)&b->d_lens, sizeof(int) * n_seq));
-        b->cap_seq = n_seq;
+    if (b->out) cudaFree(b->out);
+    if (b->d_int) cudaFree(b->d_int);
+    b->out = NULL;
+    b->d_int = NULL;
+    b->cap_seq = 0;
+    BK(cudaMalloc((void **)&b->out, sizeof(float) * c->n_embd * ns));
+    BK(cudaMalloc((void **)&b->d_int, sizeof(int) * (2 * (size_t)nt + 2 * (size_t)ns)));
+    b->cap_tok = nt;
+    b->cap_seq = ns;
+    return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_bert_submit(hx_cuda_bert *b, int slot, const int32_t *ids, const int *lens, int n_seq,
+                                         int pooling, bool normalize, hx_error *e) {
+    const hx_model_config *c = &b->cfg;
+    if (slot < 0 || slot >= HX_CUDA_BERT_SLOTS) return hx_err(e, HX_ERR_ARG, "cuda bert: slot %d", slot);
+    if (n_seq <= 0) return hx_err(e, HX_ERR_ARG, "cuda bert: no sequences");
+    int T = 0, max_len = 0;
+    for (int s = 0; s < n_seq; s++) {
+        if (lens[s] < 1 || lens[s] > c->n_ctx_train)
+            return hx_err(e, HX_ERR_RANGE, "sequence %d has %d tokens; the model takes 1..%d", s, lens[s], c->n_ctx_train);
+        T += lens[s];
+        max_len = lens[s] > max_len ? lens[s] : max_len;
     }
+    if (max_len > 512) return hx_err(e, HX_ERR_UNSUPPORTED, "cuda bert: sequences of more than 512 tokens");
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= c->n_vocab)
+            return hx_err(e, HX_ERR_RANGE, "token id %d out of range (vocab %d)", ids[t], c->n_vocab);
+    bslot *S = &b->slot[slot];
+    if (S->busy) {
+        S->busy = false;
+        BK(cudaEventSynchronize(S->done));
+    }
+    hx_status s = grow(b, T, n_seq, e);
+    if (s) return s;
+    cudaStream_t st = b->st;
+    const int E = c->n_embd, F = c->n_ff, H = c->n_head, D = c->head_dim;
+    size_t asm_ = (size_t)max_len * (2 * D + 2) * sizeof(__half) + 8 * 64 * sizeof(float); // <= attn_smem_max
+    // pinned staging: ids (T) | position ids (T) | starts (n_seq) | lens (n_seq), then the rows (n_seq, E)
+    size_t n_int = 2 * (size_t)T + 2 * (size_t)n_seq, rows_off = (n_int * sizeof(int) + 255) / 256 * 256;
+    size_t need = rows_off + sizeof(float) * E * (size_t)n_seq;
+    if (need > S->cap) {
+        if (S->host) cudaFreeHost(S->host);
+        S->host = NULL;
+        S->cap = 0;
+        size_t want = need < ((size_t)2 << 20) ? (size_t)4 << 20 : 2 * need; // MiniLM at 256 texts: ~0.5 MB
+        BK(cudaHostAlloc(&S->host, want, cudaHostAllocDefault));
+        S->cap = want;
+    }
+    int *hi = (int *)S->host, *hpos = hi + T, *hstart = hi + 2 * T, *hlen = hstart + n_seq;
+    memcpy(hi, ids, sizeof(int) * T);
+    memcpy(hlen, lens, sizeof(int) * n_seq);
+    for (int q = 0, t = 0; q < n_seq; q++) {
+        hstart[q] = t;
+        for (int i = 0; i < lens[q]; i++) hpos[t++] = i;
+    }
+    S->rows = (float *)((char *)S->host + rows_off);
+    const int *d_ids = b->d_int, *d_posid = b->d_int + T, *d_starts = b->d_int + 2 * T,
+              *d_lens = b->d_int + 2 * T + n_seq;
+    BK(cudaMemcpyAsync(b->d_int, hi, sizeof(int) * n_int, cudaMemcpyHostToDevice, st));
+    int thr = 128;
+    size_t rowsm = sizeof(float) * E;
+    k_bert_embed<<<T, thr, rowsm, st>>>(d_ids, d_posid, b->tok, b->pos, b->type0, b->lnw, b->lnb, b->x, E,
+                                        c->norm_eps);
+    BK(cudaGetLastError());
+    for (int l = 0; l < c->n_layer; l++) {
+        blayer *Lw = &b->L[l];
+        if (!gemm(b, Lw->wqkv, 3 * E, E, b->x, T, b->qkv)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
+        dim3 ag(n_seq, H);
+        k_bert_attn<<<ag, 256, asm_, st>>>(b->qkv, Lw->bqkv, b->att, d_starts, d_lens, H, D, c->attn_scale);
+        BK(cudaGetLastError());
+        if (!gemm(b, Lw->wo, E, E, b->att, T, b->y)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
+        k_bert_res_ln<<<T, thr, rowsm, st>>>(b->x, b->y, Lw->bo, Lw->ln1w, Lw->ln1b, E, c->norm_eps);
+        if (!gemm(b, Lw->wu, F, E, b->x, T, b->h)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
+        k_bert_bias_gelu<<<T, 128, 0, st>>>(b->h, Lw->bu, F);
+        if (!gemm(b, Lw->wd, E, F, b->h, T, b->y)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
+        k_bert_res_ln<<<T, thr, rowsm, st>>>(b->x, b->y, Lw->bd, Lw->ln2w, Lw->ln2b, E, c->norm_eps);
+        BK(cudaGetLastError());
+    }
+    if (pooling != 0) {
+        k_bert_pool<<<n_seq, thr, rowsm, st>>>(b->x, d_starts, d_lens, b->out, E, pooling == 2, normalize);
+        BK(cudaGetLastError());
+        BK(cudaMemcpyAsync(S->rows, b->out, sizeof(float) * E * n_seq, cudaMemcpyDeviceToHost, st));
+    }
+    BK(cudaEventRecord(S->done, st));
+    S->busy = true;
+    return HX_OK;
+}
+
+extern "C" hx_status hx_cuda_bert_wait(hx_cuda_bert *b, int slot, const float **rows, hx_error *e) {
+    if (slot < 0 || slot >= HX_CUDA_BERT_SLOTS || !b->slot[slot].busy)
+        return hx_err(e, HX_ERR_ARG, "cuda bert: slot %d has no batch", slot);
+    bslot *S = &b->slot[slot];
+    S->busy = false;
+    BK(cudaEventSynchronize(S->done));
+    *rows = S->rows;
     return HX_OK;
 }
 
 extern "C" hx_status hx_cuda_bert_encode(hx_cuda_bert *b, const int32_t *ids, const int *lens, int n_seq,
                                          int pooling, bool normalize, float *out, hx_error *e) {
-    const hx_model_config *c = &b->cfg;
-    if (n_seq <= 0) return hx_err(e, HX_ERR_ARG, "cuda bert: no sequences");
-    std::vector<int> starts(n_seq), posid;
-    int T = 0;
-    for (int s = 0; s < n_seq; s++) {
-        if (lens[s] < 1 || lens[s] > c->n_ctx_train)
-            return hx_err(e, HX_ERR_RANGE, "sequence %d has %d tokens; the model takes 1..%d", s, lens[s], c->n_ctx_train);
-        starts[s] = T;
-        for (int i = 0; i < lens[s]; i++) posid.push_back(i);
-        T += lens[s];
-    }
-    for (int t = 0; t < T; t++)
-        if (ids[t] < 0 || ids[t] >= c->n_vocab)
-            return hx_err(e, HX_ERR_RANGE, "token id %d out of range (vocab %d)", ids[t], c->n_vocab);
-    hx_status s = grow(b, T, n_seq, e);
+    hx_status s = hx_cuda_bert_submit(b, 0, ids, lens, n_seq, pooling, normalize, e);
     if (s) return s;
-    cudaStream_t st = b->st;
-    const int E = c->n_embd, F = c->n_ff, H = c->n_head, D = c->head_dim;
-    BK(cudaMemcpyAsync(b->d_ids, ids, sizeof(int) * T, cudaMemcpyHostToDevice, st));
-    BK(cudaMemcpyAsync(b->d_posid, posid.data(), sizeof(int) * T, cudaMemcpyHostToDevice, st));
-    BK(cudaMemcpyAsync(b->d_starts, starts.data(), sizeof(int) * n_seq, cudaMemcpyHostToDevice, st));
-    BK(cudaMemcpyAsync(b->d_lens, lens, sizeof(int) * n_seq, cudaMemcpyHostToDevice, st));
-    int thr = 128;
-    size_t rowsm = sizeof(float) * E;
-    k_bert_embed<<<T, thr, rowsm, st>>>(b->d_ids, b->d_posid, b->tok, b->pos, b->type0, b->lnw, b->lnb, b->x, E,
-                                        c->norm_eps);
-    BK(cudaGetLastError());
-    int max_len = 0;
-    for (int i = 0; i < n_seq; i++) max_len = lens[i] > max_len ? lens[i] : max_len;
-    if (max_len > 512) return hx_err(e, HX_ERR_UNSUPPORTED, "cuda bert: sequences of more than 512 tokens");
-    size_t asm_ = (size_t)2 * max_len * D * sizeof(__half) + 8 * 64 * sizeof(float);
-    if (asm_ > 48 * 1024) BK(cudaFuncSetAttribute(k_bert_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)asm_));
-    size_t n3 = (size_t)T * 3 * E, nf = (size_t)T * F;
-    auto grid = [](size_t n) { size_t g = (n + 255) / 256; return (int)(g > 65535 * 4 ? 65535 * 4 : g); };
-    for (int l = 0; l < c->n_layer; l++) {
-        blayer *Lw = &b->L[l];
-        if (!gemm(b, Lw->wqkv, 3 * E, E, b->x, T, b->qkv)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
-        k_bert_bias<<<grid(n3), 256, 0, st>>>(b->qkv, Lw->bqkv, 3 * E, n3, 0);
-        dim3 ag(n_seq, H);
-        k_bert_attn<<<ag, 256, asm_, st>>>(b->qkv, b->att, b->d_starts, b->d_lens, H, D, c->attn_scale);
-        BK(cudaGetLastError());
-        if (!gemm(b, Lw->wo, E, E, b->att, T, b->y)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
-        k_bert_res_ln<<<T, thr, rowsm, st>>>(b->x, b->y, Lw->bo, Lw->ln1w, Lw->ln1b, E, c->norm_eps);
-        if (!gemm(b, Lw->wu, F, E, b->x, T, b->h)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
-        k_bert_bias<<<grid(nf), 256, 0, st>>>(b->h, Lw->bu, F, nf, 1);
-        if (!gemm(b, Lw->wd, E, F, b->h, T, b->y)) return hx_err(e, HX_ERR_DEVICE, "cuda bert: cuBLAS GEMM failed");
-        k_bert_res_ln<<<T, thr, rowsm, st>>>(b->x, b->y, Lw->bd, Lw->ln2w, Lw->ln2b, E, c->norm_eps);
-        BK(cudaGetLastError());
-    }
-    if (pooling == 0) {
-        BK(cudaMemcpyAsync(out, b->x, sizeof(float) * E * T, cudaMemcpyDeviceToHost, st));
-        BK(cudaStreamSynchronize(st));
-        if (normalize)
-            for (int t = 0; t < T; t++) {
-                double n2 = 0;
-                for (int i = 0; i < E; i++) n2 += (double)out[(size_t)t * E + i] * out[(size_t)t * E + i];
-                float inv = n2 > 0 ? (float)(1.0 / sqrt(n2)) : 0.0f;
-                for (int i = 0; i < E; i++) out[(size_t)t * E + i] *= inv;
-            }
+    const int E = b->cfg.n_embd;
+    if (pooling != 0) {
+        const float *rows = NULL;
+        if ((s = hx_cuda_bert_wait(b, 0, &rows, e))) return s;
+        memcpy(out, rows, sizeof(float) * E * (size_t)n_seq);
         return HX_OK;
     }
-    k_bert_pool<<<n_seq, thr, rowsm, st>>>(b->x, b->d_starts, b->d_lens, b->out, E, pooling == 2, normalize);
-    BK(cudaGetLastError());
-    BK(cudaMemcpyAsync(out, b->out, sizeof(float) * E * n_seq, cudaMemcpyDeviceToHost, st));
-    BK(cudaStreamSynchronize(st));
+    int T = 0;
+    for (int q = 0; q < n_seq; q++) T += lens[q];
+    b->slot[0].busy = false;
+    BK(cudaMemcpyAsync(out, b->x, sizeof(float) * E * (size_t)T, cudaMemcpyDeviceToHost, b->st));
+    BK(cudaStreamSynchronize(b->st));
+    if (normalize)
+        for (int t = 0; t < T; t++) {
+            double n2 = 0;
+            for (int i = 0; i < E; i++) n2 += (double)out[(size_t)t * E + i] * out[(size_t)t * E + i];
+            float inv = n2 > 0 ? (float)(1.0 / sqrt(n2)) : 0.0f;
+            for (int i = 0; i < E; i++) out[(size_t)t * E + i] *= inv;
+        }
     return HX_OK;
 }

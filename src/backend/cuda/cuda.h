@@ -112,6 +112,16 @@ hx_status hx_cuda_bert_new(const hx_model *m, int device, hx_cuda_bert **out, hx
 void hx_cuda_bert_free(hx_cuda_bert *b);
 hx_status hx_cuda_bert_encode(hx_cuda_bert *b, const int32_t *ids, const int *lens, int n_seq, int pooling,
                               bool normalize, float *out, hx_error *e);
+/* Batches in flight: submit stages the batch in slot's pinned buffers, queues
+ * the copies, the forward and the copy of its n_seq pooled rows (pooling 1 or
+ * 2) back, and returns without waiting; wait blocks until that slot's batch is
+ * done and points *rows at its n_seq x n_embd floats (valid until the slot is
+ * submitted again). Submitting to a slot still in flight waits for it first.
+ * hx_cuda_bert_encode uses slot 0. */
+#define HX_CUDA_BERT_SLOTS 3
+hx_status hx_cuda_bert_submit(hx_cuda_bert *b, int slot, const int32_t *ids, const int *lens, int n_seq,
+                              int pooling, bool normalize, hx_error *e);
+hx_status hx_cuda_bert_wait(hx_cuda_bert *b, int slot, const float **rows, hx_error *e);
 
 /* Whether one-token decode steps of this context run every layer in the
  * persistent kernel (backend/cuda/mega.h); when not, *why (if why is not NULL)
