@@ -1,6 +1,6 @@
 /* test_gemm_q8.c — the Q8_0 batch GEMMs (prefill):
- *   - the parity-order AVX512-VNNI kernel (hx_gemm_q8_0_ggml_avx512vnni, u8 weights and a
- *     per-token correction) against hx_dot_q8_0_avx2 (llama.cpp's vec_dot order), bit for
+ *   - the parity-order AVX512-VNNI kernel (hx_gemm_q8_0_ggml_avx512vnni, u8 activations and
+ *     a per-row correction) against hx_dot_q8_0_avx2 (llama.cpp's vec_dot order), bit for
  *     bit (==), on odd shapes: rows and tokens that are not multiples of its 4x4 tiles, one
  *     to 96 blocks, weights quantized from normal values or raw random levels (-128 included),
  *     activations with outliers (levels at +-127);
