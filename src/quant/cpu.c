@@ -208,7 +208,7 @@ hx_gemm_fn hx_get_gemm_ggml(int type, hx_isa isa) {
     if (!hx_get_gemm(HX_TYPE_Q8_0, isa)) return NULL; /* no AVX2 kernels here */
     if (isa > hx_isa_best()) isa = hx_isa_best();
     const bool vnni = isa >= HX_ISA_AVX512_VNNI; /* same bits as the AVX2 tiles */
-    if (type == HX_TYPE_Q8_0) return vnni ? hx_gemm_q8_0_avx512vnni : hx_gemm_q8_0_avx2;
+    if (type == HX_TYPE_Q8_0) return vnni ? hx_gemm_q8_0_ggml_avx512vnni : hx_gemm_q8_0_avx2;
     if (type == HX_TYPE_Q5_0) return vnni ? hx_gemm_q5_0_avx512vnni : hx_gemm_q5_0_avx2;
     if (type == HX_TYPE_Q6_K) return vnni ? hx_gemm_q6_K_ggml_avx512vnni : hx_gemm_q6_K_avx2;
     return NULL;

@@ -54,6 +54,9 @@ HX_DECL_GEMM_VNNI(q4_K_packed) HX_DECL_GEMM_VNNI(q4_K_ggml_gemm) HX_DECL_GEMM_VN
 /* Q6_K batches on 16-row groups with vpmaddubsw + vpdpwssd, bit-identical to hx_dot_q6_K_avx2
  * (the parity mode's Q6_K order, hx_get_gemm_ggml) */
 HX_DECL_GEMM_VNNI(q6_K_ggml)
+/* Q8_0 batches in 4-row x 4-token tiles, activations as u8 (x + 128) with a per-row correction
+ * (gemm_q8_avx512.c), bit-identical to hx_dot_q8_0_avx2 (the parity mode's Q8_0 order) */
+HX_DECL_GEMM_VNNI(q8_0_ggml)
 /* sp[(c * nb + i) * 4 + k] = (S 2k, S 2k+1) as int16s, S j = bsum 2j + bsum 2j+1 of token c's
  * super-block i: what one madd against (m 2k, m 2k+1) pairs needs for the Q4_K mins */
 void hx_q8_K_pair_sums(int32_t *sp, const void *x, size_t ldx, int64_t nc, int64_t nb);

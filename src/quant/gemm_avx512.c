@@ -34,6 +34,8 @@
 
 #define AI static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 4")
+#define UNROLL8 _Pragma("GCC unroll 8")
+enum { LQ_TN = 8 }; /* tokens per packed tile */
 
 #define DOT_U8S8(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
 /* -sum 8*x per int32 lane: the accumulator Q4_DOT starts from */
@@ -138,27 +140,27 @@ static void pack_lq(lq_pack *p, int64_t nb, const uint8_t *w, size_t ldw, int ro
  * scales; all [token][block]. XU8: the activations are the unsigned operand. */
 AI void lq_packed_tile(const int RN, const bool XU8, int64_t nb, const lq_pack *p, const int8_t *xs,
                        const int32_t *off, const float *dx, float *acc_out) {
-    __m256 acc[4];
-    UNROLL for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
+    __m256 acc[LQ_TN];
+    UNROLL8 for (int c = 0; c < RN; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        __m256i s32[4];
-        UNROLL for (int c = 0; c < RN; c++)
+        __m256i s32[LQ_TN];
+        UNROLL8 for (int c = 0; c < RN; c++)
             s32[c] = XU8 ? p[i].corr : _mm256_set1_epi32(off[(size_t)c * nb + i]);
-        UNROLL for (int j = 0; j < 8; j++) {
+        UNROLL8 for (int j = 0; j < 8; j++) {
             const __m256i wq = p[i].q[j];
-            UNROLL for (int c = 0; c < RN; c++) {
+            UNROLL8 for (int c = 0; c < RN; c++) {
                 int32_t b;
                 memcpy(&b, xs + ((size_t)c * nb + i) * 32 + 4 * j, 4);
                 s32[c] = XU8 ? _mm256_dpbusd_epi32(s32[c], _mm256_set1_epi32(b), wq)
                              : _mm256_dpbusd_epi32(s32[c], wq, _mm256_set1_epi32(b));
             }
         }
-        UNROLL for (int c = 0; c < RN; c++) {
+        UNROLL8 for (int c = 0; c < RN; c++) {
             const __m256 d = _mm256_mul_ps(p[i].d, _mm256_set1_ps(dx[(size_t)c * nb + i]));
             acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(s32[c]), d));
         }
     }
-    UNROLL for (int c = 0; c < RN; c++) _mm256_storeu_ps(acc_out + 8 * c, acc[c]);
+    UNROLL8 for (int c = 0; c < RN; c++) _mm256_storeu_ps(acc_out + 8 * c, acc[c]);
 }
 
 typedef void (*lq_tile_fn)(int64_t, const lq_pack *, const int8_t *, const int32_t *, const float *, float *);
@@ -168,15 +170,19 @@ typedef void (*lq_tile_fn)(int64_t, const lq_pack *, const int8_t *, const int32
         lq_packed_tile(N, U, nb, p, xs, off, dx, o);                                                              \
     }
 LQ_PT(1, false, lq) LQ_PT(2, false, lq) LQ_PT(3, false, lq) LQ_PT(4, false, lq)
+LQ_PT(5, false, lq) LQ_PT(6, false, lq) LQ_PT(7, false, lq) LQ_PT(8, false, lq)
 LQ_PT(1, true, q8) LQ_PT(2, true, q8) LQ_PT(3, true, q8) LQ_PT(4, true, q8)
+LQ_PT(5, true, q8) LQ_PT(6, true, q8) LQ_PT(7, true, q8) LQ_PT(8, true, q8)
 
 /* Same contract as hx_gemm_q4_0_packed_avx2 (bit-identical to the scalar
  * kernel); if its scratch cannot be allocated the pairs go through the scalar
  * kernel (same bits, slower). */
 static void gemm_packed_lq(int kind, int64_t n, int64_t nr, int64_t nc, const void *w, size_t ldw, const void *x,
                            size_t ldx, float *y, size_t ldy) {
-    static const lq_tile_fn tiles_lq[4] = { lq_packed_1, lq_packed_2, lq_packed_3, lq_packed_4 };
-    static const lq_tile_fn tiles_q8[4] = { q8_packed_1, q8_packed_2, q8_packed_3, q8_packed_4 };
+    static const lq_tile_fn tiles_lq[LQ_TN] = { lq_packed_1, lq_packed_2, lq_packed_3, lq_packed_4,
+                                                lq_packed_5, lq_packed_6, lq_packed_7, lq_packed_8 };
+    static const lq_tile_fn tiles_q8[LQ_TN] = { q8_packed_1, q8_packed_2, q8_packed_3, q8_packed_4,
+                                                q8_packed_5, q8_packed_6, q8_packed_7, q8_packed_8 };
     const lq_tile_fn *tiles = kind == LQ_Q8_0 ? tiles_q8 : tiles_lq;
     const int64_t nb = n / QK8_0;
     const int32_t o = kind == LQ_Q5_0 ? 16 : kind == LQ_Q4_0 ? 8 : 0;
@@ -209,9 +215,9 @@ static void gemm_packed_lq(int kind, int64_t n, int64_t nr, int64_t nc, const vo
     for (int64_t r0 = 0; r0 < nr; r0 += 8) {
         const int rows = (int)(nr - r0 < 8 ? nr - r0 : 8);
         pack_lq(p, nb, (const uint8_t *)w + r0 * ldw, ldw, rows, kind);
-        for (int64_t c0 = 0; c0 < nc; c0 += 4) {
-            const int cn = (int)(nc - c0 < 4 ? nc - c0 : 4);
-            float out[32];
+        for (int64_t c0 = 0; c0 < nc; c0 += LQ_TN) {
+            const int cn = (int)(nc - c0 < LQ_TN ? nc - c0 : LQ_TN);
+            float out[8 * LQ_TN];
             tiles[cn - 1](nb, p, xs + c0 * nb * 32, off + c0 * nb, dx + c0 * nb, out);
             for (int c = 0; c < cn; c++) memcpy(y + (c0 + c) * ldy + r0, out + 8 * c, sizeof(float) * rows);
         }

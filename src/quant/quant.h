@@ -111,7 +111,8 @@ hx_isa hx_gemm_batch_ref_isa(int type, hx_isa isa);
 /* Tiled GEMM whose every output is summed in the order of llama.cpp's x86 vec_dot (and of
  * llamafile's tinyBLAS for batches): one accumulator, blocks in order, one hsum; i.e.
  * bit-identical to hx_get_vec_dot(type, HX_ISA_AVX2). AVX2: Q8_0, Q5_0, Q6_K; else NULL.
- * AVX512-VNNI's Q6_K packs 16-row groups per call: for batches (matvec: hx_get_gemm's tile). */
+ * AVX512-VNNI's Q6_K (16-row groups) and Q8_0 (4-row groups) repack per call: for
+ * batches (matvec: hx_get_gemm's tile). */
 hx_gemm_fn hx_get_gemm_ggml(int type, hx_isa isa);
 /* Q4_K batches summed in the orders of llama.cpp's repacked 8x8 kernels: every output
  * bit-identical to hx_dot_q4_K_ggml_gemm_avx2 (gemv_order false: its gemm, for rows of
