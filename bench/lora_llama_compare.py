@@ -9,10 +9,21 @@ Adapters (made under --work, never in the repository):
   peft.hx   peft converted by `helix-bg lora-convert` (helix's GGUF writer)
   peft.cpp  peft (and peft2.cpp) converted by llama.cpp's own convert_lora_to_gguf.py (--convert; its
             python needs torch and transformers), which permutes llama's Q/K rows of B itself
+  embd      embed_tokens only (PEFT's lora_embedding_A/B; r 8, alpha 16, seed 3)
+  head      lm_head only (r 8, alpha 16, seed 4, B amplitude 0.1)
+  full      the 7 projections of every layer, embed_tokens and lm_head (r 16, alpha 32, seed 5)
+  full.hx   full converted by `helix-bg lora-convert` (token_embd.weight.lora_a written transposed,
+            ne [r, n_vocab], as llama.cpp reads it)
   ft        --finetuned FILE: an adapter that `helix-bg finetune` trained (optional)
+The model ties its output head to token_embd. llama.cpp then runs the head on a copy of token_embd.weight
+under that name, so it applies a token_embd.weight adapter to the head as an ordinary pair, which does
+not fit, and aborts; an output.weight adapter has no base tensor. embd, head and full therefore run on
+an untied copy (tests/lora_untie_model.py: output.weight = token_embd.weight's bytes; the same function,
+its control case "untied" must equal "base").
 Cases (llama.cpp gets the .cpp files, or the .hx ones without --convert; helix the form on the left):
   base (no adapter, the control); peft at scale 1 and 0.5; peft.hx (helix's GGUF on both sides);
-  peft2@0.5 + peft@1 together; ft@1; ft@1 + peft@0.5.
+  peft2@0.5 + peft@1 together; ft@1; ft@1 + peft@0.5; on the untied copy: untied (no adapter), embd@1,
+  head@1, full@1, full@0.5, full.hx@1.
 With two adapters llama.cpp adds their deltas in the order of its std::unordered_map keyed by adapter
 pointer (llama_set_adapters_lora), which libstdc++ iterates in reverse insertion order for two keys;
 helix adds them in the order given, so helix is given them reversed (the sums differ by an ulp
@@ -40,6 +51,14 @@ PROMPTS = [("What is the capital of France?", True), ("Write a haiku about the s
 # the PEFT adapters' recipes (tests/lora_make_adapter.py); dims are read from the model
 RECIPES = {"peft": {"rank": 8, "alpha": 16, "seed": 1, "a_amp": 1.0, "b_amp": 0.02},
            "peft2": {"rank": 4, "alpha": 8, "seed": 2, "a_amp": 1.0, "b_amp": 0.02}}
+PROJ = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+# adapters on the token embedding and the output head (need the untied copy of the model)
+RECIPES_UNTIED = {"embd": {"rank": 8, "alpha": 16, "seed": 3, "a_amp": 1.0, "b_amp": 0.02, "targets": "embed_tokens"},
+                  "head": {"rank": 8, "alpha": 16, "seed": 4, "a_amp": 1.0, "b_amp": 0.02, "head_b_amp": 0.1,
+                           "targets": "lm_head"},
+                  "full": {"rank": 16, "alpha": 32, "seed": 5, "a_amp": 1.0, "b_amp": 0.01, "head_b_amp": 0.05,
+                           "targets": PROJ + ",embed_tokens,lm_head"}}
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def model_dims(path):
@@ -50,17 +69,20 @@ def model_dims(path):
         f = r.fields[arch + "." + k]
         return int(f.parts[f.data[0]][0])
     return {"layers": kv("block_count"), "embd": kv("embedding_length"), "ff": kv("feed_forward_length"),
-            "heads": kv("attention.head_count"), "kv_heads": kv("attention.head_count_kv")}, arch, r
+            "heads": kv("attention.head_count"), "kv_heads": kv("attention.head_count_kv"),
+            "vocab": len(r.fields["tokenizer.ggml.tokens"].data)}, arch, r
 
 
 def make_peft(out, dims, recipe):
-    cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lora_make_adapter.py"), out]
+    cmd = [sys.executable, os.path.join(HERE, "..", "tests", "lora_make_adapter.py"), out]
+    if "targets" not in recipe:  # the projections only: lora_make_adapter.py needs no vocabulary
+        dims = {k: v for k, v in dims.items() if k != "vocab"}
     for k, v in list(dims.items()) + list(recipe.items()):
         cmd += ["--" + k.replace("_", "-"), str(v)]
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def hf_config(path, reader, dims, out):
+def hf_config(path, reader, dims, out, tied):
     """config.json for convert_lora_to_gguf.py --base (it reads only the config, no weights)."""
     def f(k):
         x = reader.fields.get("llama." + k)
@@ -70,7 +92,7 @@ def hf_config(path, reader, dims, out):
            "num_attention_heads": dims["heads"], "num_key_value_heads": dims["kv_heads"],
            "rms_norm_eps": f("attention.layer_norm_rms_epsilon"), "rope_theta": f("rope.freq_base"),
            "max_position_embeddings": f("context_length"), "vocab_size": len(reader.fields["tokenizer.ggml.tokens"].data),
-           "tie_word_embeddings": "output.weight" not in [t.name for t in reader.tensors],
+           "tie_word_embeddings": tied,
            "hidden_act": "silu", "torch_dtype": "float32"}
     os.makedirs(out, exist_ok=True)
     json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
@@ -104,25 +126,41 @@ def main():
     ap.add_argument("--convert-python", default=sys.executable)
     ap.add_argument("--finetuned", help="a GGUF adapter from helix-bg finetune on the same model")
     ap.add_argument("--update", action="store_true")
+    ap.add_argument("--cases", help="comma-separated case names to run (default all); with --update the "
+                    "recorded runs of the other cases are kept")
     ap.add_argument("-n", type=int, default=N)
     ap.add_argument("-t", default="2")
     a = ap.parse_args()
     if not os.path.exists(a.model):
         sys.exit(f"{a.model} absent: run bench/real_models_fetch.sh")
     dims, arch, reader = model_dims(a.model)
+    tied = "output.weight" not in [t.name for t in reader.tensors]
     os.makedirs(a.work, exist_ok=True)
+    models = {"base": a.model}
+    untied_sha = None
+    if tied:
+        models["untied"] = os.path.join(a.work, "untied.gguf")
+        untied_sha = subprocess.run([sys.executable, os.path.join(HERE, "..", "tests", "lora_untie_model.py"), a.model,
+                                     models["untied"]], check=True, capture_output=True, text=True).stdout.strip()
+    else:
+        models["untied"] = a.model
+    recipes = dict(RECIPES, **RECIPES_UNTIED)
+    on = {n: "base" for n in RECIPES}  # the model each adapter is made for
+    on.update({n: "untied" for n in RECIPES_UNTIED})
     path, digest = {}, {}
-    for name, recipe in RECIPES.items():
+    for name, recipe in recipes.items():
         path[name] = os.path.join(a.work, name)
         digest[name] = make_peft(path[name], dims, recipe)
-    path["peft.hx"] = os.path.join(a.work, "peft.hx.gguf")
-    subprocess.run([a.helix, "lora-convert", path["peft"], "-m", a.model, "-o", path["peft.hx"]], check=True,
-                   capture_output=True)
+    converted = {"peft.hx": "peft", "full.hx": "full"}  # helix's GGUF, given to both engines
+    for name, src in converted.items():
+        path[name] = os.path.join(a.work, name + ".gguf")
+        subprocess.run([a.helix, "lora-convert", path[src], "-m", models[on[src]], "-o", path[name]], check=True,
+                       capture_output=True)
     peer = {}  # llama.cpp's file for each PEFT folder
-    for name in RECIPES:
+    for name in recipes:
         if a.convert:
-            base = os.path.join(a.work, "base-config")
-            hf_config(a.model, reader, dims, base)
+            base = os.path.join(a.work, "base-config-" + on[name])
+            hf_config(a.model, reader, dims, base, tied and on[name] == "base")
             peer[name] = os.path.join(a.work, name + ".cpp.gguf")
             r = subprocess.run([a.convert_python, a.convert, "--base", base, "--outtype", "f32", "--outfile", peer[name],
                                 path[name]], capture_output=True, text=True)
@@ -130,22 +168,36 @@ def main():
                 sys.exit("convert_lora_to_gguf.py failed:\n" + r.stderr[-3000:])
         else:
             peer[name] = os.path.join(a.work, name + ".hx.gguf")
-            subprocess.run([a.helix, "lora-convert", path[name], "-m", a.model, "-o", peer[name]], check=True,
+            subprocess.run([a.helix, "lora-convert", path[name], "-m", models[on[name]], "-o", peer[name]], check=True,
                            capture_output=True)
 
     # (name, helix adapters, llama.cpp adapters); an adapter is (name, scale); two adapters: reversed for helix
-    cases = [("base", [], []),
-             ("peft@1", [("peft", 1.0)], [("peft", 1.0)]),
-             ("peft@0.5", [("peft", 0.5)], [("peft", 0.5)]),
-             ("peft.hx@1", [("peft.hx", 1.0)], [("peft.hx", 1.0)]),
-             ("peft2@0.5+peft@1", [("peft", 1.0), ("peft2", 0.5)], [("peft2", 0.5), ("peft", 1.0)])]
+    # (name, model, helix adapters, llama.cpp adapters)
+    cases = [("base", "base", [], []),
+             ("peft@1", "base", [("peft", 1.0)], [("peft", 1.0)]),
+             ("peft@0.5", "base", [("peft", 0.5)], [("peft", 0.5)]),
+             ("peft.hx@1", "base", [("peft.hx", 1.0)], [("peft.hx", 1.0)]),
+             ("peft2@0.5+peft@1", "base", [("peft", 1.0), ("peft2", 0.5)], [("peft2", 0.5), ("peft", 1.0)])]
     if a.finetuned:
         path["ft"] = peer["ft"] = a.finetuned
-        cases += [("ft@1", [("ft", 1.0)], [("ft", 1.0)]),
-                  ("ft@1+peft@0.5", [("peft", 0.5), ("ft", 1.0)], [("ft", 1.0), ("peft", 0.5)])]
-    peer["peft.hx"] = path["peft.hx"]
+        cases += [("ft@1", "base", [("ft", 1.0)], [("ft", 1.0)]),
+                  ("ft@1+peft@0.5", "base", [("peft", 0.5), ("ft", 1.0)], [("ft", 1.0), ("peft", 0.5)])]
+    cases += [("untied", "untied", [], []),
+              ("embd@1", "untied", [("embd", 1.0)], [("embd", 1.0)]),
+              ("head@1", "untied", [("head", 1.0)], [("head", 1.0)]),
+              ("full@1", "untied", [("full", 1.0)], [("full", 1.0)]),
+              ("full@0.5", "untied", [("full", 0.5)], [("full", 0.5)]),
+              ("full.hx@1", "untied", [("full.hx", 1.0)], [("full.hx", 1.0)])]
+    for name in converted:
+        peer[name] = path[name]
+    if a.cases:
+        want = a.cases.split(",")
+        unknown = set(want) - {c[0] for c in cases}
+        if unknown:
+            sys.exit("--cases: no case " + ", ".join(sorted(unknown)))
+        cases = [c for c in cases if c[0] in want]
     print("adapters: " + ", ".join(f"{n} (sha256 {digest[n][:16]}...; llama.cpp gets {os.path.basename(peer[n])})"
-                                   for n in RECIPES))
+                                   for n in recipes))
     print("| case | prompt | prompt tokens | greedy ids equal (of %d) | max abs top-1 logit diff | first divergence: llama.cpp top-2 / helix top-2 |" % a.n)
     print("|---|---|---|---|---|---|")
     out_cases, bad = [], 0
@@ -153,10 +205,10 @@ def main():
         text = chat_text(a.model, p) if chat else p
         pids = run_json([a.peer, "-m", a.model, "-p", text, "--tokenize"])["prompt_ids"]
         ids = ",".join(map(str, pids))
-        for name, hx_spec, cpp_spec in cases:
-            rl = run_json([a.peer, "-m", a.model, "--ids", ids, "-n", str(a.n), "-t", a.t] +
+        for name, mk, hx_spec, cpp_spec in cases:
+            rl = run_json([a.peer, "-m", models[mk], "--ids", ids, "-n", str(a.n), "-t", a.t] +
                           lora_args([(peer[n], sc) for n, sc in cpp_spec]))
-            rh = run_json([a.helix, "generate", "-m", a.model, "--prompt-ids", ids, "-n", str(a.n), "--json", "--top2",
+            rh = run_json([a.helix, "generate", "-m", models[mk], "--prompt-ids", ids, "-n", str(a.n), "--json", "--top2",
                            "-t", a.t] + lora_args([(path[n], sc) for n, sc in hx_spec]))
             ga, gb = rl["generated_ids"], rh["generated_ids"]
             d, n_eq, dmax = compare(ga, gb, rl["top2"], rh["top2"])
@@ -171,13 +223,23 @@ def main():
             c = {"case": name, "prompt": p, "chat": chat, "prompt_ids": pids, "generated_ids": ga,
                  "llama_top2": [[t[0], round(t[1], 4), t[2], round(t[3], 4)] for t in rl["top2"]], "helix_match": n_eq,
                  "lora": [list(x) for x in hx_spec]}
+            if mk != "base":
+                c["model"] = mk
             out_cases.append(c)
     if a.update:
+        if a.cases:  # the other cases' recorded runs, in their order, then these
+            ran = {c["case"] for c in out_cases}
+            old = json.load(open("tests/data/lora_llama_ref.json"))["cases"]
+            out_cases = [c for c in old if c["case"] not in ran] + out_cases
         with open("tests/data/lora_llama_ref.json", "w") as f:
             json.dump({"source": "llama.cpp (bench/llama_greedy.c --lora, adapters from %s), greedy, %d tokens, f16 KV cache"
                                  % ("convert_lora_to_gguf.py" if a.convert else "helix-bg lora-convert", a.n),
                        "model": os.path.basename(a.model), "model_sha256": sha256(a.model),
-                       "adapters": {n: {"recipe": dict(r, **dims), "sha256": digest[n]} for n, r in RECIPES.items()},
+                       "adapters": {n: {"recipe": dict(r, **{k: v for k, v in dims.items() if k != "vocab" or "targets" in r}),
+                                        "sha256": digest[n], **({"model": "untied"} if on[n] == "untied" else {})}
+                                    for n, r in recipes.items()},
+                       "converted": {n: {"from": src, "model": on[src]} for n, src in converted.items()},
+                       **({"untied": {"how": "tests/lora_untie_model.py", "sha256": untied_sha}} if untied_sha else {}),
                        "cases": out_cases}, f, indent=1)
             f.write("\n")
         print("wrote tests/data/lora_llama_ref.json", file=sys.stderr)

@@ -486,7 +486,10 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
  * multiplies V by, after the causal and sliding-window masks (masked entries
  * are 0). It runs on the CPU whatever hx_model_device says (the weights stay
  * in host memory; the CUDA backend is not used), on a context of its own:
- * the base model, without the LoRA adapters a context may apply.
+ * the base model with the LoRA adapters of hx_inspect_params (none by
+ * default; a context's own adapters are not consulted), applied as an
+ * hx_context applies them, so the probabilities, q/k/v/o and logits are the
+ * adapted model's.
  *
  * Layout, with L = n_layer layers held (layer0 .. layer0 + L - 1), H = n_head,
  * Hkv = n_head_kv, T = n_tok, d = head_dim, row-major:
@@ -501,6 +504,9 @@ typedef struct hx_inspect_params {
     int layer;         /* -1 (default): every layer; else only this one (L = 1) */
     bool want_qkv;     /* also return q, k, v and o (default false) */
     int n_threads;     /* 0 (default): all online CPUs */
+    hx_adapter *const *adapters; /* n_adapters LoRA adapters opened for this model, */
+    const float *adapter_scales; /* each with its scale (hx_context_set_adapters' */
+    int n_adapters;              /* meaning); default none */
 } hx_inspect_params;
 
 hx_inspect_params hx_inspect_default_params(void);

@@ -5,6 +5,10 @@ random llama / qwen2 / qwen3 / gemma3 folders tests/hf_make_tiny.py builds (gemm
 sliding-window layers of window 4 and a global one). For each folder: a 24-token prompt of
 random ids (BOS first where the family uses one), every layer and head; the largest absolute
 difference must stay under 1e-5, and entries transformers masks must be 0 in helix too.
+Where peft is installed, the same again through a random PEFT LoRA adapter (r 4 on the 7
+projections and embed_tokens, lm_head too where the head is untied): `helix-bg inspect
+--lora FOLDER` against PeftModel's output_attentions in float64, and the adapted attention
+must differ from the base's by far more than that.
 """
 import json
 import os
@@ -28,12 +32,38 @@ def main():
         print(r.stdout + r.stderr)
         print("FAIL: hf_make_tiny.py failed")
         return 1
+    try:
+        import peft
+    except ImportError:
+        peft = None
+        print("peft is not installed: the adapter cases are skipped")
     fails = 0
-    for name in ("llama", "qwen2", "qwen3", "gemma3"):
+    runs = [(n, False) for n in ("llama", "qwen2", "qwen3", "gemma3")]
+    if peft:
+        runs += [(n, True) for n in ("llama", "qwen2", "qwen3", "gemma3")]
+    base_probs = {}
+    for name, lora in runs:
         d = os.path.join(out, name)
         model = transformers.AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager")
-        model = model.to(torch.float64).eval()
         cfg = model.config
+        extra = []
+        if lora:  # a random adapter, saved and loaded back as helix will read it
+            targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "embed_tokens"]
+            if not getattr(cfg, "tie_word_embeddings", False):
+                targets.append("lm_head")
+            pm = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets,
+                                                            init_lora_weights=False))
+            g = torch.Generator().manual_seed(21)
+            with torch.no_grad():
+                for n, p in pm.named_parameters():
+                    if "lora_" in n:
+                        p.copy_(0.2 * torch.randn(p.shape, generator=g))
+            ad = d + ".inspect-lora"
+            pm.save_pretrained(ad)
+            base = transformers.AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager")
+            model = peft.PeftModel.from_pretrained(base, ad)
+            extra = ["--lora", ad]
+        model = model.to(torch.float64).eval()
         g = torch.Generator().manual_seed(11)
         ids = torch.randint(0, min(cfg.vocab_size, 30000), (23,), generator=g).tolist()
         if name in ("llama", "gemma3"):
@@ -41,9 +71,10 @@ def main():
         with torch.no_grad():
             res = model(torch.tensor([ids]), output_attentions=True)
         ref = np.stack([a[0].numpy() for a in res.attentions])  # (layers, heads, T, T)
-        probs_file = os.path.join(out, name + ".probs.f32")
+        probs_file = os.path.join(out, name + (".lora" if lora else "") + ".probs.f32")
         r = subprocess.run([helix, "inspect", "-m", d, "--prompt-ids", ",".join(map(str, ids)), "--json",
-                            "--probs", probs_file], capture_output=True, text=True)
+                            "--probs", probs_file] + extra, capture_output=True, text=True)
+        name = name + (" +PEFT LoRA" if lora else "")
         if r.returncode != 0:
             print(f"FAIL {name}: helix-bg inspect exited {r.returncode}: {r.stderr.strip()}")
             fails += 1
@@ -64,6 +95,14 @@ def main():
         print(f"{name}: {shape[0]} layers x {shape[1]} heads x {T} tokens, windows {meta['window']}: "
               f"max |helix - transformers| {diff.max():.3g} at (layer, head, query, key) {tuple(int(x) for x in worst)}; "
               f"{int(masked.sum())} masked entries, helix's largest there {got[masked].max() if masked.any() else 0:.3g}")
+        if lora:
+            moved = np.abs(got - base_probs[name.split()[0]]).max()
+            print(f"{name}: max |adapted - base| {moved:.3g}")
+            if not moved > 100 * max(diff.max(), 1e-7):
+                print(f"FAIL {name}: the adapter moves the probabilities by only {moved:.3g}")
+                fails += 1
+        else:
+            base_probs[name] = got
         if name == "gemma3" and not (swa and min(swa) < T):
             print(f"FAIL {name}: no sliding-window layer shorter than the prompt (windows {meta['window']})")
             fails += 1

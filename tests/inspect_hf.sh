@@ -3,6 +3,8 @@
 # transformers' output_attentions (eager, float64) on tiny random llama / qwen2 /
 # qwen3 / gemma3 folders (tests/inspect_hf.py; folders by tests/hf_make_tiny.py,
 # with real tokenizers from ../shared/tokenizers). Max abs difference < 1e-5.
+# Where peft is installed, also through a random PEFT LoRA adapter (inspect
+# --lora FOLDER against PeftModel's output_attentions, float64).
 #
 # Python with torch + transformers, found as tests/hf_decoders.sh finds it:
 #   HX_HF_PYTHON=/path/to/python, or a venv at HX_HF_VENV (default

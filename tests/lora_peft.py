@@ -4,8 +4,11 @@ and their float64 transformers+PEFT logits, for tests/lora_peft.sh (checked by t
 
 For each case of hf_make_tiny.py (llama untied, qwen2 tied bf16, qwen3 tied f16, gemma3) it writes
   OUT_DIR/<name>/           the model folder (as hf_make_tiny.py makes it)
-  OUT_DIR/<name>.lora/      a PEFT adapter (r 4, lora_alpha 8) on q/k/v/o/gate/up/down, plus
-                            lm_head and embed_tokens where the output head is not tied
+  OUT_DIR/<name>.lora/      a PEFT adapter (r 4, lora_alpha 8) on q/k/v/o/gate/up/down and
+                            embed_tokens, plus lm_head where the output head is not tied (with a
+                            tied head PEFT adapts the input embedding only: the head keeps the
+                            base weight, as helix does; gemma3's delta is scaled with the
+                            embedding, as llama.cpp adds it before its embedding scale)
   OUT_DIR/<name>.lora.json  {"ids": prompt ids, "n_vocab": V}
   OUT_DIR/<name>.lora.f32   float64 logits of every prompt position (n_ids x V), stored as f32
 """
@@ -31,9 +34,9 @@ def main():
         d, cfg, vocab, g = hf_make_tiny.make_folder(c, 200 + ci, out, shared, shard=False)
 
         tied = bool(getattr(cfg, "tie_word_embeddings", False))
-        targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "embed_tokens"]
         if not tied:
-            targets += ["lm_head", "embed_tokens"]
+            targets += ["lm_head"]
         base = transformers.AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager")
         pm = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=targets, init_lora_weights=False))
         with torch.no_grad():

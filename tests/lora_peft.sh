@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # lora_peft.sh — LoRA adapters made by PEFT on tiny random Hugging Face decoders
-# (llama with lm_head and embed_tokens adapted, qwen2, qwen3, gemma3): helix's
+# (embed_tokens adapted on all, lm_head on the untied llama; qwen2, qwen3 and
+# gemma3 tie their heads; gemma3 scales its embedding): helix's
 # logits with the PEFT folder and with its GGUF conversion against
 # transformers+PEFT in float64 (tests/lora_peft.py writes both, test_lora with
 # HX_LORA_PEFT compares them, max abs error under 1e-4).

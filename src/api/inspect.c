@@ -1,15 +1,19 @@
 /* inspect.c — hx_inspect_attention: one exact f32 CPU forward of a prompt on a
  * context of its own, with the CPU backend's attention probe (api/backend.h)
- * recording the softmax weights, q, k, v and the attention output. */
+ * recording the softmax weights, q, k, v and the attention output, and the
+ * caller's LoRA adapters set on that context the way hx_context_set_adapters
+ * sets them on a CPU context (so the probe sees the adapted q, k and v). */
 #include "api/api.h"
 #include "core/core.h"
+#include "model/lora.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 hx_inspect_params hx_inspect_default_params(void) {
-    return (hx_inspect_params){.layer = -1, .want_qkv = false, .n_threads = 0};
+    return (hx_inspect_params){.layer = -1, .want_qkv = false, .n_threads = 0, .adapters = NULL,
+                               .adapter_scales = NULL, .n_adapters = 0};
 }
 
 void hx_attention_free(hx_attention *a) {
@@ -52,6 +56,16 @@ hx_status hx_inspect_attention(hx_model *m, const int32_t *ids, int n, const hx_
         return hx_err(e, HX_ERR_ARG, "hx_inspect_attention: layer %d (the model has %d: 0..%d, or -1 for all)", ip.layer,
                       cfg->n_layer, cfg->n_layer - 1);
     if (ip.n_threads < 0) return hx_err(e, HX_ERR_ARG, "hx_inspect_attention: n_threads %d (0: all CPUs)", ip.n_threads);
+    if (ip.n_adapters < 0 || (ip.n_adapters > 0 && (!ip.adapters || !ip.adapter_scales)))
+        return hx_err(e, HX_ERR_ARG, "hx_inspect_attention: n_adapters %d with adapters or scales NULL", ip.n_adapters);
+    for (int i = 0; i < ip.n_adapters; i++) {
+        if (!ip.adapters[i]) return hx_err(e, HX_ERR_ARG, "hx_inspect_attention: adapter %d is NULL", i);
+        if (ip.adapters[i]->m != m)
+            return hx_err(e, HX_ERR_ARG, "hx_inspect_attention: adapter %d (%s) was opened for another model", i,
+                          ip.adapters[i]->path);
+        if (!isfinite(ip.adapter_scales[i]))
+            return hx_err(e, HX_ERR_ARG, "hx_inspect_attention: the scale of adapter %d is not finite", i);
+    }
 
     hx_attention a = {0};
     a.n_tok = n;
@@ -101,7 +115,11 @@ hx_status hx_inspect_attention(hx_model *m, const int32_t *ids, int n, const hx_
     hx_attn_probe probe = {.n_tok = n, .layer0 = a.layer0, .n_layers = a.n_layer, .probs = a.probs,
                            .q = a.q, .k = a.k, .v = a.v, .o = a.o};
     hx_ubatch ub = {.n = n, .token = ids, .pos = pos, .seq = seq, .out = outrow, .n_out = 1};
-    if (!(st = be->ctx_new(m, &bp, &bctx, e)) && !(st = hx_cpu_set_probe(bctx, &probe, e)))
+    /* the adapters are the caller's and outlive this call: the CPU context
+     * copies the list and holds no references of its own */
+    if (!(st = be->ctx_new(m, &bp, &bctx, e)) && !(st = hx_cpu_set_probe(bctx, &probe, e)) &&
+        (ip.n_adapters == 0 ||
+         !(st = hx_cpu_set_adapters(bctx, ip.adapters, ip.adapter_scales, ip.n_adapters, e))))
         st = be->forward(bctx, &ub, a.logits, NULL, e);
     if (bctx) be->ctx_free(bctx);
     free(pos); free(seq); free(outrow);

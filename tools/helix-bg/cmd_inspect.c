@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_lora.h"
 #include "helix_kb.h"   /* hx_write_file_atomic */
 #include "png.h"
 
@@ -170,7 +171,11 @@ int cmd_inspect(int argc, char **argv) {
     const char *about =
         "Runs the prompt once on the CPU in exact f32 and reports each layer's attention per head:\n"
         "the softmax weights the forward multiplies V by, after the causal and sliding-window masks.\n"
-        "Heatmap colours: sqrt(probability) from dark purple (0) to yellow (1); grey = masked.";
+        "Heatmap colours: sqrt(probability) from dark purple (0) to yellow (1); grey = masked.\n"
+        "LoRA: --lora FILE, --lora-scaled FILE SCALE (repeatable; GGUF adapter or PEFT folder): the\n"
+        "attention of the adapted model.";
+    cli_lora_list lora = {0};
+    if (cli_lora_strip(&argc, argv, &lora)) return 2;
     int pr = cli_parse(CMD, CMD " -m FILE (-p TEXT | --prompt-ids LIST) [--layer L] [--head H] [--png FILE] [--json]",
                        about, opts, argc, argv);
     if (pr) return pr == 1 ? 0 : 2;
@@ -186,6 +191,7 @@ int cmd_inspect(int argc, char **argv) {
     int n = 0;
     int *top = NULL;
     hx_attention a = {0};
+    hx_adapter *adapters[CLI_MAX_LORA] = {0};
     if (hx_model_is_encoder(m)) {
         fprintf(stderr, "helix-bg " CMD ": %s is an encoder (%s); inspect runs decoders\n", model, hx_model_arch(m));
         goto done;
@@ -214,9 +220,17 @@ int cmd_inspect(int argc, char **argv) {
         }
         if (n == 0) { fprintf(stderr, "helix-bg " CMD ": -p: the prompt has no tokens\n"); goto done; }
     }
+    for (int i = 0; i < lora.n; i++)
+        if (hx_adapter_open(m, lora.path[i], &adapters[i], &e)) {
+            fprintf(stderr, "helix-bg " CMD ": --lora %s: %s\n", lora.path[i], e.msg);
+            goto done;
+        }
     hx_inspect_params ip = hx_inspect_default_params();
     ip.layer = layer;
     ip.n_threads = threads;
+    ip.adapters = adapters;
+    ip.adapter_scales = lora.scale;
+    ip.n_adapters = lora.n;
     if (hx_inspect_attention(m, ids, n, &ip, &a, &e)) { fprintf(stderr, "helix-bg " CMD ": %s\n", e.msg); goto done; }
 
     int h0 = head < 0 ? 0 : head, h1 = head < 0 ? a.n_head : head + 1;
@@ -279,6 +293,7 @@ done:
     free(top);
     free(ids);
     hx_attention_free(&a);
+    for (int i = 0; i < lora.n; i++) hx_adapter_free(adapters[i]);
     hx_model_free(m);
     return rc;
 }

@@ -829,20 +829,46 @@ static hx_status lora_add(hx_cpu_ctx *c, int layer, int slot, const float *x, in
 }
 
 /* LoRA on the token embedding (llama.cpp's order: before any embedding
- * scale): x (n_embd) += s * B A[tok], A (n_vocab, rank), B (n_embd, rank). */
-static void lora_embd(const hx_cpu_ctx *c, int32_t tok, float *x) {
+ * scale): x (n, n_embd) += s * B A[tok] for the ubatch's n tokens, A (n_vocab,
+ * rank), B (n_embd, rank). In parity mode the product sums in ggml's order for
+ * llama.cpp's mul_mat(B, get_rows(A, tokens)), whose columns are the ubatch's
+ * tokens (tinyBLAS for a prompt: a plain running sum is an ulp off, which the
+ * quantized activations can carry to the logits). */
+static hx_status lora_embd(hx_cpu_ctx *c, const int32_t *tok, int n, float *x, hx_error *e) {
     for (int k = 0; k < c->n_lora; k++) {
         const hx_lora_w *w = &c->lora[k]->tok_embd;
         float s = w->rank ? hx_lora_scale(c->lora[k], w, c->lora_scale[k]) : 0.0f;
         if (s == 0.0f) continue;
-        const float *a = w->a + (size_t)tok * w->rank;
-        for (int64_t d = 0; d < w->n_out; d++) {
-            const float *b = w->b + (size_t)d * w->rank;
-            float acc = 0;
-            for (int q = 0; q < w->rank; q++) acc += a[q] * b[q];
-            x[d] += s * acc;
+        const int r = w->rank;
+        if (!c->ggml_compat) {
+            for (int i = 0; i < n; i++) {
+                const float *a = w->a + (size_t)tok[i] * r;
+                float *xi = x + (size_t)i * w->n_out;
+                for (int64_t d = 0; d < w->n_out; d++) {
+                    const float *b = w->b + (size_t)d * r;
+                    float acc = 0;
+                    for (int q = 0; q < r; q++) acc += a[q] * b[q];
+                    xi[d] += s * acc;
+                }
+            }
+            continue;
         }
+        size_t nt = (size_t)n * r, nd = (size_t)n * w->n_out;
+        if (nt > c->lora_t_cap) {
+            float *p = realloc(c->lora_t, sizeof(float) * nt);
+            if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for LoRA");
+            c->lora_t = p; c->lora_t_cap = nt;
+        }
+        if (nd > c->lora_d_cap) {
+            float *p = realloc(c->lora_d, sizeof(float) * nd);
+            if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for LoRA");
+            c->lora_d = p; c->lora_d_cap = nd;
+        }
+        for (int i = 0; i < n; i++) memcpy(c->lora_t + (size_t)i * r, w->a + (size_t)tok[i] * r, sizeof(float) * r);
+        hx_lora_mm_ggml(c->pool, w->b, w->n_out, r, c->lora_t, n, n > 1, c->lora_d);
+        for (size_t i = 0; i < nd; i++) x[i] += s * c->lora_d[i]; /* ggml's scale, then its add */
     }
+    return HX_OK;
 }
 
 /* rows of x (n, dim) normed with weights w (dim) into out. */
@@ -1016,11 +1042,11 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
     for (int i = 0; i < n; i++) {
         float *xi = c->x + (size_t)i * D;
         hx_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)ub->token[i] * erow, xi, D);
-        if (c->n_lora) lora_embd(c, ub->token[i], xi);
-        if (cfg->embd_scale) {
-            float s = sqrtf((float)D);
-            for (int d = 0; d < D; d++) xi[d] *= s;
-        }
+    }
+    if (c->n_lora) TRY(lora_embd(c, ub->token, n, c->x, e));
+    if (cfg->embd_scale) {
+        float s = sqrtf((float)D);
+        for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] *= s;
     }
 
     float scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)hd);
