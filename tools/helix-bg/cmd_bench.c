@@ -188,7 +188,7 @@ static void model_label(const hx_model *m, const char *path, const char *synth, 
 int cmd_bench(int argc, char **argv) {
     const char *path = NULL, *synth = NULL, *batch_arg = NULL;
     int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, kv = 0;
-    bool json = false, jsonl = false;
+    bool json = false, jsonl = false, parity = false;
     cli_device dev = {.device = 1, .ngl = -2};
     static const char *const kv_names[] = {"f16", "f32", NULL};
     const cli_opt opts[] = {
@@ -202,6 +202,8 @@ int cmd_bench(int argc, char **argv) {
          "128 generated tokens each (aggregate tokens/s)", 0, 0, NULL},
         {CLI_INT, "-t|--threads", &threads, "N", "CPU threads, 0 = all", 0, 4096, NULL},
         {CLI_CHOICE, "--kv", &kv, NULL, "KV cache type (f32: CPU only)", 0, 0, kv_names},
+        {CLI_BOOL, "--parity", &parity, NULL, "CPU: llama.cpp's rounding and summation order (generate's default) "
+         "instead of the fast path", 0, 0, NULL},
         {CLI_CHOICE, "--device", &dev.device, NULL, "backend; auto takes CUDA when usable", 0, 0, cli_device_names},
         {CLI_INT, "-ngl|--n-gpu-layers", &dev.ngl, "N", "0 = cpu, more = cuda (default: as --device)", 0, 1 << 20,
          NULL},
@@ -243,6 +245,7 @@ int cmd_bench(int argc, char **argv) {
     hx_context_params cp = hx_context_default_params();
     cp.n_threads = threads;
     cp.kv_f32 = kv == 1;
+    cp.exact = !parity; // the fast path unless asked (README: bench measures it)
     if (!batches) {
         cp.n_ctx = n_prompt + n_gen + 8;
         if (cp.n_batch < n_prompt) cp.n_batch = n_prompt;
