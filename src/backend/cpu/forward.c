@@ -774,6 +774,18 @@ static hx_status linear_group(hx_cpu_ctx *c, int count, const hx_tensor *const *
     return HX_OK;
 }
 
+/* One token's y (n_out) += s * B t, t (rank) = A x or A's row of the token:
+ * each output a plain running sum over the rank. */
+static void lora_add_bt(float *y, const hx_lora_w *w, const float *t, float s) {
+    const int r = w->rank;
+    for (int64_t o = 0; o < w->n_out; o++) {
+        const float *b = w->b + (size_t)o * r;
+        float acc = 0;
+        for (int k = 0; k < r; k++) acc += b[k] * t[k];
+        y[o] += s * acc;
+    }
+}
+
 /* LoRA: y (n, n_out) += s * B (A x) for every adapter that adapts matrix
  * `slot` of `layer` (layer -1: the output head), x (n, n_in). A x runs as one
  * small f32 matmul over the n tokens, (n, rank), then B over that. In parity
@@ -809,17 +821,8 @@ static hx_status lora_add(hx_cpu_ctx *c, int layer, int slot, const float *x, in
         hx_pool *pool = (double)n * w->rank * (double)(w->n_in + w->n_out) >= (double)(1 << 21) ? c->pool : NULL;
         TRY(hx_matmul_ex(pool, &A, x, n, c->lora_t, 0, e));
         if (!pool) { /* B's rows are only rank long: inline dots beat a kernel call per row */
-            const int r = w->rank;
-            for (int i = 0; i < n; i++) {
-                const float *t = c->lora_t + (size_t)i * r;
-                float *yi = y + (size_t)i * w->n_out;
-                for (int64_t o = 0; o < w->n_out; o++) {
-                    const float *br = w->b + (size_t)o * r;
-                    float acc = 0;
-                    for (int k = 0; k < r; k++) acc += br[k] * t[k];
-                    yi[o] += s * acc;
-                }
-            }
+            for (int i = 0; i < n; i++)
+                lora_add_bt(y + (size_t)i * w->n_out, w, c->lora_t + (size_t)i * w->rank, s);
             continue;
         }
         TRY(hx_matmul_ex(pool, &B, c->lora_t, n, c->lora_d, 0, e));
@@ -841,16 +844,7 @@ static hx_status lora_embd(hx_cpu_ctx *c, const int32_t *tok, int n, float *x, h
         if (s == 0.0f) continue;
         const int r = w->rank;
         if (!c->ggml_compat) {
-            for (int i = 0; i < n; i++) {
-                const float *a = w->a + (size_t)tok[i] * r;
-                float *xi = x + (size_t)i * w->n_out;
-                for (int64_t d = 0; d < w->n_out; d++) {
-                    const float *b = w->b + (size_t)d * r;
-                    float acc = 0;
-                    for (int q = 0; q < r; q++) acc += a[q] * b[q];
-                    xi[d] += s * acc;
-                }
-            }
+            for (int i = 0; i < n; i++) lora_add_bt(x + (size_t)i * w->n_out, w, w->a + (size_t)tok[i] * r, s);
             continue;
         }
         size_t nt = (size_t)n * r, nd = (size_t)n * w->n_out;
