@@ -1028,6 +1028,9 @@ cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, co
 // K and V in flight per warp, online softmax per warp, warps merged at the end.
 // ATT_TOK_THREADS: 8 warps, so that a few hundred positions take a few rounds
 // of loads (each round waits for its loads: the kernel is latency-bound).
+// It keeps its own loop rather than decode.cuh's attn_warp_pass: with the
+// shared pass (dots of every slot of a round, masked after) B = 128 decode
+// of qwen3-0.6b fell from 24.6k to 20.9k tok/s on an H100 (bench/RESULTS.md).
 enum { ATT_TOK_THREADS = 256 };
 template <int E>
 __global__ void __launch_bounds__(ATT_TOK_THREADS)
@@ -1047,10 +1050,49 @@ k_attn_tok_warp(const float *__restrict__ q, const __half *__restrict__ kc, cons
     const __half *kb = kc + so, *vb = vc + so;
     float qr[E];
     load_e<E>(q + ((size_t)i * nh + h) * hd + lane * E, qr);
-    HT kr[ATT_NB], vr[ATT_NB];
-    attn_rows<E>(kb, vb, kvrow, r0, rows, len, wid, NW, kr, vr);
-    float m, l, o[E], none[E];
-    attn_warp_pass<E>(qr, kb, vb, kvrow, r0, rows, len, wid, NW, kr, vr, false, none, none, scale, softcap, m, l, o);
+    float m = -INFINITY, l = 0.0f, o[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) o[e] = 0.0f;
+    for (int ib = wid; ib < len; ib += NW * ATT_NB) {
+        HT kr[ATT_NB], vr[ATT_NB];
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            int t = ib + NW * j;
+            if (t < len) {
+                int r = r0 + t < rows ? r0 + t : r0 + t - rows;
+                kr[j] = *(const HT *)(kb + (size_t)r * kvrow);
+                vr[j] = *(const HT *)(vb + (size_t)r * kvrow);
+            }
+        }
+        float s[ATT_NB], mb = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            float kf[E], a = 0.0f;
+            if (ib + NW * j < len) {
+                halves_f<E>(kr[j], kf);
+#pragma unroll
+                for (int e = 0; e < E; e++) a = fmaf(qr[e], kf[e], a);
+            }
+            a = warp_sum(a) * scale;
+            if (softcap > 0.0f) a = softcap * tanhf(a / softcap);
+            s[j] = ib + NW * j < len ? a : -INFINITY;
+            mb = fmaxf(mb, s[j]);
+        }
+        float mn = fmaxf(m, mb), corr = __expf(m - mn);
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[e] *= corr;
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            if (ib + NW * j >= len) break;
+            float pj = __expf(s[j] - mn), vf[E];
+            halves_f<E>(vr[j], vf);
+            l += pj;
+#pragma unroll
+            for (int e = 0; e < E; e++) o[e] = fmaf(pj, vf[e], o[e]);
+        }
+        m = mn;
+    }
 #pragma unroll
     for (int e = 0; e < E; e++) ow[wid][lane * E + e] = o[e];
     if (lane == 0) { mw[wid] = m; lw[wid] = l; }
