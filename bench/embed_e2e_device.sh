@@ -44,7 +44,7 @@ for b in 1 32 256; do
     t1=$(date +%s.%N)
     read -r rate io < <(awk '{k = 0; for (i = 2; i <= NF; i++) if ($i ~ /^texts\/s/) { v[k++] = $(i - 1) }}
                              END {gsub(",", "", v[0]); print v[0], v[1]}' "$tmp/err")
-    echo "helix $b $run $rate $io $(echo "$t1 - $t0" | bc)" | tee -a "$R"
+    echo "helix $b $run $rate $io $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" | tee -a "$R"
   done
 done
 for b in 1 32 256; do
