@@ -938,14 +938,14 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
         const float *bo[1] = {L->bo};
         bool wo_q = n == 1 && mvq_ok(c, 2, 1, wo);
         bool att_q8 = false; // the decode attention wrote its output quantized for wo
-        bool att_mq = false; // the attention of tokens wrote it as mmq's activations (c->xqn, c->dsn)
         // many sequences, one token each, wo on mmq: rope and the KV stores inside the attention,
         // which also quantizes its output for wo when nothing else reads c->att (more tokens:
         // the separate kernels were faster, bench/RESULTS.md)
         const hx_lora_dmat *lo1[1];
         const bool tok_fuse = multi && c->tok_distinct && !c->no_fuse_attn && !dv->naive_attn &&
                               (hd == 64 || hd == 128 || hd == 256) && mmq_ok(n, wo, 1);
-        att_mq = tok_fuse && mmq_ok(n, wo, 1) && !lora_at(l, HX_LORA_O, 1, lo1) && !dump && !cfg->post_norms;
+        // ... and wrote its output as mmq's activations (c->xqn, c->dsn)
+        const bool att_mq = tok_fuse && !lora_at(l, HX_LORA_O, 1, lo1) && !dump && !cfg->post_norms;
         if (tok_fuse) {
             hx_attn_tok_args ta = {c->q, c->k, c->v, kc, vc, c->kv_rows[l], slot_stride, c->d_tpos, c->d_tslot, n, nh,
                                    nkvh, scale, cfg->attn_logit_softcap, window, base, rs, neox, qn, kn, eps,
