@@ -774,6 +774,22 @@ static hx_status linear_group(hx_cpu_ctx *c, int count, const hx_tensor *const *
     return HX_OK;
 }
 
+/* The LoRA scratch: c->lora_t at least nt floats (A x per token), c->lora_d
+ * at least nd (B t per token). */
+static hx_status lora_scratch(hx_cpu_ctx *c, size_t nt, size_t nd, hx_error *e) {
+    if (nt > c->lora_t_cap) {
+        float *p = realloc(c->lora_t, sizeof(float) * nt);
+        if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for LoRA");
+        c->lora_t = p; c->lora_t_cap = nt;
+    }
+    if (nd > c->lora_d_cap) {
+        float *p = realloc(c->lora_d, sizeof(float) * nd);
+        if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for LoRA");
+        c->lora_d = p; c->lora_d_cap = nd;
+    }
+    return HX_OK;
+}
+
 /* One token's y (n_out) += s * B t, t (rank) = A x or A's row of the token:
  * each output a plain running sum over the rank. */
 static void lora_add_bt(float *y, const hx_lora_w *w, const float *t, float s) {
@@ -798,17 +814,8 @@ static hx_status lora_add(hx_cpu_ctx *c, int layer, int slot, const float *x, in
         const hx_lora_w *w = layer < 0 ? &ad->output : hx_lora_at(ad, layer, slot);
         float s = w->rank ? hx_lora_scale(ad, w, c->lora_scale[k]) : 0.0f;
         if (s == 0.0f) continue;
-        size_t nt = (size_t)n * w->rank, nd = (size_t)n * w->n_out;
-        if (nt > c->lora_t_cap) {
-            float *p = realloc(c->lora_t, sizeof(float) * nt);
-            if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for LoRA");
-            c->lora_t = p; c->lora_t_cap = nt;
-        }
-        if (nd > c->lora_d_cap) {
-            float *p = realloc(c->lora_d, sizeof(float) * nd);
-            if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for LoRA");
-            c->lora_d = p; c->lora_d_cap = nd;
-        }
+        size_t nd = (size_t)n * w->n_out;
+        TRY(lora_scratch(c, (size_t)n * w->rank, nd, e));
         if (c->ggml_compat) { /* y + (float)(s * (B t)): ggml's scale, then its add */
             hx_lora_mm_ggml(c->pool, w->a, w->rank, w->n_in, x, n, cols > 1, c->lora_t);
             hx_lora_mm_ggml(c->pool, w->b, w->n_out, w->rank, c->lora_t, n, cols > 1, c->lora_d);
@@ -847,17 +854,8 @@ static hx_status lora_embd(hx_cpu_ctx *c, const int32_t *tok, int n, float *x, h
             for (int i = 0; i < n; i++) lora_add_bt(x + (size_t)i * w->n_out, w, w->a + (size_t)tok[i] * r, s);
             continue;
         }
-        size_t nt = (size_t)n * r, nd = (size_t)n * w->n_out;
-        if (nt > c->lora_t_cap) {
-            float *p = realloc(c->lora_t, sizeof(float) * nt);
-            if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for LoRA");
-            c->lora_t = p; c->lora_t_cap = nt;
-        }
-        if (nd > c->lora_d_cap) {
-            float *p = realloc(c->lora_d, sizeof(float) * nd);
-            if (!p) return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory for LoRA");
-            c->lora_d = p; c->lora_d_cap = nd;
-        }
+        size_t nd = (size_t)n * w->n_out;
+        TRY(lora_scratch(c, (size_t)n * r, nd, e));
         for (int i = 0; i < n; i++) memcpy(c->lora_t + (size_t)i * r, w->a + (size_t)tok[i] * r, sizeof(float) * r);
         hx_lora_mm_ggml(c->pool, w->b, w->n_out, r, c->lora_t, n, n > 1, c->lora_d);
         for (size_t i = 0; i < nd; i++) x[i] += s * c->lora_d[i]; /* ggml's scale, then its add */
