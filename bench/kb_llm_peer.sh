@@ -120,19 +120,10 @@ else
     { tail -5 "$logs/helix.log" >&2; die "kb_llm_bench --dump-only failed (log: $logs/helix.log)"; }
 fi
 
-pid=""
-stop_server() {
-  [[ -n "$pid" ]] || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  pid=""
-}
-trap stop_server EXIT
+source bench/server_util.bash
 llama_args=() fail=0
 if [[ $run_llama == 1 ]]; then
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   ngl=0; [[ $device == cuda ]] && ngl=99
   llama_args=(-np "$np" -c $((np * ctx_slot)) --no-kv-unified -b 512 -ub 512 -cb -fa on -ngl "$ngl" -t "$threads"
               --cache-ram 0 --no-webui)
@@ -140,13 +131,7 @@ if [[ $run_llama == 1 ]]; then
   LD_LIBRARY_PATH="$(dirname "$llama")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     "$llama" -m "$model" --host 127.0.0.1 --port "$port" "${llama_args[@]}" > "$logs/llama-server.log" 2>&1 &
   pid=$!
-  ready=0
-  for _ in $(seq 1 1200); do
-    kill -0 "$pid" 2>/dev/null || { tail -20 "$logs/llama-server.log" >&2; die "llama-server exited while starting (log: $logs/llama-server.log)"; }
-    [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" || true) == 200 ]] && { ready=1; break; }
-    sleep 0.25
-  done
-  [[ $ready == 1 ]] || die "llama-server was not ready after 300 s (log: $logs/llama-server.log)"
+  wait_ready "$port" "$logs/llama-server.log"
   stages=classify; [[ $summaries -gt 0 ]] && stages=classify,summaries
   echo "# llama.cpp: $entries classifications, $summaries summaries, $np in flight" >&2
   # a failure here still leaves helix's rows to write below
