@@ -8,6 +8,7 @@
  * Usage:
  *   ref_model *r = ref_new(m, n_ctx);
  *   ref_step(r, token, logits);   // logits: n_vocab floats (may be NULL), pos advances
+ *   ref_step_ex(r, token, logits, &hooks);   // the same with extra products / recording (ref_hooks)
  *   ref_free(r);
  */
 #ifndef HX_REF_FORWARD_H
@@ -112,19 +113,40 @@ static void ref_rope(double *v, int hd, double pos, double base, hx_rope_style s
     }
 }
 
+/* What a caller may add to a step (all optional; ref_step passes none):
+ * delta(u, idx, x, y) adds to y the output of an extra product of matrix idx
+ * (layer * 7 + slot, slots q k v o gate up down; -1 the output head) on its
+ * input x, as LoRA adapters do; embd(u, token, x) adds to the token's
+ * embedding row before the embedding scale; probs ((n_layer, n_head, T, T),
+ * row pos of every (layer, head)) and qout ((n_layer, T, n_head, head_dim),
+ * after RoPE) record the step's attention; logits64 (n_vocab doubles) gets the
+ * logits unrounded. */
+typedef struct ref_hooks {
+    void *u;
+    void (*delta)(void *u, int idx, const double *x, double *y);
+    void (*embd)(void *u, int32_t token, double *x);
+    int T;
+    double *probs, *qout, *logits64;
+} ref_hooks;
+
 /* Run one token at position r->pos; logits (n_vocab floats) may be NULL.
  * Returns -1 when the cache is full. */
-static int ref_step(ref_model *r, int32_t token, float *logits) {
+static int ref_step_ex(ref_model *r, int32_t token, float *logits, const ref_hooks *hk) {
     const hx_model_config *c = &r->m->cfg;
     if (r->pos >= r->n_ctx) return -1;
-    int D = c->n_embd, hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, F = c->n_ff;
+    int D = c->n_embd, hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, F = c->n_ff, T = hk ? hk->T : 0;
     int p = r->pos;
     double *x = calloc(D, sizeof(double)), *h = calloc(D, sizeof(double));
     double *q = calloc((size_t)nh * hd, sizeof(double)), *k = calloc((size_t)nkv * hd, sizeof(double));
     double *v = calloc((size_t)nkv * hd, sizeof(double)), *a = calloc((size_t)nh * hd, sizeof(double));
     double *g = calloc(F, sizeof(double)), *u = calloc(F, sizeof(double)), *o = calloc(D, sizeof(double));
     double *sc = calloc(r->n_ctx, sizeof(double));
-    for (int i = 0; i < D; i++) x[i] = r->tok_embd.w[(size_t)token * D + i] * (c->embd_scale ? sqrt((double)D) : 1.0);
+    for (int i = 0; i < D; i++) x[i] = r->tok_embd.w[(size_t)token * D + i];
+    if (hk && hk->embd) hk->embd(hk->u, token, x);
+    if (c->embd_scale)
+        for (int i = 0; i < D; i++) x[i] *= sqrt((double)D);
+    /* y += the caller's extra product of matrix idx on x */
+#define REF_DELTA(idx, x, y) do { if (hk && hk->delta) hk->delta(hk->u, (idx), (x), (y)); } while (0)
     double scale = c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd);
     for (int l = 0; l < c->n_layer; l++) {
         const ref_layer *L = &r->layers[l];
@@ -133,6 +155,9 @@ static int ref_step(ref_model *r, int32_t token, float *logits) {
         ref_linear(&L->wq, h, q, &L->bq);
         ref_linear(&L->wk, h, k, &L->bk);
         ref_linear(&L->wv, h, v, &L->bv);
+        REF_DELTA(l * 7 + 0, h, q);
+        REF_DELTA(l * 7 + 1, h, k);
+        REF_DELTA(l * 7 + 2, h, v);
         bool swa = c->layer_is_swa[l];
         double base = swa ? c->rope_base_swa : c->rope_base;
         double pp = p / (c->rope_scale > 0 ? c->rope_scale : 1.0);
@@ -144,6 +169,7 @@ static int ref_step(ref_model *r, int32_t token, float *logits) {
             if (c->qk_norm) ref_rmsnorm(k + hh * hd, hd, &L->k_norm, c->norm_eps);
             ref_rope(k + hh * hd, hd, pp, base, c->rope_style);
         }
+        if (hk && hk->qout) memcpy(hk->qout + ((size_t)l * T + p) * nh * hd, q, sizeof(double) * nh * hd);
         double *kc = r->kc + ((size_t)l * r->n_ctx) * nkv * hd, *vc = r->vc + ((size_t)l * r->n_ctx) * nkv * hd;
         memcpy(kc + (size_t)p * nkv * hd, k, sizeof(double) * nkv * hd);
         memcpy(vc + (size_t)p * nkv * hd, v, sizeof(double) * nkv * hd);
@@ -160,6 +186,10 @@ static int ref_step(ref_model *r, int32_t token, float *logits) {
                 if (s > mx) mx = s;
             }
             for (int t = first; t <= p; t++) { sc[t] = exp(sc[t] - mx); sum += sc[t]; }
+            if (hk && hk->probs) {
+                double *prow = hk->probs + (((size_t)l * nh + hh) * T + p) * T;
+                for (int t = first; t <= p; t++) prow[t] = sc[t] / sum;
+            }
             for (int d = 0; d < hd; d++) {
                 double acc = 0;
                 for (int t = first; t <= p; t++) acc += sc[t] / sum * vc[((size_t)t * nkv + kh) * hd + d];
@@ -167,12 +197,15 @@ static int ref_step(ref_model *r, int32_t token, float *logits) {
             }
         }
         ref_linear(&L->wo, a, o, &L->bo);
+        REF_DELTA(l * 7 + 3, a, o);
         if (c->post_norms) ref_rmsnorm(o, D, &L->attn_post_norm, c->norm_eps);
         for (int i = 0; i < D; i++) x[i] += o[i];
         memcpy(h, x, sizeof(double) * D);
         ref_rmsnorm(h, D, &L->ffn_norm, c->norm_eps);
         ref_linear(&L->ffn_gate, h, g, NULL);
         ref_linear(&L->ffn_up, h, u, NULL);
+        REF_DELTA(l * 7 + 4, h, g);
+        REF_DELTA(l * 7 + 5, h, u);
         for (int i = 0; i < F; i++) {
             double z = g[i];
             double act = c->act == HX_ACT_SILU ? z / (1.0 + exp(-z))
@@ -180,21 +213,33 @@ static int ref_step(ref_model *r, int32_t token, float *logits) {
             g[i] = act * u[i];
         }
         ref_linear(&L->ffn_down, g, o, NULL);
+        REF_DELTA(l * 7 + 6, g, o);
         if (c->post_norms) ref_rmsnorm(o, D, &L->ffn_post_norm, c->norm_eps);
         for (int i = 0; i < D; i++) x[i] += o[i];
     }
     r->pos++;
-    if (logits) {
+    if (logits || (hk && hk->logits64)) {
         ref_rmsnorm(x, D, &r->output_norm, c->norm_eps);
+        double *lg = calloc((size_t)r->output.rows, sizeof(double));
         for (int64_t i = 0; i < r->output.rows; i++) {
             double s = 0;
             for (int j = 0; j < D; j++) s += (double)r->output.w[i * D + j] * x[j];
-            if (c->final_logit_softcap > 0) s = c->final_logit_softcap * tanh(s / c->final_logit_softcap);
-            logits[i] = (float)s;
+            lg[i] = s;
         }
+        REF_DELTA(-1, x, lg);
+        for (int64_t i = 0; i < r->output.rows; i++) {
+            double s = lg[i];
+            if (c->final_logit_softcap > 0) s = c->final_logit_softcap * tanh(s / c->final_logit_softcap);
+            if (logits) logits[i] = (float)s;
+            if (hk && hk->logits64) hk->logits64[i] = s;
+        }
+        free(lg);
     }
+#undef REF_DELTA
     free(x); free(h); free(q); free(k); free(v); free(a); free(g); free(u); free(o); free(sc);
     return 0;
 }
+
+static int ref_step(ref_model *r, int32_t token, float *logits) { return ref_step_ex(r, token, logits, NULL); }
 
 #endif

@@ -122,114 +122,30 @@ static void ref_lora(const lora_set *ls, int idx, const double *x, double *y) {
     }
 }
 
-/* ref_step's recipe (tests/ref_forward.h) with the adapters of ls, recording
- * each layer's probabilities of the query at r->pos (probs: (n_layer, H, T, T),
- * row r->pos of every (layer, head)) and its post-RoPE q ((n_layer, T, H, d)). */
-static void ref_step_lora(ref_model *r, const lora_set *ls, int32_t token, int T, double *probs, double *qout,
-                          double *logits) {
-    const hx_model_config *c = &r->m->cfg;
-    int D = c->n_embd, hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, F = c->n_ff;
-    int p = r->pos;
-    double *x = calloc(D, sizeof(double)), *h = calloc(D, sizeof(double));
-    double *q = calloc((size_t)nh * hd, sizeof(double)), *k = calloc((size_t)nkv * hd, sizeof(double));
-    double *v = calloc((size_t)nkv * hd, sizeof(double)), *a = calloc((size_t)nh * hd, sizeof(double));
-    double *g = calloc(F, sizeof(double)), *u = calloc(F, sizeof(double)), *o = calloc(D, sizeof(double));
-    double *sc = calloc(r->n_ctx, sizeof(double));
-    for (int i = 0; i < D; i++) x[i] = r->tok_embd.w[(size_t)token * D + i];
-    for (int kk = 0; kk < ls->n; kk++) { /* x += s * B A[tok], before the embedding scale */
+/* x += s * B A[tok] for every adapter of the set on the token embedding
+ * (ref_step_ex adds it before the embedding scale, as llama.cpp does). */
+static void ref_lora_embd(void *u, int32_t token, double *x) {
+    const lora_set *ls = u;
+    for (int kk = 0; kk < ls->n; kk++) {
         const mat *w = &ls->ad[kk]->embd;
         if (!w->r) continue;
         double s = lscale(ls->ad[kk], w, ls->scale[kk]);
-        for (int d = 0; d < D; d++) {
+        for (int64_t d = 0; d < w->out; d++) {
             double acc = 0;
             for (int qq = 0; qq < w->r; qq++) acc += (double)w->a[(size_t)token * w->r + qq] * w->b[(size_t)d * w->r + qq];
             x[d] += s * acc;
         }
     }
-    if (c->embd_scale)
-        for (int i = 0; i < D; i++) x[i] *= sqrt((double)D);
-    double scale = c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd);
-    for (int l = 0; l < c->n_layer; l++) {
-        const ref_layer *L = &r->layers[l];
-        memcpy(h, x, sizeof(double) * D);
-        ref_rmsnorm(h, D, &L->attn_norm, c->norm_eps);
-        ref_linear(&L->wq, h, q, &L->bq);
-        ref_linear(&L->wk, h, k, &L->bk);
-        ref_linear(&L->wv, h, v, &L->bv);
-        ref_lora(ls, l * 7 + 0, h, q);
-        ref_lora(ls, l * 7 + 1, h, k);
-        ref_lora(ls, l * 7 + 2, h, v);
-        bool swa = c->layer_is_swa[l];
-        double base = swa ? c->rope_base_swa : c->rope_base;
-        double pp = p / (c->rope_scale > 0 ? c->rope_scale : 1.0);
-        for (int hh = 0; hh < nh; hh++) {
-            if (c->qk_norm) ref_rmsnorm(q + hh * hd, hd, &L->q_norm, c->norm_eps);
-            ref_rope(q + hh * hd, hd, pp, base, c->rope_style);
-        }
-        for (int hh = 0; hh < nkv; hh++) {
-            if (c->qk_norm) ref_rmsnorm(k + hh * hd, hd, &L->k_norm, c->norm_eps);
-            ref_rope(k + hh * hd, hd, pp, base, c->rope_style);
-        }
-        memcpy(qout + ((size_t)l * T + p) * nh * hd, q, sizeof(double) * nh * hd);
-        double *kc = r->kc + ((size_t)l * r->n_ctx) * nkv * hd, *vc = r->vc + ((size_t)l * r->n_ctx) * nkv * hd;
-        memcpy(kc + (size_t)p * nkv * hd, k, sizeof(double) * nkv * hd);
-        memcpy(vc + (size_t)p * nkv * hd, v, sizeof(double) * nkv * hd);
-        int first = swa && c->sliding_window > 0 && p - c->sliding_window + 1 > 0 ? p - c->sliding_window + 1 : 0;
-        for (int hh = 0; hh < nh; hh++) {
-            int kh = hh / (nh / nkv);
-            double mx = -INFINITY, sum = 0;
-            for (int t = first; t <= p; t++) {
-                double s = 0;
-                for (int d = 0; d < hd; d++) s += q[hh * hd + d] * kc[((size_t)t * nkv + kh) * hd + d];
-                s *= scale;
-                if (c->attn_logit_softcap > 0) s = c->attn_logit_softcap * tanh(s / c->attn_logit_softcap);
-                sc[t] = s;
-                if (s > mx) mx = s;
-            }
-            for (int t = first; t <= p; t++) { sc[t] = exp(sc[t] - mx); sum += sc[t]; }
-            double *prow = probs + (((size_t)l * nh + hh) * T + p) * T;
-            for (int t = first; t <= p; t++) prow[t] = sc[t] / sum;
-            for (int d = 0; d < hd; d++) {
-                double acc = 0;
-                for (int t = first; t <= p; t++) acc += sc[t] / sum * vc[((size_t)t * nkv + kh) * hd + d];
-                a[hh * hd + d] = acc;
-            }
-        }
-        ref_linear(&L->wo, a, o, &L->bo);
-        ref_lora(ls, l * 7 + 3, a, o);
-        if (c->post_norms) ref_rmsnorm(o, D, &L->attn_post_norm, c->norm_eps);
-        for (int i = 0; i < D; i++) x[i] += o[i];
-        memcpy(h, x, sizeof(double) * D);
-        ref_rmsnorm(h, D, &L->ffn_norm, c->norm_eps);
-        ref_linear(&L->ffn_gate, h, g, NULL);
-        ref_linear(&L->ffn_up, h, u, NULL);
-        ref_lora(ls, l * 7 + 4, h, g);
-        ref_lora(ls, l * 7 + 5, h, u);
-        for (int i = 0; i < F; i++) {
-            double z = g[i];
-            double act = c->act == HX_ACT_SILU ? z / (1.0 + exp(-z))
-                       : 0.5 * z * (1.0 + tanh(sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z)));
-            g[i] = act * u[i];
-        }
-        ref_linear(&L->ffn_down, g, o, NULL);
-        ref_lora(ls, l * 7 + 6, g, o);
-        if (c->post_norms) ref_rmsnorm(o, D, &L->ffn_post_norm, c->norm_eps);
-        for (int i = 0; i < D; i++) x[i] += o[i];
-    }
-    r->pos++;
-    if (logits) {
-        ref_rmsnorm(x, D, &r->output_norm, c->norm_eps);
-        for (int64_t i = 0; i < r->output.rows; i++) {
-            double s = 0;
-            for (int j = 0; j < D; j++) s += (double)r->output.w[i * D + j] * x[j];
-            logits[i] = s;
-        }
-        ref_lora(ls, -1, x, logits);
-        if (c->final_logit_softcap > 0)
-            for (int64_t i = 0; i < r->output.rows; i++)
-                logits[i] = c->final_logit_softcap * tanh(logits[i] / c->final_logit_softcap);
-    }
-    free(x); free(h); free(q); free(k); free(v); free(a); free(g); free(u); free(o); free(sc);
+}
+static void ref_lora_delta(void *u, int idx, const double *x, double *y) { ref_lora(u, idx, x, y); }
+
+/* ref_step (tests/ref_forward.h) with the adapters of ls, recording each
+ * layer's probabilities of the query at r->pos (probs: (n_layer, H, T, T),
+ * row r->pos of every (layer, head)) and its post-RoPE q ((n_layer, T, H, d)). */
+static void ref_step_lora(ref_model *r, const lora_set *ls, int32_t token, int T, double *probs, double *qout,
+                          double *logits) {
+    ref_hooks hk = {(void *)ls, ref_lora_delta, ref_lora_embd, T, probs, qout, logits};
+    ref_step_ex(r, token, NULL, &hk);
 }
 
 /* ---- checks ---- */
