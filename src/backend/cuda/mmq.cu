@@ -319,7 +319,7 @@ struct mmq_set {
 };
 
 // y (n, rows) = x W^T (+ bias) (accumulate: +=) for tokens [c0, c0 + 8 NT)
-// (blockIdx.y picks c0; np = hx_k_mmq_pad(n) tokens in xq / ds): a block
+// (blockIdx.x picks the row tile and c0; np = hx_k_mmq_pad(n) tokens in xq / ds): a block
 // holds 16 weight rows (blockIdx.x: a row tile of one of the set's matrices)
 // and blockDim.y warps that split the row's groups by units of 8 (warp w
 // takes units w, w + blockDim.y, ...; MU), each unit's weight loads issued
@@ -334,7 +334,9 @@ k_mmq(mmq_set S, int cols, const int8_t *__restrict__ xq, const float2 *__restri
       int accumulate, int act) {
     extern __shared__ float red[];
     int lane = threadIdx.x, wid = threadIdx.y, nw = blockDim.y, gid = lane >> 2, tig = lane & 3;
-    int mi = 0, tile = blockIdx.x;
+    // blockIdx.x = row tile * ny + token block: a row tile's token blocks run side by side, so
+    // its weights come from DRAM once and from L2 for the others (ny = np / (8 NT))
+    int ny = np / (8 * NT), mi = 0, tile = blockIdx.x / ny;
     if (!GLU) {
         if (tile >= S.tile0[1]) mi = 1;
         if (tile >= S.tile0[2]) mi = 2;
@@ -343,7 +345,7 @@ k_mmq(mmq_set S, int cols, const int8_t *__restrict__ xq, const float2 *__restri
     const uint8_t *W = mi == 0 ? S.w[0] : mi == 1 ? S.w[1] : S.w[2];
     size_t rb = mi == 0 ? S.rb[0] : mi == 1 ? S.rb[1] : S.rb[2];
     int rows = mi == 0 ? S.rows[0] : mi == 1 ? S.rows[1] : S.rows[2];
-    int r0 = tile * 16 + gid, r1 = r0 + 8, c0 = blockIdx.y * 8 * NT;
+    int r0 = tile * 16 + gid, r1 = r0 + 8, c0 = (blockIdx.x % ny) * 8 * NT;
     size_t o0 = (size_t)(r0 < rows ? r0 : rows - 1) * rb, o1 = (size_t)(r1 < rows ? r1 : rows - 1) * rb;
     pdl_trigger();
     int ngroups = cols / 32, nunits = (ngroups + 7) / 8;
@@ -507,5 +509,5 @@ cudaError_t hx_k_mmq(cudaStream_t st, int count, const hx_dmat *const *Ws, const
     size_t smem = sizeof(float) * (size_t)(nw - 1) * nt * 4 * na * WARP;
     void *args[] = {(void *)&S, (void *)&cols, (void *)&xq, (void *)&ds, (void *)&n, (void *)&np, (void *)&acc,
                     (void *)&act};
-    return hx_k_launch_pdl(fn, dim3(tiles, np / (8 * nt)), dim3(WARP, nw), smem, st, args);
+    return hx_k_launch_pdl(fn, dim3(tiles * (np / (8 * nt))), dim3(WARP, nw), smem, st, args);
 }
