@@ -63,7 +63,7 @@ typedef struct hx_cuda_dev_opts {
     int cublas_min_n;        /* (results, rounding) HX_CUDA_CUBLAS_MIN_N: tokens from which a batch product
                                 goes to cuBLAS (f16); 0: default (32) */
     int mmq_max;             /* HX_CUDA_MMQ_MAX: a many-sequence product of up to this many tokens takes the
-                                int8 tensor-core kernel (mmq.cu); 0: default (32); -1 (HX_CUDA_MMQ=0): never */
+                                int8 tensor-core kernel (mmq.cu); 0: default (64); -1 (HX_CUDA_MMQ=0): never */
     int mmq_warps;           /* HX_CUDA_MMQ_WARPS: warps per block of mmq (1..16, splitting each row); 0: by shape */
     int mvq_cols_max;        /* HX_CUDA_MVQ_COLS: ... of up to this many tokens takes the dp4a tile kernel
                                 instead (before mmq); 0: default; -1 (HX_CUDA_MVQ_COLS=0): never */

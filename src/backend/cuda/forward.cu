@@ -581,9 +581,10 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     c->skip = c->dv.skip && *c->dv.skip ? c->dv.skip : NULL;
     c->mvq = c->dv.mvq < 0 ? 0 : c->dv.mvq == 1 ? 1 : 2;
     // many-sequence products with 8-bit activations, by token count (H100, bench/RESULTS.md "Batched
-    // decode on the int8 tensor cores"): 1 the dp4a tile kernel, 2..32 mmq, more: cuBLAS (f16)
+    // decode on the int8 tensor cores" and "mmq to 64 tokens"): 1 the dp4a tile kernel, 2..64 mmq,
+    // more: cuBLAS (f16)
     c->cols_max = c->dv.mvq_cols_max < 0 ? 0 : c->dv.mvq_cols_max > 0 ? c->dv.mvq_cols_max : 1;
-    c->mmq_max = c->dv.mmq_max < 0 ? 0 : c->dv.mmq_max > 0 ? c->dv.mmq_max : 32;
+    c->mmq_max = c->dv.mmq_max < 0 ? 0 : c->dv.mmq_max > 0 ? c->dv.mmq_max : 64;
     double t0 = hx_now_s();
 #define FAIL(x) do { hx_status s_ = (x); if (s_) { hx_cuda_ctx_free(c); return s_; } } while (0)
 #define FAILC(call) do { cudaError_t rc_ = (call); \
