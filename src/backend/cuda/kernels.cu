@@ -1023,36 +1023,42 @@ cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, co
 }
 
 // Attention of tokens of many sequences (q already roped, every position
-// first..p of a token's slot already in the cache), head sizes 32 * E: grid
-// (nh, n), a warp per position strided over the block's warps, ATT_NB rows of
-// K and V in flight per warp, online softmax per warp, warps merged at the end.
+// first..p of a token's slot already in the cache), head sizes 32 * E: a block
+// per (KV head, token) holding the G query heads that share the KV head (G = 1:
+// a block per query head), a warp per position strided over the block's warps,
+// ATT_NB rows of K and V in flight per warp, each row's K and V read once for
+// the G heads, online softmax per warp and head, warps merged at the end.
 // ATT_TOK_THREADS: 8 warps, so that a few hundred positions take a few rounds
 // of loads (each round waits for its loads: the kernel is latency-bound).
 // It keeps its own loop rather than decode.cuh's attn_warp_pass: with the
 // shared pass (dots of every slot of a round, masked after) B = 128 decode
 // of qwen3-0.6b fell from 24.6k to 20.9k tok/s on an H100 (bench/RESULTS.md).
 enum { ATT_TOK_THREADS = 256 };
-template <int E>
+template <int E, int G>
 __global__ void __launch_bounds__(ATT_TOK_THREADS)
 k_attn_tok_warp(const float *__restrict__ q, const __half *__restrict__ kc, const __half *__restrict__ vc, int rows,
                 size_t slot_stride, float *__restrict__ out, const int *__restrict__ tpos, const int *__restrict__ tslot,
                 int nh, int nkvh, float scale, float softcap, int window) {
     typedef typename Halves<E>::T HT;
     constexpr int hd = 32 * E, NW = ATT_TOK_THREADS / 32;
-    __shared__ float ow[NW][hd];
-    __shared__ float mw[NW], lw[NW];
+    __shared__ float ow[NW][G * hd];
+    __shared__ float mw[NW][G], lw[NW][G];
     pdl_trigger();
     pdl_wait();
-    int h = blockIdx.x, i = blockIdx.y, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    int kvh = h / (nh / nkvh), p = tpos[i];
+    int i = blockIdx.y, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    int kvh = G > 1 ? blockIdx.x : blockIdx.x / (nh / nkvh), h0 = G > 1 ? kvh * G : blockIdx.x, p = tpos[i];
     int first = hx_att_first(p, window), len = p - first + 1, r0 = first % rows;
     size_t kvrow = (size_t)nkvh * hd, so = (size_t)tslot[i] * slot_stride + (size_t)kvh * hd + lane * E;
     const __half *kb = kc + so, *vb = vc + so;
-    float qr[E];
-    load_e<E>(q + ((size_t)i * nh + h) * hd + lane * E, qr);
-    float m = -INFINITY, l = 0.0f, o[E];
+    float qr[G][E], m[G], l[G], o[G][E];
 #pragma unroll
-    for (int e = 0; e < E; e++) o[e] = 0.0f;
+    for (int g = 0; g < G; g++) {
+        load_e<E>(q + ((size_t)i * nh + h0 + g) * hd + lane * E, qr[g]);
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[g][e] = 0.0f;
+    }
     for (int ib = wid; ib < len; ib += NW * ATT_NB) {
         HT kr[ATT_NB], vr[ATT_NB];
 #pragma unroll
@@ -1064,66 +1070,99 @@ k_attn_tok_warp(const float *__restrict__ q, const __half *__restrict__ kc, cons
                 vr[j] = *(const HT *)(vb + (size_t)r * kvrow);
             }
         }
-        float s[ATT_NB], mb = -INFINITY;
+        float s[G][ATT_NB], mb[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) mb[g] = -INFINITY;
 #pragma unroll
         for (int j = 0; j < ATT_NB; j++) {
-            float kf[E], a = 0.0f;
-            if (ib + NW * j < len) {
-                halves_f<E>(kr[j], kf);
+            bool in = ib + NW * j < len;
+            float kf[E];
+            if (in) halves_f<E>(kr[j], kf);
 #pragma unroll
-                for (int e = 0; e < E; e++) a = fmaf(qr[e], kf[e], a);
+            for (int g = 0; g < G; g++) {
+                float a = 0.0f;
+                if (in)
+#pragma unroll
+                    for (int e = 0; e < E; e++) a = fmaf(qr[g][e], kf[e], a);
+                a = warp_sum(a) * scale;
+                if (softcap > 0.0f) a = softcap * tanhf(a / softcap);
+                s[g][j] = in ? a : -INFINITY;
+                mb[g] = fmaxf(mb[g], s[g][j]);
             }
-            a = warp_sum(a) * scale;
-            if (softcap > 0.0f) a = softcap * tanhf(a / softcap);
-            s[j] = ib + NW * j < len ? a : -INFINITY;
-            mb = fmaxf(mb, s[j]);
         }
-        float mn = fmaxf(m, mb), corr = __expf(m - mn);
-        l *= corr;
 #pragma unroll
-        for (int e = 0; e < E; e++) o[e] *= corr;
+        for (int g = 0; g < G; g++) {
+            float mn = fmaxf(m[g], mb[g]), corr = __expf(m[g] - mn);
+            l[g] *= corr;
+#pragma unroll
+            for (int e = 0; e < E; e++) o[g][e] *= corr;
+            m[g] = mn;
+        }
 #pragma unroll
         for (int j = 0; j < ATT_NB; j++) {
             if (ib + NW * j >= len) break;
-            float pj = __expf(s[j] - mn), vf[E];
+            float vf[E];
             halves_f<E>(vr[j], vf);
-            l += pj;
 #pragma unroll
-            for (int e = 0; e < E; e++) o[e] = fmaf(pj, vf[e], o[e]);
+            for (int g = 0; g < G; g++) {
+                float pj = __expf(s[g][j] - m[g]);
+                l[g] += pj;
+#pragma unroll
+                for (int e = 0; e < E; e++) o[g][e] = fmaf(pj, vf[e], o[g][e]);
+            }
         }
-        m = mn;
     }
 #pragma unroll
-    for (int e = 0; e < E; e++) ow[wid][lane * E + e] = o[e];
-    if (lane == 0) { mw[wid] = m; lw[wid] = l; }
-    __syncthreads();
-    float M = -INFINITY, L = 0.0f;
-    for (int w = 0; w < NW; w++) M = fmaxf(M, mw[w]);
-    for (int w = 0; w < NW; w++) L += lw[w] > 0.0f ? lw[w] * __expf(mw[w] - M) : 0.0f;
-    float *dst = out + ((size_t)i * nh + h) * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int w = 0; w < NW; w++) acc += lw[w] > 0.0f ? ow[w][d] * __expf(mw[w] - M) : 0.0f;
-        dst[d] = acc / L;
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int e = 0; e < E; e++) ow[wid][g * hd + lane * E + e] = o[g][e];
+        if (lane == 0) { mw[wid][g] = m[g]; lw[wid][g] = l[g]; }
     }
+    __syncthreads();
+    for (int d = threadIdx.x; d < G * hd; d += blockDim.x) {
+        int g = d / hd;
+        float M = -INFINITY, L = 0.0f, acc = 0.0f;
+        for (int w = 0; w < NW; w++) M = fmaxf(M, mw[w][g]);
+        for (int w = 0; w < NW; w++)
+            if (lw[w][g] > 0.0f) {
+                float f = __expf(mw[w][g] - M);
+                L += lw[w][g] * f;
+                acc += ow[w][d] * f;
+            }
+        out[((size_t)i * nh + h0) * hd + d] = acc / L;
+    }
+}
+
+// The kernel for head size 32 * E with G query heads per KV head (G * E <= 16:
+// the block's merge buffer and registers), else a block per query head.
+template <int E>
+static void launch_attn_tok(cudaStream_t st, int n, int nh, int nkvh, const float *q, const __half *kc, const __half *vc,
+                            int rows, size_t slot_stride, float *out, const int *tpos, const int *tslot, float scale,
+                            float softcap, int window) {
+    int grp = nh / nkvh;
+    dim3 gq(nkvh, n), g1(nh, n);
+#define ATT_TOK(GG, grid) LAUNCH((k_attn_tok_warp<E, GG>), grid, ATT_TOK_THREADS, 0, st, q, kc, vc, rows, slot_stride, \
+                                 out, tpos, tslot, nh, nkvh, scale, softcap, window)
+    if (grp == 2 && 2 * E <= 16) ATT_TOK(2, gq);
+    else if (grp == 4 && 4 * E <= 16) ATT_TOK((4 * E <= 16 ? 4 : 1), gq);
+    else if (grp == 8 && 8 * E <= 16) ATT_TOK((8 * E <= 16 ? 8 : 1), gq);
+    else ATT_TOK(1, g1);
+#undef ATT_TOK
 }
 
 cudaError_t hx_k_attention_tok(cudaStream_t st, const float *q, const __half *kc, const __half *vc, int rows,
                                size_t slot_stride, float *out, const int *tpos, const int *tslot, int n, int nh,
                                int nkvh, int hd, float scale, float softcap, int window, int max_ctx,
                                const hx_cuda_dev_opts *dv) {
-    dim3 grid(nh, n);
     const bool naive = dv && dv->naive_attn;
     if (!naive && hd == 64)
-        LAUNCH(k_attn_tok_warp<2>, grid, ATT_TOK_THREADS, 0, st, q, kc, vc, rows, slot_stride, out, tpos, tslot, nh, nkvh,
-               scale, softcap, window);
+        launch_attn_tok<2>(st, n, nh, nkvh, q, kc, vc, rows, slot_stride, out, tpos, tslot, scale, softcap, window);
     else if (!naive && hd == 128)
-        LAUNCH(k_attn_tok_warp<4>, grid, ATT_TOK_THREADS, 0, st, q, kc, vc, rows, slot_stride, out, tpos, tslot, nh, nkvh,
-               scale, softcap, window);
+        launch_attn_tok<4>(st, n, nh, nkvh, q, kc, vc, rows, slot_stride, out, tpos, tslot, scale, softcap, window);
     else if (!naive && hd == 256)
-        LAUNCH(k_attn_tok_warp<8>, grid, ATT_TOK_THREADS, 0, st, q, kc, vc, rows, slot_stride, out, tpos, tslot, nh, nkvh,
-               scale, softcap, window);
+        launch_attn_tok<8>(st, n, nh, nkvh, q, kc, vc, rows, slot_stride, out, tpos, tslot, scale, softcap, window);
     else {
+        dim3 grid(nh, n);
         size_t smem = sizeof(float) * ((size_t)hd + 32 + (size_t)max_ctx);
         LAUNCH(k_attention_kernel, grid, ATT_THREADS, smem, st, q, kc, vc, rows, out, (const int *)NULL, nh, nkvh, hd,
                scale, softcap, window, tpos, tslot, slot_stride);
