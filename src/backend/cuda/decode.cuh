@@ -498,6 +498,84 @@ static __device__ __forceinline__ void attn_rows(const __half *kb, const __half 
         }
     }
 }
+// ... for the G query heads of one KV head at once (q[g], m[g], l[g], o[g]):
+// each K and V row is loaded once for all of them.
+template <int E, int G>
+static __device__ __forceinline__ void attn_warp_pass_g(const float (&q)[G][E], const __half *kb, const __half *vb,
+                                                        size_t kvrow, int r0, int rows, int nc, int wid, int nw,
+                                                        typename Halves<E>::T (&kr)[ATT_NB],
+                                                        typename Halves<E>::T (&vr)[ATT_NB], bool cur,
+                                                        const float (&kcur)[E], const float (&vcur)[E], float scale,
+                                                        float softcap, float (&m)[G], float (&l)[G],
+                                                        float (&o)[G][E]) {
+    auto score = [&](float s) {
+        s *= scale;
+        return softcap > 0.0f ? softcap * tanhf(s / softcap) : s;
+    };
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[g][e] = 0.0f;
+    }
+    for (int ib = wid; ib < nc; ib += nw * ATT_NB) {
+        if (ib != wid) attn_rows<E>(kb, vb, kvrow, r0, rows, nc, ib, nw, kr, vr);
+        float s[G][ATT_NB];
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            float kf[E];
+            halves_f<E>(kr[j], kf);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float a = 0.0f;
+#pragma unroll
+                for (int e = 0; e < E; e++) a = fmaf(q[g][e], kf[e], a);
+                s[g][j] = a;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float mb = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < ATT_NB; j++) {
+                s[g][j] = ib + nw * j < nc ? score(warp_sum(s[g][j])) : -INFINITY;
+                mb = fmaxf(mb, s[g][j]);
+            }
+            float mn = fmaxf(m[g], mb), corr = __expf(m[g] - mn);
+            l[g] *= corr;
+#pragma unroll
+            for (int e = 0; e < E; e++) o[g][e] *= corr;
+            m[g] = mn;
+        }
+#pragma unroll
+        for (int j = 0; j < ATT_NB; j++) {
+            if (ib + nw * j >= nc) break;
+            float vf[E];
+            halves_f<E>(vr[j], vf);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float pj = __expf(s[g][j] - m[g]);
+                l[g] += pj;
+#pragma unroll
+                for (int e = 0; e < E; e++) o[g][e] = fmaf(pj, vf[e], o[g][e]);
+            }
+        }
+    }
+    if (cur) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float a = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; e++) a = fmaf(q[g][e], kcur[e], a);
+            float s = score(warp_sum(a)), mn = fmaxf(m[g], s), corr = __expf(m[g] - mn), pj = __expf(s - mn);
+            l[g] = l[g] * corr + pj;
+#pragma unroll
+            for (int e = 0; e < E; e++) o[g][e] = fmaf(pj, vcur[e], o[g][e] * corr);
+            m[g] = mn;
+        }
+    }
+}
 template <int E>
 static __device__ __forceinline__ void attn_warp_pass(const float (&q)[E], const __half *kb, const __half *vb,
                                                       size_t kvrow, int r0, int rows, int nc, int wid, int nw,
@@ -505,55 +583,9 @@ static __device__ __forceinline__ void attn_warp_pass(const float (&q)[E], const
                                                       typename Halves<E>::T (&vr)[ATT_NB], bool cur,
                                                       const float (&kcur)[E], const float (&vcur)[E], float scale,
                                                       float softcap, float &m, float &l, float (&o)[E]) {
-    auto score = [&](float s) {
-        s *= scale;
-        return softcap > 0.0f ? softcap * tanhf(s / softcap) : s;
-    };
-    m = -INFINITY;
-    l = 0.0f;
-#pragma unroll
-    for (int e = 0; e < E; e++) o[e] = 0.0f;
-    for (int ib = wid; ib < nc; ib += nw * ATT_NB) {
-        if (ib != wid) attn_rows<E>(kb, vb, kvrow, r0, rows, nc, ib, nw, kr, vr);
-        float s[ATT_NB], mb = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < ATT_NB; j++) {
-            float kf[E], a = 0.0f;
-            halves_f<E>(kr[j], kf);
-#pragma unroll
-            for (int e = 0; e < E; e++) a = fmaf(q[e], kf[e], a);
-            s[j] = a;
-        }
-#pragma unroll
-        for (int j = 0; j < ATT_NB; j++) {
-            s[j] = ib + nw * j < nc ? score(warp_sum(s[j])) : -INFINITY;
-            mb = fmaxf(mb, s[j]);
-        }
-        float mn = fmaxf(m, mb), corr = __expf(m - mn);
-        l *= corr;
-#pragma unroll
-        for (int e = 0; e < E; e++) o[e] *= corr;
-#pragma unroll
-        for (int j = 0; j < ATT_NB; j++) {
-            if (ib + nw * j >= nc) break;
-            float pj = __expf(s[j] - mn), vf[E];
-            halves_f<E>(vr[j], vf);
-            l += pj;
-#pragma unroll
-            for (int e = 0; e < E; e++) o[e] = fmaf(pj, vf[e], o[e]);
-        }
-        m = mn;
-    }
-    if (cur) {
-        float a = 0.0f;
-#pragma unroll
-        for (int e = 0; e < E; e++) a = fmaf(q[e], kcur[e], a);
-        float s = score(warp_sum(a)), mn = fmaxf(m, s), corr = __expf(m - mn), pj = __expf(s - mn);
-        l = l * corr + pj;
-#pragma unroll
-        for (int e = 0; e < E; e++) o[e] = fmaf(pj, vcur[e], o[e] * corr);
-        m = mn;
-    }
+    attn_warp_pass_g<E, 1>(reinterpret_cast<const float(&)[1][E]>(q), kb, vb, kvrow, r0, rows, nc, wid, nw, kr, vr,
+                           cur, kcur, vcur, scale, softcap, reinterpret_cast<float(&)[1]>(m),
+                           reinterpret_cast<float(&)[1]>(l), reinterpret_cast<float(&)[1][E]>(o));
 }
 // The current token's k of its KV head (this lane's E dimensions, normed and
 // rotated in place) and v, rounded to f16 as the cache holds them: kh / vh

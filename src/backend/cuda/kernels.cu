@@ -1133,13 +1133,18 @@ k_attn_tok_warp(const float *__restrict__ q, const __half *__restrict__ kc, cons
     }
 }
 
+// Blocks of G query heads only when there are enough of them to fill the GPU:
+// at 8 and 16 tokens of 8 KV heads the grouped fused kernel was 7-13% slower
+// (fewer blocks in flight), from 32 it was as fast or faster (bench/RESULTS.md).
+static bool attn_tok_grouped(int n, int nkvh) { return (long)n * nkvh >= 256; }
+
 // The kernel for head size 32 * E with G query heads per KV head (G * E <= 16:
 // the block's merge buffer and registers), else a block per query head.
 template <int E>
 static void launch_attn_tok(cudaStream_t st, int n, int nh, int nkvh, const float *q, const __half *kc, const __half *vc,
                             int rows, size_t slot_stride, float *out, const int *tpos, const int *tslot, float scale,
                             float softcap, int window) {
-    int grp = nh / nkvh;
+    int grp = attn_tok_grouped(n, nkvh) ? nh / nkvh : 1;
     dim3 gq(nkvh, n), g1(nh, n);
 #define ATT_TOK(GG, grid) LAUNCH((k_attn_tok_warp<E, GG>), grid, ATT_TOK_THREADS, 0, st, q, kc, vc, rows, slot_stride, \
                                  out, tpos, tslot, nh, nkvh, scale, softcap, window)
@@ -1172,25 +1177,30 @@ cudaError_t hx_k_attention_tok(cudaStream_t st, const float *q, const __half *kc
 
 // Decode of many sequences, one token each (no two tokens of the same slot):
 // the rope kernel folded into the attention of tokens, as the one-token
-// decode item does it (decode.cuh). Block (h, i): token i's query head h is
-// normed and rotated in registers, warp 0 also rotates the token's k of its
-// KV head and takes k and v rounded to f16 as the cache holds them; the
-// group's first head stores them at (tslot[i], tpos[i]). The cached positions
-// first..p-1 are read as k_attn_tok_warp reads them, the current one comes
-// from registers. Output: f32 rows of out, or (xq not NULL) mmq's 8-bit
+// decode item does it (decode.cuh). Block (KV head, i) with the G query
+// heads of the KV head (as k_attn_tok_warp; G = 1: a block per query head):
+// token i's query heads are normed and rotated in registers, warp 0 also
+// rotates the token's k of its KV head and takes k and v rounded to f16 as the
+// cache holds them; the group's first block stores them at (tslot[i],
+// tpos[i]). The cached positions first..p-1 are read once for the G heads, the
+// current one comes from registers. Output: f32 rows of out, or (xq not NULL) mmq's 8-bit
 // activations: xq (np, nh * hd) and ds[g * np + i] = (d, d * sum q) per 32
 // (hx_k_mmq_quant's rounding), tokens n..np-1 repeating token n - 1, so that
 // wo needs no quantization launch.
-// (launch bounds: at least 3 blocks an SM for hd <= 128, as k_attn_tok_warp
-// holds without the bound; more registers cost B = 128 a block an SM)
-template <int E> __global__ void __launch_bounds__(ATT_TOK_THREADS, E <= 4 ? 3 : 2) k_attn_tok_rope(hx_attn_tok_args A) {
+// (launch bounds: at least 3 blocks an SM while G * hd <= 128, as
+// k_attn_tok_warp holds without the bound; more registers cost B = 128 a
+// block an SM)
+template <int E, int G>
+__global__ void __launch_bounds__(ATT_TOK_THREADS, E * G <= 4 ? 3 : 2) k_attn_tok_rope(hx_attn_tok_args A) {
     typedef typename Halves<E>::T HT;
     constexpr int hd = 32 * E, NW = ATT_TOK_THREADS / 32, half = hd / 2;
-    __shared__ float ow[NW][hd];
-    __shared__ float mw[NW], lw[NW], res[hd];
+    __shared__ float ow[NW][G * hd];
+    __shared__ float mw[NW][G], lw[NW][G], res[G * hd];
     pdl_trigger();
-    int h = blockIdx.x, i = blockIdx.y, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    int group = A.nh / A.nkvh, kvh = h / group, rows = A.rows;
+    // a block per (KV head, token) with its G query heads h0.. (G = 1: a block per query head)
+    int i = blockIdx.y, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    int group = A.nh / A.nkvh, kvh = G > 1 ? blockIdx.x : blockIdx.x / group, h0 = G > 1 ? kvh * G : blockIdx.x;
+    int rows = A.rows;
     // positions, slots and the cache rows below p do not depend on the running kernels
     int p = A.tpos[i], first = hx_att_first(p, A.window), nc = p - first, r0 = first % rows;
     size_t kvrow = (size_t)A.nkvh * hd, so = (size_t)A.tslot[i] * A.slot_stride + (size_t)kvh * hd;
@@ -1204,9 +1214,12 @@ template <int E> __global__ void __launch_bounds__(ATT_TOK_THREADS, E <= 4 ? 3 :
         if (A.neox || e < E / 2)
             cs[e] = A.rope_tab ? A.rope_tab[(size_t)p * half + j0 + e] : hx_rope_cs(p, j0 + e, hd, A.base, A.rope_scale);
     pdl_wait();
-    float q[E];
-    load_e<E>(A.q + ((size_t)i * A.nh + h) * hd + lane * E, q);
-    norm_rope_e<E>(q, A.q_norm, A.eps, A.neox, cs);
+    float q[G][E];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        load_e<E>(A.q + ((size_t)i * A.nh + h0 + g) * hd + lane * E, q[g]);
+        norm_rope_e<E>(q[g], A.q_norm, A.eps, A.neox, cs);
+    }
     const bool cur = wid == 0; // warp 0 adds the current position
     float kcur[E], vcur[E];
     if (cur) {
@@ -1214,47 +1227,66 @@ template <int E> __global__ void __launch_bounds__(ATT_TOK_THREADS, E <= 4 ? 3 :
         load_e<E>(A.v + ((size_t)i * A.nkvh + kvh) * hd + lane * E, vcur);
         HT kh, vh;
         attn_cur_kv<E>(kcur, vcur, A.k_norm, A.eps, A.neox, cs, kh, vh);
-        if (h % group == 0) {
+        if (h0 % group == 0) {
             size_t off = so + (size_t)(p % rows) * kvrow + lane * E;
             *(HT *)(A.kc + off) = kh;
             *(HT *)(A.vc + off) = vh;
         }
     }
-    float m, l, o[E];
-    attn_warp_pass<E>(q, kb, vb, kvrow, r0, rows, nc, wid, NW, kr, vr, cur, kcur, vcur, A.scale, A.softcap, m, l, o);
+    float m[G], l[G], o[G][E];
+    attn_warp_pass_g<E, G>(q, kb, vb, kvrow, r0, rows, nc, wid, NW, kr, vr, cur, kcur, vcur, A.scale, A.softcap, m, l, o);
 #pragma unroll
-    for (int e = 0; e < E; e++) ow[wid][lane * E + e] = o[e];
-    if (lane == 0) { mw[wid] = m; lw[wid] = l; }
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int e = 0; e < E; e++) ow[wid][g * hd + lane * E + e] = o[g][e];
+        if (lane == 0) { mw[wid][g] = m[g]; lw[wid][g] = l[g]; }
+    }
     __syncthreads();
-    float M = -INFINITY, L = 0.0f;
-    for (int w = 0; w < NW; w++) M = fmaxf(M, mw[w]);
-    for (int w = 0; w < NW; w++) L += lw[w] > 0.0f ? lw[w] * __expf(mw[w] - M) : 0.0f;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int w = 0; w < NW; w++) acc += lw[w] > 0.0f ? ow[w][d] * __expf(mw[w] - M) : 0.0f;
+    for (int d = threadIdx.x; d < G * hd; d += blockDim.x) {
+        int g = d / hd;
+        float M = -INFINITY, L = 0.0f, acc = 0.0f;
+        for (int w = 0; w < NW; w++) M = fmaxf(M, mw[w][g]);
+        for (int w = 0; w < NW; w++)
+            if (lw[w][g] > 0.0f) {
+                float f = __expf(mw[w][g] - M);
+                L += lw[w][g] * f;
+                acc += ow[w][d] * f;
+            }
         res[d] = acc / L;
     }
     if (!A.xq) {
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) A.out[((size_t)i * A.nh + h) * hd + d] = res[d];
+        for (int d = threadIdx.x; d < G * hd; d += blockDim.x) A.out[((size_t)i * A.nh + h0) * hd + d] = res[d];
         return;
     }
     __syncthreads();
-    if (wid >= E) return; // a warp per 32 outputs
-    int cols = A.nh * hd, g = h * E + wid;
-    float v = res[wid * 32 + lane], amax = warp_max(fabsf(v)), d = amax / 127.0f;
-    int qv = d > 0.0f ? __float2int_rn(v / d) : 0, sum = __reduce_add_sync(0xffffffffu, qv);
-    for (int t = i; t < (i == A.n - 1 ? A.np : i + 1); t++) { // the last token fills the pad rows
-        A.xq[(size_t)t * cols + g * 32 + lane] = (int8_t)qv;
-        if (lane == 0) A.ds[(size_t)g * A.np + t] = make_float2(d, d * (float)sum);
+    // a warp per 32 outputs: the heads' G * E groups of the wo input
+    int cols = A.nh * hd;
+    for (int gw = wid; gw < G * E; gw += NW) {
+        int gi = h0 * E + gw;
+        float v = res[gw * 32 + lane], amax = warp_max(fabsf(v)), d = amax / 127.0f;
+        int qv = d > 0.0f ? __float2int_rn(v / d) : 0, sum = __reduce_add_sync(0xffffffffu, qv);
+        for (int t = i; t < (i == A.n - 1 ? A.np : i + 1); t++) { // the last token fills the pad rows
+            A.xq[(size_t)t * cols + gi * 32 + lane] = (int8_t)qv;
+            if (lane == 0) A.ds[(size_t)gi * A.np + t] = make_float2(d, d * (float)sum);
+        }
     }
+}
+
+// G query heads per block where the group allows (as launch_attn_tok), else one.
+template <int E> static void launch_attn_tok_rope(cudaStream_t st, const hx_attn_tok_args *a) {
+    int grp = attn_tok_grouped(a->n, a->nkvh) ? a->nh / a->nkvh : 1;
+    dim3 gq(a->nkvh, a->n), g1(a->nh, a->n);
+    if (grp == 2 && 2 * E <= 16) LAUNCH((k_attn_tok_rope<E, 2>), gq, ATT_TOK_THREADS, 0, st, *a);
+    else if (grp == 4 && 4 * E <= 16) LAUNCH((k_attn_tok_rope<E, (4 * E <= 16 ? 4 : 1)>), gq, ATT_TOK_THREADS, 0, st, *a);
+    else if (grp == 8 && 8 * E <= 16) LAUNCH((k_attn_tok_rope<E, (8 * E <= 16 ? 8 : 1)>), gq, ATT_TOK_THREADS, 0, st, *a);
+    else LAUNCH((k_attn_tok_rope<E, 1>), g1, ATT_TOK_THREADS, 0, st, *a);
 }
 
 cudaError_t hx_k_attention_tok_rope(cudaStream_t st, const hx_attn_tok_args *a, int hd) {
     if (a->np < a->n || (a->xq && !a->ds) || (!a->xq && !a->out)) return cudaErrorInvalidValue;
-    dim3 grid(a->nh, a->n);
-    if (hd == 64) LAUNCH(k_attn_tok_rope<2>, grid, ATT_TOK_THREADS, 0, st, *a);
-    else if (hd == 128) LAUNCH(k_attn_tok_rope<4>, grid, ATT_TOK_THREADS, 0, st, *a);
-    else if (hd == 256) LAUNCH(k_attn_tok_rope<8>, grid, ATT_TOK_THREADS, 0, st, *a);
+    if (hd == 64) launch_attn_tok_rope<2>(st, a);
+    else if (hd == 128) launch_attn_tok_rope<4>(st, a);
+    else if (hd == 256) launch_attn_tok_rope<8>(st, a);
     else return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
