@@ -29,10 +29,14 @@ hx_status kb_neural_new(const char *model, int n_threads, kb_embedder **out, hx_
     return HX_OK;
 }
 
-
 hx_status kb_neural_set_type(kb_embedder *em, const char *type, hx_error *e) {
     if (strncmp(em->fingerprint, "bert:", 5)) return hx_err(e, HX_ERR_ARG, "embedder %s has no number type", em->name);
     hx_status st = hx_embedder_set_type(em->impl, type, e);
     if (!st) snprintf(em->fingerprint, sizeof em->fingerprint, "%s", hx_embedder_fingerprint(em->impl));
     return st;
+}
+
+hx_status kb_neural_set_device(kb_embedder *em, const char *device, hx_error *e) {
+    if (em->embed != neural_embed) return hx_err(e, HX_ERR_ARG, "embedder %s runs on the CPU only", em->name);
+    return hx_embedder_set_device(em->impl, device, e);
 }
