@@ -19,7 +19,8 @@
 # lexical embedder, run on the same device (--embed-device); each pass that
 # embeds adds the embedder alone: seconds and texts/s (its "embedding:" line),
 # beside "embedding" (which adds reading data.log and the cache).
-# MODEL_LABEL: what the JSON says the model is (default the path).
+# MODEL_LABEL: what the JSON says the model is (default the path). KB_ARGS:
+# more one-shot options for every pass (thresholds), split at spaces.
 # KB_PASSES="cold +100 +10000": only these passes, in this order (default all
 # five); an append (+100, +10000) is made whether its pass runs or not.
 set -euo pipefail
@@ -41,6 +42,7 @@ DEFN=100000; EXTRA=()
 [ "$DEV" = cuda ] && { DEFN=1000000; EXTRA=(--no-think); }
 [ -n "$MODEL" ] && EXTRA+=(--embed-model "$MODEL" --embed-device "$DEV")
 PASSES=${KB_PASSES:-cold warm warm-full +100 +10000}
+read -r -a KARGS <<< "${KB_ARGS:-}"; EXTRA+=("${KARGS[@]+"${KARGS[@]}"}")
 N=${1:-$DEFN}; T=${2:-$(nproc)}; JSON=${3:-}
 BIN=${HX_BIN:-build/helix-bg}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
