@@ -124,6 +124,9 @@ kb_embedder *kb_lexical_new(void);                       /* "lexical-384" */
 hx_status kb_neural_new(const char *model, int n_threads, kb_embedder **out, hx_error *e);
 /* hx_embedder_set_type on a kb_neural_new embedder ("f32", "int8", "auto"); updates its fingerprint. */
 hx_status kb_neural_set_type(kb_embedder *em, const char *type, hx_error *e);
+/* hx_embedder_set_device on a kb_neural_new embedder ("cpu", "cuda", "cuda:N", "auto"); HX_ERR_ARG for
+ * another embedder. The fingerprint stays: a cache embedded on one device is read on the other. */
+hx_status kb_neural_set_device(kb_embedder *em, const char *device, hx_error *e);
 
 /* ---- cache ---- */
 typedef struct kb_cache {

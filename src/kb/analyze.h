@@ -64,10 +64,26 @@ bool kb_klist_fills(const kb_klist *l, int k);
 void kb_klist_free(kb_klist *l);
 void kb_klist_sort(kb_klist *l); /* best first, by kb_pair_better */
 /* The texts of log->e[which[q]] embedded into rows at[q] of vec (n rows of
- * em->dim), 256 a call. progress: NULL, or a suffix for the "embedding i/n"
- * line on a terminal ("" for none). */
+ * em->dim). Calls of many texts, so that hx_embed's pipeline (tokenizing
+ * ahead of the encoder, batches by length) runs across them: at most
+ * kb_embed_call_texts(em) texts and KB_EMBED_CALL_BYTES of text a call, the
+ * texts built per call in one buffer; a call whose rows are consecutive
+ * writes them in place, others through a buffer of at most that many bytes.
+ * The vectors are those of one text at a time (the embedders give a text the
+ * same bits in any batch on the CPU). progress: NULL, or a suffix for the
+ * "embedding i/n" line on a terminal ("" for none), updated after each call. */
 hx_status kb_embed_rows(kb_embedder *em, const kb_log *log, const size_t *which, const size_t *at, size_t n,
                         float *vec, const char *progress, hx_error *e);
+/* kb_embed_rows with the call sizes given (tests: several calls on a few texts). */
+hx_status kb_embed_rows_by(kb_embedder *em, const kb_log *log, const size_t *which, const size_t *at, size_t n,
+                           float *vec, const char *progress, size_t max_texts, size_t max_bytes, hx_error *e);
+#define KB_EMBED_CALL_BYTES ((size_t)64 << 20)
+/* Texts per kb_embed_rows call for em: BERT on the CPU (about a thousand texts
+ * a second on a few cores) 8192, so the progress line moves every few
+ * seconds; BERT on a GPU and the lexical embedder 65536 (a call's start and
+ * drain, when the GPU waits for the first batch's tokens, are paid 16 times
+ * for a million entries). */
+size_t kb_embed_call_texts(const kb_embedder *em);
 /* Save c as kb_cache_save does, or, when its first n_kept records are the
  * cache on disk's (as loaded, unchanged) and the base file's records a
  * prefix of them, write only the records past the base to embeddings.add

@@ -243,26 +243,79 @@ static bool rowset_alloc(rowset *r, size_t n, int dim) {
     return r->cur.offset && r->cur.hash && r->cur.vec && r->topic;
 }
 
-hx_status kb_embed_rows(kb_embedder *em, const kb_log *log, const size_t *which, const size_t *at, size_t n,
-                       float *vec, const char *progress, hx_error *e) {
-    char **texts = calloc(256, sizeof *texts);
-    float *tmp = malloc(256 * (size_t)em->dim * sizeof(float));
+/* A call of kb_embed_rows_by: at most max_texts texts of at most max_bytes in
+ * all (one at least, whatever its size). */
+static size_t call_size(const kb_log *log, const size_t *which, size_t n, size_t max_texts, size_t max_bytes,
+                        size_t *bytes) {
+    size_t nb = 0, sum = 0;
+    for (; nb < n && nb < max_texts; nb++) {
+        const kb_entry *en = &log->e[which[nb]];
+        size_t l = (en->title ? strlen(en->title) + 1 : 0) + strlen(en->text) + 1;
+        if (nb && sum + l > max_bytes) break;
+        sum += l;
+    }
+    *bytes = sum;
+    return nb;
+}
+
+/* rows at[0..n) are at[0], at[0] + 1, ...: the embedder can write them in place */
+static bool consecutive(const size_t *at, size_t n) {
+    for (size_t q = 1; q < n; q++) if (at[q] != at[0] + q) return false;
+    return true;
+}
+
+hx_status kb_embed_rows_by(kb_embedder *em, const kb_log *log, const size_t *which, const size_t *at, size_t n,
+                           float *vec, const char *progress, size_t max_texts, size_t max_bytes, hx_error *e) {
+    const size_t D = (size_t)em->dim;
+    if (max_texts > INT32_MAX) max_texts = INT32_MAX; /* em->embed counts texts in an int */
+    if (!max_texts) max_texts = 1;
+    /* vectors of a call whose rows are not consecutive go through tmp: bounded as the texts are */
+    size_t tmp_rows = max_bytes / (D * sizeof(float));
+    if (tmp_rows < 256) tmp_rows = 256;
+    const char **texts = malloc((n < max_texts ? (n ? n : 1) : max_texts) * sizeof *texts);
+    char *arena = NULL;
+    float *tmp = NULL;
+    size_t arena_cap = 0;
     hx_status st = HX_OK;
-    if (!texts || !tmp) { free(texts); free(tmp); return hx_err(e, HX_ERR_NOMEM, "out of memory"); }
+    if (!texts) return hx_err(e, HX_ERR_NOMEM, "out of memory for the texts to embed");
     bool tty = progress && isatty(2);
-    for (size_t b = 0; b < n && !st; b += 256) {
-        size_t nb = n - b < 256 ? n - b : 256;
-        for (size_t q = 0; q < nb; q++) texts[q] = kb_entry_text(&log->e[which[b + q]]);
-        for (size_t q = 0; q < nb; q++) if (!texts[q]) st = hx_err(e, HX_ERR_NOMEM, "out of memory");
-        if (!st) st = em->embed(em, (const char *const *)texts, (int)nb, tmp, e);
-        for (size_t q = 0; q < nb; q++) { free(texts[q]); texts[q] = NULL; }
-        for (size_t q = 0; q < nb && !st; q++)
-            memcpy(vec + at[b + q] * (size_t)em->dim, tmp + q * (size_t)em->dim, sizeof(float) * (size_t)em->dim);
-        if (tty) fprintf(stderr, "\rembedding %zu/%zu%s", b + nb, n, progress);
+    for (size_t b = 0; b < n && !st;) {
+        size_t bytes, nb = call_size(log, which + b, n - b, max_texts, max_bytes, &bytes);
+        bool direct = consecutive(at + b, nb);
+        if (!direct && nb > tmp_rows) nb = tmp_rows;
+        if (!direct && !tmp && !(tmp = malloc(tmp_rows * D * sizeof *tmp))) {
+            st = hx_err(e, HX_ERR_NOMEM, "out of memory for the vectors of %zu texts", tmp_rows);
+            break;
+        }
+        if (bytes > arena_cap) {
+            free(arena);
+            if (!(arena = malloc(bytes))) { st = hx_err(e, HX_ERR_NOMEM, "out of memory for %zu bytes of texts", bytes); break; }
+            arena_cap = bytes;
+        }
+        /* the texts as kb_entry_text forms them ("title\ntext", or text), one after another */
+        char *w = arena;
+        for (size_t q = 0; q < nb; q++) {
+            const kb_entry *en = &log->e[which[b + q]];
+            size_t a = en->title ? strlen(en->title) : 0, t = strlen(en->text);
+            texts[q] = w;
+            if (en->title) { memcpy(w, en->title, a); w[a] = '\n'; w += a + 1; }
+            memcpy(w, en->text, t + 1);
+            w += t + 1;
+        }
+        float *out = direct ? vec + at[b] * D : tmp;
+        st = em->embed(em, texts, (int)nb, out, e);
+        for (size_t q = 0; q < nb && !st && !direct; q++) memcpy(vec + at[b + q] * D, tmp + q * D, sizeof(float) * D);
+        b += nb;
+        if (tty) fprintf(stderr, "\rembedding %zu/%zu%s", b, n, progress);
     }
     if (tty && n) fputc('\n', stderr);
-    free(texts); free(tmp);
+    free(texts); free(arena); free(tmp);
     return st;
+}
+
+hx_status kb_embed_rows(kb_embedder *em, const kb_log *log, const size_t *which, const size_t *at, size_t n,
+                        float *vec, const char *progress, hx_error *e) {
+    return kb_embed_rows_by(em, log, which, at, n, vec, progress, kb_embed_call_texts(em), KB_EMBED_CALL_BYTES, e);
 }
 
 /* Topic ids for rows from their names (names[i] for row i), table by first appearance. */
@@ -282,7 +335,7 @@ static hx_status rowset_topics(rowset *r, const char *const *names, hx_error *e)
 
 /* A full pass's reading: the whole log, cached vectors reused for the same text. */
 static hx_status read_full(const char *log_path, kb_embedder *em, const kb_cache *old, uint64_t quiet_below,
-                           bool progress, kb_log *log, rowset *r, size_t *embedded, hx_error *e) {
+                           bool progress, kb_log *log, rowset *r, size_t *embedded, double *embed_s, hx_error *e) {
     log->quiet_below = quiet_below;
     hx_status st = kb_log_read(log, log_path, e);
     if (st) return st;
@@ -307,7 +360,9 @@ static hx_status read_full(const char *log_path, kb_embedder *em, const kb_cache
         k++;
     }
     st = rowset_topics(r, names, e);
+    double t = hx_now_s();
     if (!st) st = kb_embed_rows(em, log, which, at, n_todo, r->cur.vec, progress ? "" : NULL, e);
+    *embed_s = hx_now_s() - t;
     *embedded = n_todo;
     free(which); free(at); free(names);
     return st;
@@ -322,7 +377,7 @@ static hx_status read_full(const char *log_path, kb_embedder *em, const kb_cache
 static hx_status read_incremental(const char *log_path, kb_embedder *em, kb_cache *old, const kb_state *s,
                                   bool progress, kb_log *log, rowset *r, size_t *n_old, uint64_t **del,
                                   size_t *n_del, int *old_map, int *old_count, uint8_t *touched, size_t *embedded,
-                                  hx_error *e) {
+                                  double *embed_s, hx_error *e) {
     log->read_to = log->quiet_below = s->read_to;
     log->prior_live = old->offset; log->n_prior_live = old->n;
     log->prior_deleted = s->deleted; log->n_prior_deleted = s->n_deleted;
@@ -401,7 +456,9 @@ static hx_status read_incremental(const char *log_path, kb_embedder *em, kb_cach
         free(cnt); free(remap);
     }
     free(tab);
+    double t = hx_now_s();
     if (!st) st = kb_embed_rows(em, log, which, at, m, r->cur.vec, progress ? "" : NULL, e);
+    *embed_s = hx_now_s() - t;
     *embedded = m;
     free(names); free(tid); free(which); free(at);
     return st;
@@ -490,6 +547,7 @@ hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
     int *old_map = NULL, *old_count = NULL;
     uint8_t *touched = NULL;
     size_t n_del = 0, n_deleted = 0, n_old = 0, embedded = 0;
+    double embed_only = 0;
     uint64_t quiet = reported_to ? *reported_to : 0;
     hx_status st = HX_OK;
     struct stat sb;
@@ -515,7 +573,7 @@ hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
             goto done;
         }
         st = read_incremental(log_path, em, &old, &s, progress, &log, &r, &n_old, &del, &n_del, old_map, old_count,
-                              touched, &embedded, e);
+                              touched, &embedded, &embed_only, e);
         if (st == HX_ERR_RANGE) { /* shrank since the state was written */
             kb_log_free(&log); rowset_free(&r); memset(&log, 0, sizeof log);
             inc = read_inc = false;
@@ -523,9 +581,12 @@ hx_status kb_run_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
         } else if (st) goto done;
     }
     if (!read_inc) {
-        if ((st = read_full(log_path, em, &old, quiet, progress, &log, &r, &embedded, e))) goto done;
+        if ((st = read_full(log_path, em, &old, quiet, progress, &log, &r, &embedded, &embed_only, e))) goto done;
     }
     t_embed = hx_now_s() - t_embed;
+    if (o->allpairs_log && embedded) /* the embedder alone; t_embed adds reading data.log and the cache */
+        fprintf(stderr, "embedding: %zu texts with %s, %.3f s (%.0f texts/s); reading %.3f s\n", embedded, em->name,
+                embed_only, embed_only > 0 ? (double)embedded / embed_only : 0.0, t_embed - embed_only);
     double t_an = hx_now_s();
     kb_rows rows = {r.cur.n, em->dim, r.cur.offset, r.topic, r.cur.vec, r.n_topics, r.count};
     int kd = kb_keep_depth(o->max_dups), kl = kb_keep_depth(o->max_links), ko = kb_keep_depth(kb_max_overlaps(o));

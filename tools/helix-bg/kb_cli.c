@@ -9,6 +9,7 @@ void kb_cli_usage(FILE *f, const char *cmd, bool daemon) {
     fprintf(f, "  --embed-model M   BERT .gguf or Hugging Face folder (default: built-in lexical-384)\n"
                "  --embed-type T    the BERT encoder's linear layers on the CPU: f32 (default), int8 (several\n"
                "                    times faster with AVX512-VNNI), auto (int8 where the CPU has VNNI)\n"
+               "  --embed-device D  where the BERT encoder runs: cpu (default), cuda, cuda:N, auto\n"
                "  -t N              threads (default: all CPUs)\n"
                "  --dup X           near-duplicate threshold (lexical 0.247, BERT 0.69)\n"
                "  --link-low X --link-high X   cross-link band (lexical 0.234-0.247, BERT 0.53-0.69)\n"
@@ -57,6 +58,11 @@ int kb_cli_parse(kb_cli *c, int argc, char **argv, const char *cmd, bool daemon)
             c->embed_type = v;
             i++;
         }
+        else if (!strcmp(a, "--embed-device") && v &&
+                 (!strcmp(v, "cpu") || !strcmp(v, "cuda") || !strncmp(v, "cuda:", 5) || !strcmp(v, "auto"))) {
+            c->embed_device = v;
+            i++;
+        }
         else if (!strcmp(a, "-t") && v && num(v, 0, 512, &x)) { c->threads = (int)x; i++; }
         else if (!strcmp(a, "--dup") && v && num(v, -1, 1, &x)) { c->dup = (float)x; i++; }
         else if (!strcmp(a, "--link-low") && v && num(v, -1, 1, &x)) { c->link_low = (float)x; i++; }
@@ -94,6 +100,11 @@ int kb_cli_parse(kb_cli *c, int argc, char **argv, const char *cmd, bool daemon)
 
 kb_embedder *kb_cli_embedder(const kb_cli *c, const char *cmd) {
     if (!c->embed_model) {
+        if (c->embed_device && strcmp(c->embed_device, "cpu")) {
+            fprintf(stderr, "helix-bg %s: --embed-device %s needs --embed-model (the lexical embedder runs on the CPU)\n",
+                    cmd, c->embed_device);
+            return NULL;
+        }
         kb_embedder *em = kb_lexical_new();
         if (!em) fprintf(stderr, "helix-bg %s: out of memory\n", cmd);
         return em;
@@ -106,6 +117,11 @@ kb_embedder *kb_cli_embedder(const kb_cli *c, const char *cmd) {
     }
     if (c->embed_type && kb_neural_set_type(em, c->embed_type, &e) != HX_OK) {
         fprintf(stderr, "helix-bg %s: --embed-type: %s\n", cmd, e.msg);
+        em->free(em);
+        return NULL;
+    }
+    if (c->embed_device && kb_neural_set_device(em, c->embed_device, &e) != HX_OK) {
+        fprintf(stderr, "helix-bg %s: --embed-device: %s\n", cmd, e.msg);
         em->free(em);
         return NULL;
     }

@@ -8,6 +8,7 @@ typedef struct kb_cli {
     const char *dir;
     const char *embed_model;   /* NULL: built-in lexical embedder */
     const char *embed_type;    /* f32, int8, auto (NULL: kb_neural_new's, f32) */
+    const char *embed_device;  /* cpu, cuda, cuda:N, auto (NULL: kb_neural_new's, cpu) */
     int threads;
     float dup, link_low, link_high, topic; /* < 0: embedder's default */
     int max_dups, max_links, max_overlaps;
