@@ -166,6 +166,7 @@ for r in rows(f"{logs}/helix.out"):
         row.update(tokens_per_s=r["prompt_tokens_per_s"], entries_per_s=r["entries_per_s"],
                    concurrency=r["n_seq"], entries=r["entries"], seconds=r["seconds"],
                    prompt_tokens=r["prompt_tokens"], accuracy=r["accuracy"])
+        if "shared_head_tokens" in r: row["shared_head_tokens"] = r["shared_head_tokens"]
         if ppv: row["of_pp512"] = round(r["prompt_tokens_per_s"] / ppv, 3)
     else:
         row.update(tokens_per_s=r["generated_tokens_per_s"], entries_per_s=r["entries_per_s"],
