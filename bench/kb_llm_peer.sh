@@ -28,6 +28,9 @@
 # system text and topic list). helix classifies on a context of --n-seq
 # sequences (the daemon's default, 16) of 1,024 positions.
 #
+# helix's programs: $HX_BIN (default build/helix-bg) and $HX_KB_LLM_BENCH
+# (default build/kb_llm_bench), e.g. HX_BIN=.devbin/helix-bg
+# HX_KB_LLM_BENCH=.devbin/kb_llm_bench for binaries built elsewhere.
 # llama-server: --llama-server BIN, else $LLAMA_SERVER, else --build-llama DIR
 # (built from .peer/llama.cpp by bench/serve_peer.sh --build-llama, CUDA for
 # sm_90 with --device cuda, unless DIR/bin/llama-server exists). Its folder is put
