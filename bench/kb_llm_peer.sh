@@ -28,6 +28,9 @@
 # system text and topic list). helix classifies on a context of --n-seq
 # sequences (the daemon's default, 16) of 1,024 positions.
 #
+# helix's programs: $HX_BIN (default build/helix-bg) and $HX_KB_LLM_BENCH
+# (default build/kb_llm_bench), e.g. HX_BIN=.devbin/helix-bg
+# HX_KB_LLM_BENCH=.devbin/kb_llm_bench for binaries built elsewhere.
 # llama-server: --llama-server BIN, else $LLAMA_SERVER, else --build-llama DIR
 # (built from .peer/llama.cpp by bench/serve_peer.sh --build-llama, CUDA for
 # sm_90 with --device cuda, unless DIR/bin/llama-server exists). Its folder is put
@@ -166,6 +169,7 @@ for r in rows(f"{logs}/helix.out"):
         row.update(tokens_per_s=r["prompt_tokens_per_s"], entries_per_s=r["entries_per_s"],
                    concurrency=r["n_seq"], entries=r["entries"], seconds=r["seconds"],
                    prompt_tokens=r["prompt_tokens"], accuracy=r["accuracy"])
+        if "shared_head_tokens" in r: row["shared_head_tokens"] = r["shared_head_tokens"]
         if ppv: row["of_pp512"] = round(r["prompt_tokens_per_s"] / ppv, 3)
     else:
         row.update(tokens_per_s=r["generated_tokens_per_s"], entries_per_s=r["entries_per_s"],

@@ -471,9 +471,22 @@ void hx_generate_result_free(hx_generate_result *r);
  *   s_ij = sum_t log p(label_j token t | prompt_i, label_j tokens < t).
  * Labels are tokenized as continuation text (no BOS; a leading space is
  * kept as given). Many prompts run in one batch over the context's sequences
- * (n_seq_max of them at a time); the sequences' caches are cleared.
- * logprobs (may be NULL): the raw s_ij. metrics (may be NULL): prompt tokens
- * and prefill speed. */
+ * (n_seq_max of them at a time, half of them with labels of several tokens);
+ * the sequences' caches are cleared before and after.
+ * Shared heads are computed once: the prompts of a batch share their longest
+ * common token prefix (less at least each prompt's last token), computed in
+ * one sequence and copied into the others, and that sequence keeps its prompt
+ * for the next batch, whose head is computed only past what the two share
+ * (not with a sliding-window model, whose ring cannot go back). Put what
+ * prompts have in common (template, instructions, label list) first and what
+ * differs last. The results are those of each prompt alone up to rounding.
+ * logprobs (may be NULL): the raw s_ij. metrics (may be NULL): prompt_tokens
+ * = tokens computed (shared heads once, each prompt's tail, labels' tokens
+ * after their first, and on one sequence of a sliding-window model the prompt
+ * again for each label of several tokens); cached_tokens = prompt tokens
+ * copied from a shared head instead. Their sum is what the prompts would cost
+ * one at a time (tokens classified, counted per prompt); prefill_tok_per_s =
+ * prompt_tokens / prefill_s. */
 hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, const char *const *labels,
                       int n_labels, float *probs, float *logprobs, hx_metrics *metrics, hx_error *e);
 

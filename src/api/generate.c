@@ -362,9 +362,13 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
     C.lab_n[n_labels] = c->n_vocab;
     /* with multi-token labels, half the slots hold prompts and the other half forks of them */
     int group = max_l > 1 && ns > 1 ? (ns + 1) / 2 : ns, spare = ns - group;
+    /* Slot 0 carries its prompt's head from group to group (head reuse below),
+     * except on a sliding-window ring, where going back within a slot may need
+     * positions the ring dropped: there every group starts from an empty slot. */
+    bool carry = !hx_kv_has_ring(&m->cfg, c->kv_rows, c->n_ctx_seq);
     for (int s = 0; s < ns; s++) hx_seq_clear(c, s);
     double t0 = hx_now_s();
-    long tokens = 0;
+    long tokens = 0, reused = 0;
     for (int g0 = 0; g0 < n_prompts && !st; g0 += group) {
         int gn = n_prompts - g0 < group ? n_prompts - g0 : group;
         for (int s = 0; s < gn; s++) {
@@ -378,10 +382,38 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
                             "sequence's %d positions", i, pn[s], max_l, c->n_ctx_seq);
                 break;
             }
-            sg[s] = (seg){.seq = s, .pos = 0, .n = pn[s], .want = 1, .tok = pt[s]};
-            tokens += pn[s];
         }
         if (st) break;
+        /* Head reuse. hd: the group's shared head, its prompts' longest common
+         * token prefix, less at least one token of each prompt (whose last
+         * token's logits are wanted). Slot 0 keeps the part of it that it
+         * already holds (kept), computes the rest, and every other slot of the
+         * group starts as a copy of it; each prompt then prefills only its
+         * tail, pt[s][hd..pn[s]). A group of one prompt has nothing to share:
+         * its head is what slot 0 kept. */
+        int hd = pn[0] - 1;
+        for (int s = 1; s < gn; s++) {
+            int k = 0, lim = pn[s] - 1 < hd ? pn[s] - 1 : hd;
+            while (k < lim && pt[s][k] == pt[0][k]) k++;
+            hd = k;
+        }
+        int kept = 0, held = hx_seq_pos(c, 0);
+        const int32_t *ht = hx_seq_tokens(c, 0);
+        while (kept < held && kept < hd && ht[kept] == pt[0][kept]) kept++;
+        kept = hx_seq_keep(c, 0, kept);  /* 0 when a ring no longer holds it */
+        if (gn == 1) hd = kept;
+        if (hd > kept) {
+            seg head = {.seq = 0, .pos = kept, .n = hd - kept, .want = 0, .tok = pt[0] + kept};
+            if ((st = run_segs(c, &b, &head, 1, cls_first, &C, e))) break;
+        }
+        for (int s = 1; s < gn && !st && hd > 0; s++) st = hx_seq_copy(c, 0, s, hd, e);
+        if (st) break;
+        tokens += hd - kept;
+        reused += kept + (long)(gn - 1) * hd;
+        for (int s = 0; s < gn; s++) {
+            sg[s] = (seg){.seq = s, .pos = hd, .n = pn[s] - hd, .want = 1, .tok = pt[s] + hd};
+            tokens += pn[s] - hd;
+        }
         C.g0 = g0;
         if ((st = run_segs(c, &b, sg, gn, cls_first, &C, e))) break;
         /* multi-token labels: the rest of each label after a copy of the prompt */
@@ -410,8 +442,11 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
             st = run_segs(c, &b, sg, jn, cls_next, &C, e);
             C.job_i = si; C.job_j = sj;
         }
-        for (int s = 0; s < ns; s++) hx_seq_clear(c, s);
+        if (carry) hx_seq_keep(c, 0, pn[0]);  /* the next group may share its head */
+        else hx_seq_clear(c, 0);
+        for (int s = 1; s < ns; s++) hx_seq_clear(c, s);
     }
+    for (int s = 0; s < ns && !st; s++) hx_seq_clear(c, s);
     if (st) goto out;
     double t1 = hx_now_s();
     for (int i = 0; i < n_prompts; i++) {
@@ -427,6 +462,7 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
     }
     if (metrics) {
         metrics->prompt_tokens = (int)(tokens < INT_MAX ? tokens : INT_MAX);
+        metrics->cached_tokens = (int)(reused < INT_MAX ? reused : INT_MAX);
         metrics->prefill_s = t1 - t0;
         metrics->prefill_tok_per_s = t1 > t0 ? tokens / (t1 - t0) : 0;
         metrics->peak_device_bytes = dev_bytes(c);

@@ -1,0 +1,225 @@
+/* test_classify_reuse.c — hx_classify's head reuse: the prompts of a group
+ * share their longest common token prefix (computed once in one slot, copied
+ * into the others) and slot 0 carries it from group to group. Every prompt's
+ * label log-probabilities must equal those of the prompt classified alone (a
+ * one-prompt call computes the whole prompt in one piece, nothing reused).
+ *
+ * Models: a synthetic smollm-shaped file written by `helix-bg synth` ($HX_BIN,
+ * set by ctest), and from ../shared (skipped with a note when absent)
+ * stories260K, tiny llama3 / qwen3 and tiny gemma3, whose sliding window of 8
+ * with n_ubatch 8 gives its local layers a ring of 16 rows, so the prompts
+ * (longer than that) wrap it. Prompt sets: a long shared head with different
+ * tails, a prompt that is a prefix of another, a prompt equal to the shared
+ * head, a duplicate, and a prompt sharing only BOS; labels of one and of
+ * several tokens. Contexts: 4, 3 and 1 sequences, default (llama.cpp
+ * rounding) and exact arithmetic.
+ *
+ * Tolerances (relative, |s - s_alone| / (1 + |s_alone|), on the raw summed
+ * log-probabilities): the reference itself is not bit-identical to any batch.
+ * On the exact context (plain f32, f32 KV cache) a prompt computed as head +
+ * tail gives the bits of one piece with f32 weights; with Q8_0 weights a
+ * batch of several sequences differs from one sequence alone by a few ulp of
+ * f32 (2.4e-7), with or without head reuse: 1e-6. The default context rounds like llama.cpp's CPU path (f16 / Q8
+ * activations per batch shape): a batch of 4 prompts differs from each alone
+ * by up to 1.4e-3 with no reuse at all; 3e-3. The exact case is the one that
+ * catches a wrong position, a lost or a foreign token: one tail token changed
+ * moves s by more than 1e-4 on every model here (checked below).
+ */
+#include <helix.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int fails = 0, checks = 0;
+#define CHECK(c) do { checks++; if (!(c)) { fails++; fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); } } while (0)
+#define CHECKF(c, ...) do { checks++; if (!(c)) { fails++; fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #c); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
+#define TOL_EXACT 1e-6
+#define TOL_DEFAULT 3e-3
+#define MAXP 8
+#define MAXL 4
+
+static hx_model *open_model(const char *path) {
+    hx_error e = {0};
+    hx_model *m = NULL;
+    hx_model_params mp = hx_model_default_params();
+    mp.device = HX_DEVICE_CPU;
+    if (hx_model_open(path, &mp, &m, &e)) { fprintf(stderr, "open %s: %s\n", path, e.msg); fails++; return NULL; }
+    return m;
+}
+
+static hx_context *new_ctx(hx_model *m, int n_ctx_seq, int n_seq, int n_ubatch, bool exact) {
+    hx_error e = {0};
+    hx_context_params cp = hx_context_default_params();
+    cp.n_ctx = n_ctx_seq * n_seq;
+    cp.n_seq_max = n_seq;
+    cp.n_ubatch = n_ubatch;
+    cp.n_threads = 2;
+    cp.exact = exact;
+    cp.kv_f32 = exact;
+    hx_context *c = NULL;
+    if (hx_context_new(m, &cp, &c, &e)) { fprintf(stderr, "context: %s\n", e.msg); fails++; return NULL; }
+    return c;
+}
+
+static int n_tokens(hx_model *m, const char *s, bool bos) {
+    hx_error e = {0};
+    int n = 0;
+    hx_tokenize(m, s, -1, bos, bos, NULL, 0, &n, &e);
+    return n;
+}
+
+/* The prompts classified together against each alone on the same context.
+ * Returns the worst relative difference of the raw log-probabilities. */
+static double compare(hx_context *c, double tol, const char *what, const char *const *prompts, int np,
+                      const char *const *labels, int nl, bool expect_reuse) {
+    hx_error e = {0};
+    float probs[MAXP * MAXL], lp[MAXP * MAXL], p1[MAXL], lp1[MAXL];
+    hx_metrics mt, m1;
+    CHECKF(hx_classify(c, prompts, np, labels, nl, probs, lp, &mt, &e) == HX_OK, "%s: %s", what, e.msg);
+    for (int s = 0; s < hx_context_n_seq_max(c); s++) CHECKF(hx_seq_pos(c, s) == 0, "%s: slot %d not cleared", what, s);
+    double worst = 0, worst_p = 0;
+    long alone_tokens = 0;
+    for (int i = 0; i < np; i++) {
+        CHECKF(hx_classify(c, prompts + i, 1, labels, nl, p1, lp1, &m1, &e) == HX_OK, "%s: %s", what, e.msg);
+        CHECKF(m1.cached_tokens == 0, "%s: prompt %d alone reused %d tokens", what, i, m1.cached_tokens);
+        alone_tokens += m1.prompt_tokens;
+        for (int j = 0; j < nl; j++) {
+            double d = fabs((double)lp[i * nl + j] - lp1[j]) / (1 + fabs((double)lp1[j]));
+            if (d > worst) worst = d;
+            if (fabs(probs[i * nl + j] - p1[j]) > worst_p) worst_p = fabs(probs[i * nl + j] - p1[j]);
+        }
+    }
+    CHECKF(worst <= tol, "%s: log-probabilities with head reuse differ from each prompt alone by %g (relative)", what, worst);
+    CHECKF(worst_p <= tol, "%s: probabilities differ by %g", what, worst_p);
+    /* every token classified is either computed or reused */
+    CHECKF(mt.prompt_tokens + mt.cached_tokens == alone_tokens, "%s: %d computed + %d reused, alone %ld", what,
+           mt.prompt_tokens, mt.cached_tokens, alone_tokens);
+    if (expect_reuse) CHECKF(mt.cached_tokens > 0, "%s: nothing reused", what);
+    printf("  %-44s worst |ds|/(1+|s|) %.2g, |dp| %.2g; %d computed, %d reused\n", what, worst, worst_p,
+           mt.prompt_tokens, mt.cached_tokens);
+    return worst;
+}
+
+/* One model: the prompt sets on contexts of 4, 3 and 1 sequences. ring: the
+ * model has a sliding window of 8 (n_ubatch 8 makes its local layers rings). */
+static void test_model(hx_model *m, const char *name, bool ring) {
+    static const char *head =
+        "You file the notes of a knowledge base under its topics. Topics: cats, dogs and wolves, the weather "
+        "in spring, cooking rice, databases and their indexes, travel by train.\n\nNote: ";
+    char buf[MAXP][512];
+    const char *tails[] = {
+        "the cat sat on the mat and purred all afternoon.",
+        "dogs bark at night and sleep all day long, wolves howl.",
+        "",                                 /* the shared head itself */
+        "the cat sat",                      /* a prefix of the first */
+        "the cat sat on the mat and purred all afternoon.", /* a duplicate */
+        "rain again; the trains were late and the index rebuild ran slow.",
+    };
+    int nt = (int)(sizeof tails / sizeof *tails);
+    const char *prompts[MAXP];
+    for (int i = 0; i < nt; i++) {
+        snprintf(buf[i], sizeof buf[i], "%s%s", head, tails[i]);
+        prompts[i] = buf[i];
+    }
+    const char *bos_only = "Hello";  /* shares BOS at most */
+    const char *mixed[MAXP] = {prompts[0], prompts[1], bos_only, prompts[3], prompts[2], prompts[5], prompts[4]};
+    const char *multi[] = {" cats", " dogs and wolves", " the weather", " travel by train"};
+    /* one-token labels where the vocabulary has them */
+    const char *one_cand[] = {" the", " a", " cat", " and", " of", ".", ",", "!", " t", "a", "e", " "};
+    const char *one[MAXL];
+    int n_one = 0;
+    for (int k = 0; k < (int)(sizeof one_cand / sizeof *one_cand) && n_one < 3; k++)
+        if (n_tokens(m, one_cand[k], false) == 1) one[n_one++] = one_cand[k];
+    int head_tok = n_tokens(m, head, true);
+    int longest = 0;
+    for (int i = 0; i < nt; i++) if (n_tokens(m, prompts[i], true) > longest) longest = n_tokens(m, prompts[i], true);
+    printf("%s: shared head %d tokens, prompts up to %d, %d one-token labels%s\n", name, head_tok, longest, n_one,
+           ring ? ", sliding-window rings of 16 rows" : "");
+    if (ring) CHECKF(longest > 16, "%s: prompts of %d tokens do not wrap the ring", name, longest);
+    int ctx_seq = 64;
+    while (ctx_seq < longest + 16) ctx_seq *= 2;
+    int ub = ring ? 8 : 512;
+    struct { int n_seq; bool exact; } cfgs[] = {{4, false}, {4, true}, {3, false}, {1, false}, {1, true}};
+    for (int k = 0; k < (int)(sizeof cfgs / sizeof *cfgs); k++) {
+        hx_context *c = new_ctx(m, ctx_seq, cfgs[k].n_seq, ub, cfgs[k].exact);
+        if (!c) continue;
+        char what[128];
+        double tol = cfgs[k].exact ? TOL_EXACT : TOL_DEFAULT;
+        /* reuse is expected where a group holds two prompts, or one slot carries
+         * its head to the next prompt (not on a ring) */
+        bool reuse = head_tok > 2 && (cfgs[k].n_seq > 1 || !ring);
+        snprintf(what, sizeof what, "%s, %d seq%s, multi-token labels", name, cfgs[k].n_seq, cfgs[k].exact ? ", exact" : "");
+        compare(c, tol, what, prompts, nt, multi, 4, reuse);
+        snprintf(what, sizeof what, "%s, %d seq%s, with a BOS-only sharer", name, cfgs[k].n_seq, cfgs[k].exact ? ", exact" : "");
+        compare(c, tol, what, mixed, 7, multi, 4, reuse);
+        if (n_one > 1) {
+            snprintf(what, sizeof what, "%s, %d seq%s, one-token labels", name, cfgs[k].n_seq, cfgs[k].exact ? ", exact" : "");
+            compare(c, tol, what, prompts, nt, one, n_one, reuse);
+        }
+        /* the prompts' differences matter to these models: one token of the tail
+         * changed moves s far beyond the tolerances */
+        if (k == 1) {
+            hx_error e = {0};
+            char other[512];
+            snprintf(other, sizeof other, "%s%s", head, "the bat sat on the mat and purred all afternoon.");
+            const char *pa[] = {prompts[0]}, *pb[] = {other};
+            float pr[MAXL], la[MAXL], lb[MAXL];
+            CHECK(hx_classify(c, pa, 1, multi, 4, pr, la, NULL, &e) == HX_OK);
+            CHECK(hx_classify(c, pb, 1, multi, 4, pr, lb, NULL, &e) == HX_OK);
+            double d = 0;
+            for (int j = 0; j < 4; j++) if (fabs((double)la[j] - lb[j]) / (1 + fabs((double)lb[j])) > d) d = fabs((double)la[j] - lb[j]) / (1 + fabs((double)lb[j]));
+            printf("  one tail token changed: |ds|/(1+|s|) %.2g\n", d);
+            CHECKF(d > 100 * TOL_EXACT, "%s: one token changed moves s by only %g", name, d);
+        }
+        hx_context_free(c);
+    }
+}
+
+static bool synth(const char *out) {
+    const char *bin = getenv("HX_BIN");
+    if (!bin || access(bin, X_OK)) return false;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s synth --preset smollm-135m --type q8_0 --layers 2 --vocab 1024 -o %s -t 2 > /dev/null 2>&1",
+             bin, out);
+    return system(cmd) == 0;
+}
+
+int main(void) {
+    hx_set_log_level(1);
+    char dir[] = "/tmp/hx_test_cls_reuse.XXXXXX", model[300];
+    if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+    snprintf(model, sizeof model, "%s/smollm.gguf", dir);
+    bool any = false;
+    if (synth(model)) {
+        hx_model *m = open_model(model);
+        if (m) { test_model(m, "synthetic smollm", false); any = true; }
+        hx_model_free(m);
+    } else printf("SKIP part: no synthetic model (set HX_BIN to helix-bg; ctest does)\n");
+    remove(model);
+    rmdir(dir);
+    const char *sh = getenv("HX_SHARED") && *getenv("HX_SHARED") ? getenv("HX_SHARED") : "../shared";
+    struct { const char *file, *name; bool ring; } shared[] = {
+        {"models/stories260K.gguf", "stories260K", false},
+        {"models/ref-tiny/tiny-llama3-shared.gguf", "tiny llama3", false},
+        {"models/ref-tiny/tiny-qwen3-shared.gguf", "tiny qwen3", false},
+        {"models/ref-tiny/tiny-gemma3-shared.gguf", "tiny gemma3", true},
+    };
+    for (int k = 0; k < (int)(sizeof shared / sizeof *shared); k++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", sh, shared[k].file);
+        struct stat st;
+        if (stat(p, &st)) { printf("SKIP part: %s not found\n", p); continue; }
+        hx_model *m = open_model(p);
+        if (m) { test_model(m, shared[k].name, shared[k].ring); any = true; }
+        hx_model_free(m);
+    }
+    if (!any && !fails) { printf("SKIP: no model (no HX_BIN, no %s)\n", sh); return 77; }
+    printf("test_classify_reuse: %d checks, %d failures\n", checks, fails);
+    return fails ? 1 : 0;
+}
