@@ -66,7 +66,7 @@ run() { # run NAME [flags]: the pass NAME unless KB_PASSES leaves it out
   local rss line ap th em s wall
   s=$(date +%s.%N)
   rss=$(peak "$tmp/out.txt" "$tmp/err.txt" "$BIN" one-shot "$tmp" -t "$T" --allpairs-device "$DEV" "${EXTRA[@]+"${EXTRA[@]}"}" "$@")
-  wall=$(echo "$(date +%s.%N) - $s" | bc)
+  wall=$(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }') # (no bc on the GPU machine)
   line=$(grep "embedded now" "$tmp/out.txt" | tail -1); ap=$(grep "^all-pairs: " "$tmp/err.txt" | tail -1 || true)
   th=$(grep "^think: " "$tmp/err.txt" | tail -1 || true)
   em=$(grep "^embedding: " "$tmp/err.txt" | tail -1 || true)
