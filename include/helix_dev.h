@@ -31,6 +31,9 @@ typedef struct hx_dev_context_params {
      * variables, from hx_dev_cuda_opts_from_env); NULL: the production path.
      * Ignored on the CPU. */
     const struct hx_cuda_dev_opts *cuda;
+    /* A model opened with layer_split: every part on gpu_index instead of one
+     * GPU each (tests of the split on a machine of one GPU). */
+    bool split_one_gpu;
 } hx_dev_context_params;
 
 /* The HX_CUDA_* switches set in the environment (README, "CUDA knobs"), read
