@@ -135,7 +135,8 @@ typedef struct hx_model_params {
                                 parts run one after the other (N GPUs hold N times the weights; no speed-up).
                                 tensor_parallel N that cannot cut the model falls back to this over N GPUs (with
                                 a warning). With device HX_DEVICE_CPU the parts are CPU contexts (a test of the
-                                split). Not combined with tensor_parallel or LoRA adapters. */
+                                split). Not combined with tensor_parallel or LoRA adapters. The GPUs are
+                                checked by hx_context_new. */
 } hx_model_params;
 
 hx_model_params hx_model_default_params(void);

@@ -141,13 +141,14 @@ static hx_status choose_device(hx_model *m, const hx_model_params *mp, const cha
     }
 #ifdef HX_HAVE_CUDA
     hx_error ce = {0};
-    int n = 0, gpus = a->tp > 1 ? a->tp : a->layer_split;
+    /* (a layer split's GPUs are checked by its parts at hx_context_new: tests put every part on one) */
+    int n = 0, gpus = a->tp > 1 ? a->tp : 1;
     char why[200] = "";
     if (hx_cuda_device_count(&n, &ce) != HX_OK || n <= 0)
         snprintf(why, sizeof why, "no CUDA device: %s", ce.msg[0] ? ce.msg : "none found");
     else if (mp->gpu_index < 0 || mp->gpu_index + gpus > n)
         snprintf(why, sizeof why, "gpu_index %d%s%.0d: this machine has %d CUDA device%s", mp->gpu_index,
-                 a->tp > 1 ? " with tensor_parallel " : a->layer_split > 1 ? " with layer_split " : "",
+                 a->tp > 1 ? " with tensor_parallel " : "",
                  gpus > 1 ? gpus : 0, n, n == 1 ? "" : "s");
     else if (a->tp > 1 && hx_shard_check(m, a->tp, &ce) != HX_OK) {
         /* heads (or a block) that do not cut n ways: each GPU takes whole layers instead */

@@ -108,6 +108,14 @@ static hx_status use(const pipe_ctx *p, int k, hx_error *e) {
     return p->select ? p->select(p->part[k].gpu, e) : HX_OK;
 }
 
+/* Back to the first part's GPU (the model's gpu_index) after a call that went
+ * through the others: the CUDA backend runs on the current device, and a
+ * context without the split in the same thread expects that one. */
+static void home(const pipe_ctx *p) {
+    hx_error e = {0};
+    if (p->select) use(p, 0, &e);
+}
+
 static void pipe_free(void *ctx) {
     pipe_ctx *p = ctx;
     if (!p) return;
@@ -117,8 +125,16 @@ static void pipe_free(void *ctx) {
         use(p, k, &e);
         p->child->ctx_free(p->part[k].ctx);
     }
+    home(p);
     free(p->res[0]); free(p->res[1]); free(p->no_out);
     free(p);
+}
+
+/* A part's upload progress as its share of the whole: part k's fraction f is (k + f) / n. */
+typedef struct part_prog { hx_progress_fn fn; void *user; int k, n; } part_prog;
+static bool part_progress(float f, void *user) {
+    const part_prog *q = user;
+    return q->fn(((float)q->k + f) / (float)q->n, q->user);
 }
 
 static hx_status pipe_new(const hx_backend *child, hx_status (*select)(int, hx_error *), const hx_model *m,
@@ -164,9 +180,15 @@ static hx_status pipe_new(const hx_backend *child, hx_status (*select)(int, hx_e
         }
     hx_backend_params cp = *bp;
     cp.layer_split = 0;
+    part_prog pg = {bp->progress, bp->progress_user, 0, n};
+    if (bp->progress) {
+        cp.progress = part_progress;
+        cp.progress_user = &pg;
+    }
     for (int k = 0; k < n; k++) {
         pipe_part *q = &p->part[k];
         cp.gpu_index = q->gpu;
+        pg.k = k;
         hx_status st = use(p, k, e);
         if (!st) st = child->ctx_new(&q->view, &cp, &q->ctx, e);
         char where[32] = "";
@@ -180,6 +202,7 @@ static hx_status pipe_new(const hx_backend *child, hx_status (*select)(int, hx_e
         }
         HX_INFO("layer split: part %d: layers %d..%d%s", k, q->layer0, q->layer1 - 1, where);
     }
+    home(p);
     *out = p;
     return HX_OK;
 }
@@ -199,8 +222,9 @@ static hx_status pipe_forward(void *ctx, const hx_ubatch *ub, float *logits, flo
         if (!last) { sub.out = p->no_out; sub.n_out = 0; }
         hx_status st = use(p, k, e);
         if (!st) st = p->child->forward(p->part[k].ctx, &sub, last ? logits : NULL, last ? hidden : NULL, e);
-        if (st) return st; /* the caller drops what ran (seq_keep on every part) */
+        if (st) { home(p); return st; } /* the caller drops what ran (seq_keep on every part) */
     }
+    home(p);
     return HX_OK;
 }
 
@@ -220,6 +244,7 @@ static int pipe_seq_keep(void *ctx, int seq, int n) {
             hx_error e = {0};
             if (!use(p, k, &e)) p->child->seq_keep(p->part[k].ctx, seq, kept);
         }
+    home(p);
     return kept;
 }
 
@@ -237,8 +262,9 @@ static hx_status pipe_seq_copy(void *ctx, int src, int dst, int n, hx_error *e) 
             snprintf(msg, sizeof msg, "%s", e ? e->msg : "");
             return hx_err(e, st, "%s (layer split: sequence %d was emptied)", msg, dst);
         }
-        if (st) return st;
+        if (st) { home(p); return st; }
     }
+    home(p);
     return HX_OK;
 }
 
@@ -256,9 +282,10 @@ static hx_status pipe_seq_read(void *ctx, int seq, int n, void *buf, hx_error *e
     for (int k = 0; k < p->n; k++) {
         hx_status st = use(p, k, e);
         if (!st) st = p->child->seq_read(p->part[k].ctx, seq, n, at, e);
-        if (st) return st;
+        if (st) { home(p); return st; }
         at += p->child->seq_state_size(p->part[k].ctx, n);
     }
+    home(p);
     return HX_OK;
 }
 
@@ -270,9 +297,10 @@ static hx_status pipe_seq_write(void *ctx, int seq, int n, const void *buf, hx_e
     for (int k = 0; k < p->n; k++) {
         hx_status st = use(p, k, e);
         if (!st) st = p->child->seq_write(p->part[k].ctx, seq, n, at, e);
-        if (st) return st;
+        if (st) { home(p); return st; }
         at += p->child->seq_state_size(p->part[k].ctx, n);
     }
+    home(p);
     return HX_OK;
 }
 
@@ -283,22 +311,17 @@ static size_t pipe_kv_bytes(void *ctx) {
     return sum;
 }
 
+/* The table of a pipe over one child backend (name, ctx_new, device_bytes_in_use). */
+#define PIPE_TABLE(nm, new_fn, dev_bytes)                                                                             \
+    {.name = nm, .ctx_new = new_fn, .ctx_free = pipe_free, .forward = pipe_forward, .seq_keep = pipe_seq_keep,   \
+     .seq_copy = pipe_seq_copy, .seq_state_size = pipe_seq_state_size, .seq_read = pipe_seq_read,               \
+     .seq_write = pipe_seq_write, .kv_bytes = pipe_kv_bytes, .device_bytes_in_use = dev_bytes}
+
 static hx_status pipe_cpu_new(const hx_model *m, const hx_backend_params *bp, void **out, hx_error *e) {
     return pipe_new(&hx_backend_cpu, NULL, m, bp, out, e);
 }
 
-const hx_backend hx_backend_pipe_cpu = {
-    .name = "cpu-layer-split",
-    .ctx_new = pipe_cpu_new,
-    .ctx_free = pipe_free,
-    .forward = pipe_forward,
-    .seq_keep = pipe_seq_keep,
-    .seq_copy = pipe_seq_copy,
-    .seq_state_size = pipe_seq_state_size,
-    .seq_read = pipe_seq_read,
-    .seq_write = pipe_seq_write,
-    .kv_bytes = pipe_kv_bytes,
-};
+const hx_backend hx_backend_pipe_cpu = PIPE_TABLE("cpu-layer-split", pipe_cpu_new, NULL);
 
 #ifdef HX_HAVE_CUDA
 /* Memory in use on the parts' GPUs, each GPU counted once. */
@@ -312,6 +335,7 @@ static size_t pipe_device_bytes(void *ctx) {
         hx_error e = {0};
         if (!seen && !use(p, k, &e)) sum += p->child->device_bytes_in_use(p->part[k].ctx);
     }
+    home(p);
     return sum;
 }
 
@@ -319,17 +343,5 @@ static hx_status pipe_cuda_new(const hx_model *m, const hx_backend_params *bp, v
     return pipe_new(&hx_backend_cuda, hx_cuda_select, m, bp, out, e);
 }
 
-const hx_backend hx_backend_pipe_cuda = {
-    .name = "cuda-layer-split",
-    .ctx_new = pipe_cuda_new,
-    .ctx_free = pipe_free,
-    .forward = pipe_forward,
-    .seq_keep = pipe_seq_keep,
-    .seq_copy = pipe_seq_copy,
-    .seq_state_size = pipe_seq_state_size,
-    .seq_read = pipe_seq_read,
-    .seq_write = pipe_seq_write,
-    .kv_bytes = pipe_kv_bytes,
-    .device_bytes_in_use = pipe_device_bytes,
-};
+const hx_backend hx_backend_pipe_cuda = PIPE_TABLE("cuda-layer-split", pipe_cuda_new, pipe_device_bytes);
 #endif
