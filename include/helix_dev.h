@@ -70,6 +70,10 @@ hx_status hx_dev_gguf_describe(const char *path, bool json, bool prefault, char 
 /* Bytes of weights one decode step reads: every tensor except the token
  * embedding (a row lookup), which counts when it doubles as the output. */
 uint64_t hx_dev_model_decode_bytes(const hx_model *m);
+/* How the model's contexts use several GPUs, as hx_model_open settled it
+ * (tensor_parallel may have fallen back to layer_split): *tp and
+ * *layer_split, each 1 when not used. */
+void hx_dev_model_split(const hx_model *m, int *tp, int *layer_split);
 /* The llama.cpp file-type name of general.file_type ("q4_k_m", "q8_0"), else
  * the dominant weight type in lower case. Owned by m. */
 const char *hx_dev_model_mix(const hx_model *m);

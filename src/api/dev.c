@@ -106,6 +106,11 @@ static uint64_t tensor_bytes(const hx_tensor *t) {
     return rows * hx_row_size(t->type, t->ne[0]);
 }
 
+void hx_dev_model_split(const hx_model *m, int *tp, int *layer_split) {
+    *tp = m && m->api ? m->api->tp : 1;
+    *layer_split = m && m->api ? m->api->layer_split : 1;
+}
+
 uint64_t hx_dev_model_decode_bytes(const hx_model *m) {
     if (!m || !m->api) return 0;
     uint64_t b = m->api->size_bytes; /* every bound weight once (a tied output is the embedding) */
