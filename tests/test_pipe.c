@@ -211,6 +211,8 @@ static int run_model(const char *name, const char *path) {
                 p.V = hx_model_n_vocab(p.m0);
                 p.D = hx_model_n_embd(p.m0);
                 int before = t_failures;
+                CHECKF(hx_context_kv_bytes(p.c0) == hx_context_kv_bytes(p.c1), "%s: KV cache of %zu bytes, %zu with "
+                       "the split", what, hx_context_kv_bytes(p.c0), hx_context_kv_bytes(p.c1));
                 run_pair(&p);
                 printf("%s: %s\n", what, t_failures == before ? "bit-identical to no split" : "FAILED");
                 runs++;

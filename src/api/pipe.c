@@ -20,6 +20,9 @@
  * divisible by the GPUs); the parts run one after the other, so N GPUs give
  * N times the memory, not more speed.
  *
+ * CPU parts (a test of the split) each have their own thread pool; they take
+ * turns, so the idle pools sleep.
+ *
  * Not offered (NULL in the table, so the API takes its plain paths): the
  * CUDA decode graphs, greedy lookahead and device sampling, logits kept on
  * the device. Sequences (keep, copy, state) go to every child; a state is the
