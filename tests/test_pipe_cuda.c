@@ -15,8 +15,7 @@
  *     to the layer split and gives the same logits.
  * Built with CUDA only; skipped (77) without a CUDA device. */
 #include "test_util.h"
-
-#include <unistd.h>
+#include "ctx_compare.h"
 
 #include "helix.h"
 #include "helix_dev.h"
@@ -53,29 +52,6 @@ static hx_context *open_ctx(hx_model *m, bool one_gpu, char *msg, size_t cap) {
     return c;
 }
 
-/* Logits of every token of a batch that asks (n rows of V, zero elsewhere), or NULL on failure. */
-static float *run(hx_context *c, const hx_batch *b, int V) {
-    hx_error e = {0};
-    if (hx_decode(c, b, &e)) { fprintf(stderr, "decode: %s\n", e.msg); return NULL; }
-    float *out = calloc((size_t)b->n_tokens * V, sizeof(float));
-    for (int i = 0; i < b->n_tokens && out; i++) {
-        const float *l = b->logits[i] ? hx_get_logits(c, i) : NULL;
-        if (l) memcpy(out + (size_t)i * V, l, sizeof(float) * V);
-    }
-    return out;
-}
-
-/* max |a - b| over count floats, relative to max |a|. */
-static double rel_diff(const float *a, const float *b, size_t count) {
-    double d = 0, s = 1e-30;
-    for (size_t i = 0; i < count; i++) {
-        double x = fabs((double)a[i] - b[i]);
-        if (x > d || x != x) d = x != x ? INFINITY : x;
-        if (fabs(a[i]) > s) s = fabs(a[i]);
-    }
-    return d / s;
-}
-
 static void prompt_ids(int32_t *p, int n, int V) {
     uint64_t rng = 77;
     for (int i = 0; i < n; i++) {
@@ -93,9 +69,9 @@ static double self_bound(hx_context *one, int V) {
     for (int s = 0; s < 2; s++) {
         hx_batch_clear(&b);
         for (int i = 0; i < PROMPT; i++) hx_batch_add(&b, prompt[i], i, s, true);
-        l[s] = run(one, &b, V);
+        l[s] = t_batch_logits(one, &b, V);
     }
-    double d = l[0] && l[1] ? rel_diff(l[0], l[1], (size_t)PROMPT * V) : INFINITY;
+    double d = l[0] && l[1] ? t_rel_diff(l[0], l[1], (size_t)PROMPT * V) : INFINITY;
     free(l[0]);
     free(l[1]);
     hx_batch_free(&b);
@@ -114,61 +90,21 @@ static void compare(const char *what, hx_context *one, hx_context *sp, int V, do
     /* 1: a prefill of sequence 0, every row's logits */
     hx_batch_clear(&b);
     for (int i = 0; i < PROMPT; i++) hx_batch_add(&b, prompt[i], i, 0, true);
-    float *l1 = run(one, &b, V), *l2 = run(sp, &b, V);
+    float *l1 = t_batch_logits(one, &b, V), *l2 = t_batch_logits(sp, &b, V);
     CHECKF(l1 && l2, "%s: prefill failed", what);
     if (l1 && l2) {
-        d = rel_diff(l1, l2, (size_t)PROMPT * V);
+        d = t_rel_diff(l1, l2, (size_t)PROMPT * V);
         worst = d > worst ? d : worst;
         CHECKF(d <= tol, "%s: prefill logits differ by %.3g of their scale (bound %.3g)", what, d, tol);
     }
     free(l1);
     free(l2);
-    /* 2: sequences 1 and 2 together: prefills of different lengths, then decode steps of both in one batch */
-    hx_batch_clear(&b);
-    for (int i = 0; i < 20; i++) hx_batch_add(&b, prompt[i], i, 1, i == 19);
-    for (int i = 0; i < 13; i++) hx_batch_add(&b, prompt[PROMPT - 1 - i], i, 2, i == 12);
-    l1 = run(one, &b, V);
-    l2 = run(sp, &b, V);
-    for (int k = 0; k < 8 && l1 && l2; k++) {
-        d = rel_diff(l1, l2, (size_t)b.n_tokens * V);
-        worst = d > worst ? d : worst;
-        CHECKF(d <= tol, "%s: two sequences, round %d: logits differ by %.3g (bound %.3g)", what, k, d, tol);
-        int a1 = prompt[(3 * k + 1) % PROMPT];
-        free(l1);
-        free(l2);
-        hx_batch_clear(&b);
-        hx_batch_add(&b, a1, 20 + k, 1, true);
-        hx_batch_add(&b, (a1 + 7) % V, 13 + k, 2, true);
-        l1 = run(one, &b, V);
-        l2 = run(sp, &b, V);
-    }
-    CHECKF(l1 && l2, "%s: two sequences failed", what);
-    free(l1);
-    free(l2);
-    /* 3: sequence 1 copied to 3, saved, cleared, loaded into 3 again: the next step's logits match */
+    /* 2: sequences 1 and 2 in the same batches; 3: sequence 1 copied to 3, saved, cleared, loaded again */
+    d = t_two_sequences(what, one, sp, prompt, PROMPT, V, tol);
+    worst = d > worst ? d : worst;
+    d = t_copy_reload(what, one, sp, prompt[3], V, tol);
+    worst = d > worst ? d : worst;
     hx_error e = {0};
-    char path[128];
-    snprintf(path, sizeof path, "/tmp/hx_test_pipe_cuda_%d.seq", (int)getpid());
-    int keep = hx_seq_pos(one, 1);
-    CHECKF(hx_seq_copy(one, 1, 3, keep, &e) == HX_OK, "%s", e.msg);
-    CHECKF(hx_seq_copy(sp, 1, 3, keep, &e) == HX_OK, "%s", e.msg);
-    CHECKF(hx_seq_save(sp, 3, path, &e) == HX_OK, "%s", e.msg);
-    hx_seq_clear(sp, 3);
-    CHECKF(hx_seq_load(sp, 3, path, &e) == HX_OK, "%s", e.msg);
-    unlink(path);
-    CHECK(hx_seq_pos(sp, 3) == keep);
-    hx_batch_clear(&b);
-    hx_batch_add(&b, prompt[3], keep, 3, true);
-    l1 = run(one, &b, V);
-    l2 = run(sp, &b, V);
-    CHECKF(l1 && l2, "%s: reloaded sequence failed", what);
-    if (l1 && l2) {
-        d = rel_diff(l1, l2, V);
-        worst = d > worst ? d : worst;
-        CHECKF(d <= tol, "%s: copied and reloaded sequence: logits differ by %.3g (bound %.3g)", what, d, tol);
-    }
-    free(l1);
-    free(l2);
     /* 4: greedy ids of hx_generate on sequence 0 (cleared) */
     hx_seq_clear(one, 0);
     hx_seq_clear(sp, 0);
@@ -215,13 +151,17 @@ int main(void) {
         printf("%s: run-to-run difference on one GPU %.3g of the logits' scale\n", models[k].preset, self);
         /* both parts on GPU 0; then GPUs 0 and 1; then (gemma) -tp 2 falling back to the split */
         for (int mode = 0; mode < 3; mode++) {
-            if (mode > 0 && n_gpu < 2) { printf("%s: split over two GPUs not run: one CUDA device\n", models[k].preset); break; }
+            if (mode > 0 && n_gpu < 2) {
+                printf("%s: split over two GPUs not run: one CUDA device\n", models[k].preset);
+                break;
+            }
             if (mode == 2 && strcmp(models[k].preset, "gemma-3-1b")) continue;
             hx_model *ms = open_model(path, mode == 2 ? 0 : 2, mode == 2 ? 2 : 0, msg, sizeof msg);
             hx_context *sp = ms ? open_ctx(ms, mode == 0, msg, sizeof msg) : NULL;
-            snprintf(what, sizeof what, "%s %s", models[k].preset,
-                     mode == 0 ? "layer split 2 on GPU 0" : mode == 1 ? "layer split over GPUs 0,1"
-                                                                     : "-tp 2 (one KV head: falls back to the layer split)");
+            const char *how = mode == 0 ? "layer split 2 on GPU 0"
+                              : mode == 1 ? "layer split over GPUs 0,1"
+                                          : "-tp 2 (one KV head: falls back to the layer split)";
+            snprintf(what, sizeof what, "%s %s", models[k].preset, how);
             CHECKF(sp != NULL, "%s: %s", what, msg);
             if (sp) compare(what, one, sp, V, tol);
             hx_context_free(sp);

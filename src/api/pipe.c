@@ -163,7 +163,10 @@ static hx_status pipe_new(const hx_backend *child, hx_status (*select)(int, hx_e
     p->res[0] = malloc(sizeof(float) * rows * (size_t)p->n_embd);
     p->res[1] = malloc(sizeof(float) * rows * (size_t)p->n_embd);
     p->no_out = malloc(sizeof(int32_t) * rows);
-    if (!p->res[0] || !p->res[1] || !p->no_out) { pipe_free(p); return hx_err(e, HX_ERR_NOMEM, "layer split: out of memory"); }
+    if (!p->res[0] || !p->res[1] || !p->no_out) {
+        pipe_free(p);
+        return hx_err(e, HX_ERR_NOMEM, "layer split: out of memory");
+    }
     for (size_t i = 0; i < rows; i++) p->no_out[i] = -1;
     int cut[PIPE_MAX + 1];
     balance(m, n, cut);
