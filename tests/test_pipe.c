@@ -8,7 +8,8 @@
  *     state;
  *   - greedy decode steps;
  *   - two sequences prefilled and decoded in the same batches;
- *   - hx_seq_copy of a prefix, then decoding the copy;
+ *   - hx_seq_copy of a prefix, then decoding the copy (and a copy the
+ *     sliding-window rings no longer hold: refused alike, the target kept);
  *   - hx_seq_keep (a rewind) then decoding again (with a sliding-window
  *     ring, a rewind past the window must drop the sequence on both);
  *   - hx_seq_save / hx_seq_load of a sequence into a cleared slot;
@@ -132,6 +133,16 @@ static void run_pair(pair *p) {
         hx_batch_clear(&b);
         hx_batch_add(&b, prompt[1], k0, 0, true);
         if (!both(p, &b, "after a rewind")) goto out;
+        /* a short prefix copied: refused alike where a ring lost its window (sequence 2 kept), else copied */
+        hx_error e0 = {0}, e1 = {0};
+        int len2 = hx_seq_pos(p->c1, 2);
+        hx_status s0 = hx_seq_copy(p->c0, 0, 2, 10, &e0), s1 = hx_seq_copy(p->c1, 0, 2, 10, &e1);
+        CHECKF(s0 == s1, "%s: seq_copy of 10 positions: %d (%s), %d with the split (%s)", p->what, s0, e0.msg, s1,
+               e1.msg);
+        CHECK(hx_seq_pos(p->c0, 2) == hx_seq_pos(p->c1, 2) && hx_seq_pos(p->c1, 2) == (s1 ? len2 : 10));
+        hx_batch_clear(&b);
+        hx_batch_add(&b, prompt[2], hx_seq_pos(p->c0, 2), 2, true);
+        if (!both(p, &b, "after a short copy")) goto out;
         k0 = hx_seq_keep(p->c0, 0, 10);
         k1 = hx_seq_keep(p->c1, 0, 10);
         CHECKF(k0 == k1, "%s: seq_keep far back: %d positions kept, %d with the split", p->what, k0, k1);
