@@ -129,6 +129,14 @@ typedef struct hx_model_params {
                                 "q4_k_m": quantize on load */
     hx_progress_fn progress; /* NULL: none */
     void *progress_user;
+    int layer_split;         /* GPUs from gpu_index on that each hold a contiguous range of the layers and their
+                                KV cache (a pipeline: llama.cpp's --split-mode layer); 0 or 1 (default): none.
+                                For a model too large for one GPU whose heads tensor_parallel cannot cut: the
+                                parts run one after the other (N GPUs hold N times the weights; no speed-up).
+                                tensor_parallel N that cannot cut the model falls back to this over N GPUs (with
+                                a warning). With device HX_DEVICE_CPU the parts are CPU contexts (a test of the
+                                split). Not combined with tensor_parallel or LoRA adapters. The GPUs are
+                                checked by hx_context_new. */
 } hx_model_params;
 
 hx_model_params hx_model_default_params(void);

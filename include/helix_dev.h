@@ -31,6 +31,9 @@ typedef struct hx_dev_context_params {
      * variables, from hx_dev_cuda_opts_from_env); NULL: the production path.
      * Ignored on the CPU. */
     const struct hx_cuda_dev_opts *cuda;
+    /* A model opened with layer_split: every part on gpu_index instead of one
+     * GPU each (tests of the split on a machine of one GPU). */
+    bool split_one_gpu;
 } hx_dev_context_params;
 
 /* The HX_CUDA_* switches set in the environment (README, "CUDA knobs"), read
@@ -67,6 +70,10 @@ hx_status hx_dev_gguf_describe(const char *path, bool json, bool prefault, char 
 /* Bytes of weights one decode step reads: every tensor except the token
  * embedding (a row lookup), which counts when it doubles as the output. */
 uint64_t hx_dev_model_decode_bytes(const hx_model *m);
+/* How the model's contexts use several GPUs, as hx_model_open settled it
+ * (tensor_parallel may have fallen back to layer_split): *tp and
+ * *layer_split, each 1 when not used. */
+void hx_dev_model_split(const hx_model *m, int *tp, int *layer_split);
 /* The llama.cpp file-type name of general.file_type ("q4_k_m", "q8_0"), else
  * the dominant weight type in lower case. Owned by m. */
 const char *hx_dev_model_mix(const hx_model *m);

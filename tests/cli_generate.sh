@@ -72,4 +72,13 @@ PY
 else
   echo "skip: $G not found (bench/real_models_fetch.sh): the progress check"
 fi
+# --layer-split on the CPU (a test of the split): the same ids as no split; refusals name the flags
+"$BIN" generate -m "$M" -p "Once" -n 24 --temp 0 -t 2 --device cpu --json 2>/dev/null | grep -o '"generated_ids":[^]]*' > "$tmp/ls1"
+"$BIN" generate -m "$M" -p "Once" -n 24 --temp 0 -t 2 --device cpu --layer-split 3 --json 2>/dev/null \
+  | grep -o '"generated_ids":[^]]*' > "$tmp/ls3"
+[ -s "$tmp/ls1" ] && cmp -s "$tmp/ls1" "$tmp/ls3" || { echo "FAIL: --layer-split 3 changed the greedy ids"; exit 1; }
+! "$BIN" generate -m "$M" -p "Once" -n 2 --device cpu --layer-split 2 -tp 2 2> "$tmp/err" > /dev/null
+grep -q -- "--layer-split 2 with -tp 2" "$tmp/err" || { echo "FAIL: --layer-split with -tp:"; cat "$tmp/err"; exit 1; }
+! "$BIN" generate -m "$M" -p "Once" -n 2 --device cpu --layer-split 16 2> "$tmp/err" > /dev/null
+grep -q "layer_split 16: the model has 5 layers" "$tmp/err" || { echo "FAIL: --layer-split 16:"; cat "$tmp/err"; exit 1; }
 echo "1 passed, 0 failed"

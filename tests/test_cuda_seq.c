@@ -104,7 +104,7 @@ typedef struct ub {
 } ub;
 
 static hx_status run_ub(void *ctx, ub *b, float *logits, float *hidden) {
-    hx_ubatch u = {b->n, b->token, b->pos, b->seq, b->out, b->n_out, false};
+    hx_ubatch u = {b->n, b->token, b->pos, b->seq, b->out, b->n_out, false, NULL, NULL };
     hx_error e = {0};
     hx_status s = hx_backend_cuda.forward(ctx, &u, logits, hidden, &e);
     CHECKF(s == HX_OK, "forward (%d tokens): %s", b->n, e.msg);
@@ -432,7 +432,7 @@ static void test_model(const model_case *mc, const char *dir) {
         bad.pos[0] = p2;
         bad.pos[1] = p2 + 2;
         bad.out[0] = bad.out[1] = -1;
-        hx_ubatch u = {bad.n, bad.token, bad.pos, bad.seq, bad.out, 0, false};
+        hx_ubatch u = {bad.n, bad.token, bad.pos, bad.seq, bad.out, 0, false, NULL, NULL };
         CHECK(hx_backend_cuda.forward(ctx, &u, NULL, NULL, &e) == HX_ERR_ARG);
         bad.seq[1] = NSEQ; /* a sequence out of range */
         bad.pos[1] = 0;

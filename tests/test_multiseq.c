@@ -81,7 +81,7 @@ static hx_status feed(const setup *s, void *c, int seq, const int32_t *toks, int
             o[i] = at + i >= n - n_last ? n_out++ : -1;
         }
         int first_row = at > n - n_last ? at - (n - n_last) : 0;
-        hx_ubatch ub = { k, toks + at, ps, sq, o, n_out, false };
+        hx_ubatch ub = { k, toks + at, ps, sq, o, n_out, false, NULL, NULL };
         hx_error e = {0};
         hx_status st = B->forward(c, &ub, n_out ? out + (size_t)first_row * s->V : NULL, NULL, &e);
         if (st) { fprintf(stderr, "forward: %s\n", e.msg); return st; }
@@ -174,7 +174,7 @@ static void *decode_together(const setup *s, int S, seqrec *got) {
                 more = true;
             }
         }
-        hx_ubatch ub = { n, tok, pos, seq, out, n_out, false };
+        hx_ubatch ub = { n, tok, pos, seq, out, n_out, false, NULL, NULL };
         hx_error e = {0};
         hx_status st = B->forward(c, &ub, lo, NULL, &e);
         CHECKF(st == HX_OK, "forward of %d tokens: %s", n, e.msg);
@@ -250,7 +250,7 @@ static void test_seq_ops(const setup *s, void *c, int S, seqrec *got, bool ring)
             h[n + i] = tok[i];
         }
         tok[4] = next; pos[4] = L; sq[4] = src; out[4] = 4;
-        hx_ubatch ub = { 5, tok, pos, sq, out, 5, false };
+        hx_ubatch ub = { 5, tok, pos, sq, out, 5, false, NULL, NULL };
         CHECKF(B->forward(c, &ub, a, NULL, &e) == HX_OK, "forward after copy: %s", e.msg);
         memcpy(h, r->hist, sizeof(int32_t) * n);
         compute(s, h, n + 4, 4, b);
@@ -310,7 +310,7 @@ static void test_seq_ops(const setup *s, void *c, int S, seqrec *got, bool ring)
         seqrec *r = &got[q];
         int L = r->plen + G - 1;
         int32_t tok[2] = { 1, 2 }, pos[2] = { L, L + 1 }, sq[2] = { q, S }, out[2] = { -1, 0 };
-        hx_ubatch ub = { 2, tok, pos, sq, out, 1, false };
+        hx_ubatch ub = { 2, tok, pos, sq, out, 1, false, NULL, NULL };
         hx_error e = {0};
         CHECK(B->forward(c, &ub, a, NULL, &e) == HX_ERR_ARG);  /* sequence out of range */
         sq[1] = q; pos[1] = L + 2;
@@ -417,7 +417,7 @@ static void test_dumps(const hx_model *m) {
     /* seq 1 at positions 0..3, seq 0 at 0..2 (its last one with output), interleaved */
     int32_t tok[7] = { 5, 6, 7, 8, 9, 10, 11 }, pos[7] = { 0, 0, 1, 1, 2, 2, 3 }, sq[7] = { 1, 0, 1, 0, 1, 0, 1 };
     int32_t out[7] = { -1, -1, -1, -1, -1, 0, -1 };
-    hx_ubatch ub = { 7, tok, pos, sq, out, 1, false };
+    hx_ubatch ub = { 7, tok, pos, sq, out, 1, false, NULL, NULL };
     float *lo = malloc(sizeof(float) * V), *hid = malloc(sizeof(float) * D);
     for (int pass = 0; pass < 2; pass++) {
         int only = 1;

@@ -14,6 +14,7 @@
 #include "helix.h"
 #include "model/synth.h"
 #include "test_util.h"
+#include "ctx_compare.h"
 
 #include <unistd.h>
 
@@ -42,38 +43,6 @@ static hx_context *open_ctx(const char *path, int tp, hx_model **m, hx_status *w
     return c;
 }
 
-/* Logits of every token of a batch (n rows of V), or NULL on failure. */
-static float *run(hx_context *c, const hx_batch *b, int V) {
-    hx_error e = {0};
-    if (hx_decode(c, b, &e)) { fprintf(stderr, "decode: %s\n", e.msg); return NULL; }
-    float *out = malloc(sizeof(float) * (size_t)b->n_tokens * V);
-    for (int i = 0; i < b->n_tokens; i++) {
-        const float *l = b->logits[i] ? hx_get_logits(c, i) : NULL;
-        if (l) memcpy(out + (size_t)i * V, l, sizeof(float) * V);
-        else memset(out + (size_t)i * V, 0, sizeof(float) * V);
-    }
-    return out;
-}
-
-/* max |a - b| over count floats, relative to max |a|. */
-static double rel_diff(const float *a, const float *b, size_t count) {
-    double d = 0, s = 1e-30;
-    for (size_t i = 0; i < count; i++) {
-        if (fabs(a[i] - b[i]) > d) d = fabs(a[i] - b[i]);
-        if (fabs(a[i]) > s) s = fabs(a[i]);
-    }
-    return d / s;
-}
-
-static int argmax2(const float *l, int V, float *gap) {
-    int b = 0, s = -1;
-    for (int i = 1; i < V; i++)
-        if (l[i] > l[b]) { s = b; b = i; }
-        else if (s < 0 || l[i] > l[s]) s = i;
-    *gap = s >= 0 ? l[b] - l[s] : INFINITY;
-    return b;
-}
-
 /* The same calls on both contexts; every logits row compared. */
 static void compare(const char *what, hx_context *one, hx_context *tp, int n, int V, double tol) {
     hx_batch b = hx_batch_init(128);
@@ -87,31 +56,31 @@ static void compare(const char *what, hx_context *one, hx_context *tp, int n, in
     /* 1: a prefill of sequence 0, every row's logits */
     hx_batch_clear(&b);
     for (int i = 0; i < PROMPT; i++) hx_batch_add(&b, prompt[i], i, 0, true);
-    float *l1 = run(one, &b, V), *l2 = run(tp, &b, V);
+    float *l1 = t_batch_logits(one, &b, V), *l2 = t_batch_logits(tp, &b, V);
     CHECK(l1 && l2);
     if (!l1 || !l2) { free(l1); free(l2); hx_batch_free(&b); return; }
-    double d = rel_diff(l1, l2, (size_t)PROMPT * V);
+    double d = t_rel_diff(l1, l2, (size_t)PROMPT * V);
     worst = d > worst ? d : worst;
     CHECKF(d < tol, "%s x%d: prefill logits differ by %.3g of their scale (bound %g)", what, n, d, tol);
     /* 2: greedy steps on sequence 0 */
-    int t1 = argmax2(l1 + (size_t)(PROMPT - 1) * V, V, &(float){0}), t2 = t1, same = 0, parted = -1;
+    int t1 = t_argmax2(l1 + (size_t)(PROMPT - 1) * V, V, &(float){0}), t2 = t1, same = 0, parted = -1;
     free(l1);
     free(l2);
     float gap_at = 0;
     for (int s = 0; s < STEPS; s++) {
         hx_batch_clear(&b);
         hx_batch_add(&b, t1, PROMPT + s, 0, true);
-        float *a = run(one, &b, V);
+        float *a = t_batch_logits(one, &b, V);
         hx_batch_clear(&b);
         hx_batch_add(&b, t2, PROMPT + s, 0, true);
-        float *c = run(tp, &b, V);
+        float *c = t_batch_logits(tp, &b, V);
         if (!a || !c) { CHECK(a && c); free(a); free(c); break; }
         if (t1 == t2) {
-            double dd = rel_diff(a, c, V);
+            double dd = t_rel_diff(a, c, V);
             worst = dd > worst ? dd : worst;
         }
         float g1, g2;
-        int n1 = argmax2(a, V, &g1), n2 = argmax2(c, V, &g2);
+        int n1 = t_argmax2(a, V, &g1), n2 = t_argmax2(c, V, &g2);
         if (t1 == t2 && n1 != n2 && parted < 0) { parted = s; gap_at = g1 / fmaxf(fabsf(a[n1]), 1.0f); }
         same += t1 == t2 && n1 == n2;
         t1 = n1;
@@ -124,51 +93,13 @@ static void compare(const char *what, hx_context *one, hx_context *tp, int n, in
                "logit)", what, n, parted, gap_at);
     printf("%s x%d: %d/%d greedy steps the same%s", what, n, same, STEPS, parted >= 0 ? "" : "\n");
     if (parted >= 0) printf(" (parted at step %d, top-2 gap %.3g of the top logit: a near-tie)\n", parted, gap_at);
-    /* 3: sequences 1 and 2 together: prefills of different lengths, then decode steps of both in one batch */
-    hx_batch_clear(&b);
-    for (int i = 0; i < 20; i++) hx_batch_add(&b, prompt[i], i, 1, i == 19);
-    for (int i = 0; i < 13; i++) hx_batch_add(&b, prompt[PROMPT - 1 - i], i, 2, i == 12);
-    l1 = run(one, &b, V);
-    l2 = run(tp, &b, V);
-    for (int k = 0; k < 8 && l1 && l2; k++) {
-        d = rel_diff(l1, l2, (size_t)b.n_tokens * V);
-        worst = d > worst ? d : worst;
-        CHECKF(d < tol, "%s x%d: two sequences, round %d: logits differ by %.3g", what, n, k, d);
-        float g;
-        int a1 = argmax2(l1 + (size_t)19 * V * (k == 0), V, &g); /* (any valid token will do as input) */
-        free(l1);
-        free(l2);
-        hx_batch_clear(&b);
-        hx_batch_add(&b, a1, 20 + k, 1, true);
-        hx_batch_add(&b, (a1 + 7) % V, 13 + k, 2, true);
-        l1 = run(one, &b, V);
-        l2 = run(tp, &b, V);
-    }
-    free(l1);
-    free(l2);
-    /* 4: sequence 1 copied to 3, saved, cleared, loaded into 3 again: the next step's logits match one GPU's */
-    hx_error e = {0};
-    char path[128];
-    snprintf(path, sizeof path, "/tmp/hx_test_tp_%d.seq", (int)getpid());
-    int keep = hx_seq_pos(one, 1);
-    CHECKF(hx_seq_copy(one, 1, 3, keep, &e) == HX_OK, "%s", e.msg);
-    CHECKF(hx_seq_copy(tp, 1, 3, keep, &e) == HX_OK, "%s", e.msg);
-    CHECKF(hx_seq_save(tp, 3, path, &e) == HX_OK, "%s", e.msg);
-    hx_seq_clear(tp, 3);
-    CHECKF(hx_seq_load(tp, 3, path, &e) == HX_OK, "%s", e.msg);
-    unlink(path);
-    CHECK(hx_seq_pos(tp, 3) == keep);
-    hx_batch_clear(&b);
-    hx_batch_add(&b, prompt[3], keep, 3, true);
-    l1 = run(one, &b, V);
-    l2 = run(tp, &b, V);
-    if (l1 && l2) {
-        d = rel_diff(l1, l2, V);
-        worst = d > worst ? d : worst;
-        CHECKF(d < tol, "%s x%d: copied and reloaded sequence: logits differ by %.3g", what, n, d);
-    }
-    free(l1);
-    free(l2);
+    /* 3: sequences 1 and 2 together; 4: sequence 1 copied to 3, saved, cleared, loaded into 3 again */
+    char label[160];
+    snprintf(label, sizeof label, "%s x%d", what, n);
+    d = t_two_sequences(label, one, tp, prompt, PROMPT, V, tol);
+    worst = d > worst ? d : worst;
+    d = t_copy_reload(label, one, tp, prompt[3], V, tol);
+    worst = d > worst ? d : worst;
     printf("%s x%d: largest logit difference from one GPU %.3g of the logits' scale\n", what, n, worst);
     hx_batch_free(&b);
 }

@@ -15,6 +15,7 @@ struct hx_model_api {
     hx_device device;       /* HX_DEVICE_CPU or HX_DEVICE_CUDA */
     int gpu_index;
     int tp;                 /* tensor parallelism: GPUs per context (1: one) */
+    int layer_split;        /* pipeline parts per context (api/pipe.c; 1: none) */
     char device_note[256];
     char fingerprint[320];
     char type_name[16];

@@ -31,6 +31,14 @@ typedef struct hx_ubatch {
      * on the device (the host buffer is not written) until logits_get asks
      * for one; hidden states are still written. */
     bool defer_logits;
+    /* Pipeline parts (api/pipe.c; NULL in every other use): embd_in (n,
+     * n_embd) f32 is the residual stream entering the model's first layer in
+     * place of the token embedding (token ids are still given and valid);
+     * embd_out (n, n_embd) f32 receives the residual stream after the last
+     * layer for every token, and then nothing else is written (no final norm,
+     * logits or hidden states: out and n_out are only checked). */
+    const float *embd_in;
+    float *embd_out;
 } hx_ubatch;
 
 /* Developer options (tools and tests only: helix_dev.h), never read from the
@@ -40,6 +48,7 @@ typedef struct hx_backend_dev {
     const int *dump_positions;     /* NULL: all */
     int n_dump_positions;
     const void *cuda;              /* const hx_cuda_dev_opts * (backend/cuda/dev_opts.h), NULL: production */
+    bool split_one_gpu;            /* layer_split: every part on gpu_index (tests of the split on one GPU) */
 } hx_backend_dev;
 
 typedef struct hx_backend_params {
@@ -52,6 +61,8 @@ typedef struct hx_backend_params {
     int gpu_index;        /* CUDA ordinal (the first, with tp > 1) */
     int tp;               /* tensor parallelism: GPUs gpu_index.. that share every layer (hx_backend_cuda_tp);
                              0 or 1: one */
+    int layer_split;      /* pipeline: contiguous layer ranges on layer_split child contexts (api/pipe.c),
+                             on GPUs gpu_index.. with CUDA; 0 or 1: none */
     hx_progress_fn progress; /* weight upload (CUDA), fraction 0..1; may be NULL; false cancels
                                 (ctx_new then fails with HX_ERR_CANCELLED) */
     void *progress_user;
@@ -141,6 +152,19 @@ typedef struct hx_attn_probe {
 hx_status hx_cpu_set_probe(void *ctx, hx_attn_probe *probe, hx_error *e);
 
 extern const hx_backend hx_backend_cpu;
+/* Layer (pipeline) split (api/pipe.c): the model's layers cut into
+ * hx_backend_params.layer_split contiguous ranges, each run by a child
+ * context of the named backend holding only its layers' weights and KV
+ * cache; the residual stream passes from part to part through host memory.
+ * The fallback for models that do not fit one GPU when tensor parallelism
+ * cannot cut their heads; no fast decode paths, no LoRA adapters. */
+extern const hx_backend hx_backend_pipe_cpu;
+#ifdef HX_HAVE_CUDA
+extern const hx_backend hx_backend_pipe_cuda;
+/* Makes GPU `index` the calling thread's current device (each pipeline part
+ * calls into its own GPU's context). */
+hx_status hx_cuda_select(int index, hx_error *e);
+#endif
 #ifdef HX_HAVE_CUDA
 extern const hx_backend hx_backend_cuda;
 /* Tensor parallelism over tp GPUs (backend/cuda/tp.cu): the same contract,

@@ -54,10 +54,10 @@ hx_status hx_context_new(hx_model *m, const hx_context_params *p, hx_context **o
                       cp.n_ctx, cp.n_seq_max);
     int n_ctx_seq = cp.n_ctx / cp.n_seq_max;
     if (n_ctx_seq > train) HX_WARN("n_ctx per sequence %d exceeds the model's training context %d", n_ctx_seq, train);
-    const hx_backend *be = &hx_backend_cpu;
+    const hx_backend *be = m->api->layer_split > 1 ? &hx_backend_pipe_cpu : &hx_backend_cpu;
     if (m->api->device == HX_DEVICE_CUDA) {
 #ifdef HX_HAVE_CUDA
-        be = m->api->tp > 1 ? &hx_backend_cuda_tp : &hx_backend_cuda;
+        be = m->api->tp > 1 ? &hx_backend_cuda_tp : m->api->layer_split > 1 ? &hx_backend_pipe_cuda : &hx_backend_cuda;
         if (cp.kv_f32) return hx_err(e, HX_ERR_UNSUPPORTED, "hx_context_new: the CUDA KV cache is f16 (kv_f32 is CPU only)");
 #else
         return hx_err(e, HX_ERR_UNSUPPORTED, "hx_context_new: this build has no CUDA backend");
@@ -87,7 +87,8 @@ hx_status hx_context_new(hx_model *m, const hx_context_params *p, hx_context **o
     for (int l = 0; l < m->cfg.n_layer; l++) c->kv_rows[l] = hx_kv_layer_rows(&m->cfg, l, n_ctx_seq, cp.n_ubatch);
     hx_backend_params bp = {.n_seq = c->n_seq, .n_ctx_seq = n_ctx_seq, .n_ubatch = cp.n_ubatch,
                             .n_threads = cp.n_threads, .kv_f32 = cp.kv_f32, .exact = cp.exact,
-                            .gpu_index = m->api->gpu_index, .tp = m->api->tp, .progress = m->api->progress,
+                            .gpu_index = m->api->gpu_index, .tp = m->api->tp, .layer_split = m->api->layer_split,
+                            .progress = m->api->progress,
                             .progress_user = m->api->progress_user};
     hx_status st = be->ctx_new(m, &bp, &c->bctx, e);
     if (st) { c->bctx = NULL; hx_context_free(c); return st; }

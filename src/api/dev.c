@@ -27,14 +27,15 @@
 hx_status hx_dev_context_new(hx_model *m, const hx_context_params *p, const hx_dev_context_params *dp,
                              hx_context **out, hx_error *e) {
     hx_status st = hx_context_new(m, p, out, e);
-    if (st || !dp || (!dp->dump_dir && !dp->n_dump_positions && !dp->cuda)) return st;
+    if (st || !dp || (!dp->dump_dir && !dp->n_dump_positions && !dp->cuda && !dp->split_one_gpu)) return st;
     hx_context *c = *out;
     c->be->ctx_free(c->bctx);
     c->bctx = NULL;
     hx_backend_params bp = {.n_seq = c->n_seq, .n_ctx_seq = c->n_ctx_seq, .n_ubatch = c->p.n_ubatch,
                             .n_threads = c->p.n_threads, .kv_f32 = c->p.kv_f32, .exact = c->p.exact,
-                            .gpu_index = m->api->gpu_index, .tp = m->api->tp,
-                            .dev = {dp->dump_dir, dp->dump_positions, dp->n_dump_positions, dp->cuda}};
+                            .gpu_index = m->api->gpu_index, .tp = m->api->tp, .layer_split = m->api->layer_split,
+                            .dev = {dp->dump_dir, dp->dump_positions, dp->n_dump_positions, dp->cuda,
+                                    dp->split_one_gpu}};
     if ((st = c->be->ctx_new(m, &bp, &c->bctx, e))) {
         c->bctx = NULL;
         hx_context_free(c);
@@ -103,6 +104,11 @@ static uint64_t tensor_bytes(const hx_tensor *t) {
     uint64_t rows = 1;
     for (int d = 1; d < 4; d++) rows *= (uint64_t)(t->ne[d] > 0 ? t->ne[d] : 1);
     return rows * hx_row_size(t->type, t->ne[0]);
+}
+
+void hx_dev_model_split(const hx_model *m, int *tp, int *layer_split) {
+    *tp = m && m->api ? m->api->tp : 1;
+    *layer_split = m && m->api ? m->api->layer_split : 1;
 }
 
 uint64_t hx_dev_model_decode_bytes(const hx_model *m) {

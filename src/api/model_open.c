@@ -108,8 +108,21 @@ static hx_status choose_device(hx_model *m, const hx_model_params *mp, const cha
     a->device = HX_DEVICE_CPU;
     a->gpu_index = mp->gpu_index;
     a->tp = mp->tensor_parallel > 1 ? mp->tensor_parallel : 1;
+    a->layer_split = mp->layer_split > 1 ? mp->layer_split : 1;
     if (a->tp > 1 && (mp->device == HX_DEVICE_CPU || ngl == 0))
         return hx_err(e, HX_ERR_ARG, "%s: tensor_parallel %d needs the CUDA device (not the CPU)", path, a->tp);
+    if (a->tp > 1 && a->layer_split > 1)
+        return hx_err(e, HX_ERR_ARG, "%s: tensor_parallel %d and layer_split %d: one or the other", path, a->tp,
+                      a->layer_split);
+    if (a->layer_split > m->cfg.n_layer)
+        return hx_err(e, HX_ERR_ARG, "%s: layer_split %d: the model has %d layers", path, a->layer_split, m->cfg.n_layer);
+    if (a->layer_split > 1 && m->cfg.arch == HX_ARCH_BERT)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "%s: layer_split: bert runs on one device", path);
+    /* the CPU split is a test of the pipeline (api/pipe.c), not a way to more memory */
+    if (a->layer_split > 1 && (mp->device == HX_DEVICE_CPU || ngl == 0)) {
+        if (ngl > 0) return hx_err(e, HX_ERR_ARG, "%s: device cpu with n_gpu_layers %d", path, ngl);
+        return HX_OK;
+    }
     if (ngl > 0 && ngl < m->cfg.n_layer)
         return hx_err(e, HX_ERR_UNSUPPORTED, "%s: n_gpu_layers %d of %d: there is no partial offload (use 0 or -1)",
                       path, ngl, m->cfg.n_layer);
@@ -128,16 +141,25 @@ static hx_status choose_device(hx_model *m, const hx_model_params *mp, const cha
     }
 #ifdef HX_HAVE_CUDA
     hx_error ce = {0};
-    int n = 0;
+    /* (a layer split's GPUs are checked by its parts at hx_context_new: tests put every part on one) */
+    int n = 0, gpus = a->tp > 1 ? a->tp : 1;
     char why[200] = "";
     if (hx_cuda_device_count(&n, &ce) != HX_OK || n <= 0)
         snprintf(why, sizeof why, "no CUDA device: %s", ce.msg[0] ? ce.msg : "none found");
-    else if (mp->gpu_index < 0 || mp->gpu_index + a->tp > n)
+    else if (mp->gpu_index < 0 || mp->gpu_index + gpus > n)
         snprintf(why, sizeof why, "gpu_index %d%s%.0d: this machine has %d CUDA device%s", mp->gpu_index,
-                 a->tp > 1 ? " with tensor_parallel " : "", a->tp > 1 ? a->tp : 0, n, n == 1 ? "" : "s");
-    else if (a->tp > 1 && hx_shard_check(m, a->tp, &ce) != HX_OK)
-        return hx_err(e, ce.status, "%s: %s", path, ce.msg);
-    else {
+                 a->tp > 1 ? " with tensor_parallel " : "",
+                 gpus > 1 ? gpus : 0, n, n == 1 ? "" : "s");
+    else if (a->tp > 1 && hx_shard_check(m, a->tp, &ce) != HX_OK) {
+        /* heads (or a block) that do not cut n ways: each GPU takes whole layers instead */
+        if (m->cfg.n_layer < a->tp)
+            return hx_err(e, ce.status, "%s: %s; nor can %d layers be split over %d GPUs", path, ce.msg,
+                          m->cfg.n_layer, a->tp);
+        HX_WARN("%s: %s: splitting the layers over the %d GPUs instead (a pipeline: no speed-up)", path, ce.msg, a->tp);
+        a->layer_split = a->tp;
+        a->tp = 1;
+    }
+    if (!why[0]) {
         size_t per_layer = sizeof(hx_layer_weights) / sizeof(hx_tensor);
         for (int l = 0; l < m->cfg.n_layer && !why[0]; l++)
             for (size_t k = 0; k < per_layer; k++) {
@@ -150,11 +172,11 @@ static hx_status choose_device(hx_model *m, const hx_model_params *mp, const cha
             }
     }
     if (!why[0]) { a->device = HX_DEVICE_CUDA; return HX_OK; }
-    if (want || a->tp > 1) return hx_err(e, HX_ERR_DEVICE, "%s: device cuda: %s", path, why);
+    if (want || a->tp > 1 || a->layer_split > 1) return hx_err(e, HX_ERR_DEVICE, "%s: device cuda: %s", path, why);
     snprintf(a->device_note, sizeof a->device_note, "%s", why);
     return HX_OK;
 #else
-    if (want || a->tp > 1)
+    if (want || a->tp > 1 || a->layer_split > 1)
         return hx_err(e, HX_ERR_UNSUPPORTED, "%s: device cuda: this build has no CUDA backend (nvcc was not found at "
                       "configure time)", path);
     return HX_OK;
@@ -170,6 +192,8 @@ hx_status hx_model_open(const char *path, const hx_model_params *p, hx_model **o
     if (mp.n_gpu_layers < -1) return hx_err(e, HX_ERR_ARG, "%s: n_gpu_layers %d (-1: all, 0: none)", path, mp.n_gpu_layers);
     if (mp.tensor_parallel < 0 || mp.tensor_parallel > HX_SHARD_MAX)
         return hx_err(e, HX_ERR_ARG, "%s: tensor_parallel %d (1..%d GPUs)", path, mp.tensor_parallel, HX_SHARD_MAX);
+    if (mp.layer_split < 0 || mp.layer_split > 16)
+        return hx_err(e, HX_ERR_ARG, "%s: layer_split %d (1..16 parts)", path, mp.layer_split);
     struct stat sb;
     if (stat(path, &sb) != 0) return hx_err(e, HX_ERR_IO, "%s: %s", path, strerror(errno));
     bool dir = S_ISDIR(sb.st_mode);

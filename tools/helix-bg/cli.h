@@ -34,8 +34,18 @@ typedef struct cli_device {
     int device;       /* index into cli_device_names: auto, cpu, cuda */
     int ngl;          /* -ngl N; -2 when not given */
     int tp;           /* -tp N: GPUs that share every layer (tensor parallelism); 0 or 1: one */
+    int split_mode;   /* -sm: index into cli_split_mode_names: how -tp N GPUs share the model */
+    int layer_split;  /* --layer-split N: contiguous layers on each of N GPUs (N CPU parts with --device cpu) */
 } cli_device;
-extern const char *const cli_device_names[]; /* {"auto", "cpu", "cuda", NULL} */
+extern const char *const cli_device_names[];     /* {"auto", "cpu", "cuda", NULL} */
+extern const char *const cli_split_mode_names[]; /* {"row", "layer", NULL}: llama.cpp's -sm names */
+/* The split flags of generate, bench and chat (serve parses its own). */
+#define CLI_SPLIT_OPTS(d)                                                                                            \
+    {CLI_CHOICE, "-sm|--split-mode", &(d).split_mode, NULL, "how the -tp N GPUs share the model: row = tensor "      \
+     "parallelism (falls back to layer when the heads do not divide by N), layer = contiguous layers on each GPU "   \
+     "(a pipeline: N GPUs' memory, no speed-up)", 0, 0, cli_split_mode_names},                                      \
+    {CLI_INT, "--layer-split", &(d).layer_split, "N", "as -tp N -sm layer; with --device cpu, N CPU parts (a test " \
+     "of the split) (default 1)", 1, 16, NULL}
 
 /* Opens the model at path on the device asked for, with a progress bar on a
  * terminal (stderr) when the file is over ~100 MB. Prints the error as

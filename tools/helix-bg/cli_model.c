@@ -5,12 +5,14 @@
 
 #include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 const char *const cli_device_names[] = {"auto", "cpu", "cuda", NULL};
+const char *const cli_split_mode_names[] = {"row", "layer", NULL};
 
 double cli_now(void) {
     struct timespec ts;
@@ -70,9 +72,17 @@ hx_model *cli_model_open(const char *cmd, const char *path, const cli_device *d,
         mp.device = d->ngl > 0 ? HX_DEVICE_CUDA : HX_DEVICE_CPU;
         mp.n_gpu_layers = d->ngl;
     }
-    if (d->tp > 1) { /* -tp N: the GPUs, whatever --device said */
-        mp.tensor_parallel = d->tp;
+    if (d->tp > 1) { /* -tp N: the GPUs, whatever --device said; -sm layer: whole layers on each */
+        if (d->split_mode == 1) mp.layer_split = d->tp;
+        else mp.tensor_parallel = d->tp;
         if (d->ngl != 0) mp.device = HX_DEVICE_CUDA;
+    }
+    if (d->layer_split > 1) { /* --layer-split N: as --device says (cpu: a test of the split) */
+        if (mp.layer_split > 1 || mp.tensor_parallel > 1) {
+            fprintf(stderr, "helix-bg %s: --layer-split %d with -tp %d: give one of them\n", cmd, d->layer_split, d->tp);
+            return NULL;
+        }
+        mp.layer_split = d->layer_split;
     }
     g_progress = (progress){cmd, -1};
     if (isatty(2) && path_bytes(path) > 100ull * 1000 * 1000) {
@@ -96,13 +106,15 @@ hx_model *cli_model_open(const char *cmd, const char *path, const cli_device *d,
 
 hx_context *cli_context_new(const char *cmd, hx_model *m, const hx_context_params *cp, const char *dump_dir) {
     hx_error e = {0};
-    hx_dev_context_params dp = {.dump_dir = dump_dir};
+    /* HX_SPLIT_ONE_GPU=1 (a measurement knob, as the HX_CUDA_* ones): every part of a layer split on one GPU */
+    const char *one = getenv("HX_SPLIT_ONE_GPU");
+    hx_dev_context_params dp = {.dump_dir = dump_dir, .split_one_gpu = one && !strcmp(one, "1")};
     if (hx_model_device(m) == HX_DEVICE_CUDA && hx_dev_cuda_opts_from_env(&dp.cuda, &e)) {
         fprintf(stderr, "helix-bg %s: %s\n", cmd, e.msg);
         return NULL;
     }
     hx_context *ctx = NULL;
-    hx_status st = dp.dump_dir || dp.cuda ? hx_dev_context_new(m, cp, &dp, &ctx, &e) : hx_context_new(m, cp, &ctx, &e);
+    hx_status st = dp.dump_dir || dp.cuda || dp.split_one_gpu ? hx_dev_context_new(m, cp, &dp, &ctx, &e) : hx_context_new(m, cp, &ctx, &e);
     cli_progress_end();
     if (st) {
         fprintf(stderr, "helix-bg %s: %s\n", cmd, e.msg);

@@ -209,6 +209,7 @@ int cmd_bench(int argc, char **argv) {
          NULL},
         {CLI_INT, "-tp|--tensor-split", &dev.tp, "N", "split every layer over N GPUs (tensor parallelism over NCCL; "
          "heads, FFN and vocabulary cut N ways) (default 1)", 1, 8, NULL},
+        CLI_SPLIT_OPTS(dev),
         {CLI_BOOL, "--json", &json, NULL, "one JSON object per test on stdout (with stddev, size, threads)", 0, 0, NULL},
         {CLI_BOOL, "--jsonl", &jsonl, NULL, "one line per test for bench/results.jsonl: date, commit, device, engine, "
          "model, mix, test, tokens_per_s", 0, 0, NULL},
@@ -240,6 +241,8 @@ int cmd_bench(int argc, char **argv) {
     if (!m) goto done;
     if (!v1 || !v2 || !rows) { fprintf(stderr, "helix-bg " CMD ": out of memory\n"); goto done; }
     bool gpu = hx_model_device(m) == HX_DEVICE_CUDA;
+    int tp = 1, ls = 1; /* tensor parallel / layer split, as the model settled them */
+    hx_dev_model_split(m, &tp, &ls);
     int V = hx_model_n_vocab(m);
     uint64_t rng = 1234;
     hx_context_params cp = hx_context_default_params();
@@ -303,10 +306,9 @@ int cmd_bench(int argc, char **argv) {
     double copy_gbps = 0; /* the GPU's device-to-device copy bandwidth: the ceiling for tg */
     if (gpu) {
         if (hx_dev_cuda_device_name(0, device, sizeof device, &e)) snprintf(device, sizeof device, "cuda");
-        if (dev.tp > 1) { /* tensor parallel: the label says over how many */
-            size_t l = strlen(device);
-            snprintf(device + l, sizeof device - l, " x%d (tensor parallel)", dev.tp);
-        }
+        size_t l = strlen(device); /* several GPUs: the label says how many and how */
+        if (tp > 1) snprintf(device + l, sizeof device - l, " x%d (tensor parallel)", tp);
+        else if (ls > 1) snprintf(device + l, sizeof device - l, " x%d (layer split)", ls);
         if (!jsonl && !json && hx_dev_cuda_copy_bandwidth((size_t)256 << 20, 10, &copy_gbps, &e)) copy_gbps = 0;
     } else {
         char cpu[256];
@@ -318,7 +320,7 @@ int cmd_bench(int argc, char **argv) {
     struct tm tm;
     if (gmtime_r(&now, &tm)) strftime(date, sizeof date, "%Y-%m-%d", &tm);
     /* weights each GPU reads per decode step (tensor parallel: its share) */
-    double wgb = (double)hx_dev_model_decode_bytes(m) / 1e9 / (dev.tp > 1 ? dev.tp : 1);
+    double wgb = (double)hx_dev_model_decode_bytes(m) / 1e9 / tp;
     uint64_t size = hx_model_size_bytes(m);
     if (!json && !jsonl) {
         printf("| %-20s | %-6s | %10s | %6s | %-11s | %20s | %8s | %18s |\n", "model", "mix", "size", "thr", "test",
@@ -326,8 +328,9 @@ int cmd_bench(int argc, char **argv) {
         printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", "----------------------", "--------", "------------", "--------",
                "-------------", "----------------------", "----------", "--------------------");
     }
-    char tp_key[24] = ""; /* results.jsonl's "tp" where it applies */
-    if (dev.tp > 1) snprintf(tp_key, sizeof tp_key, ", \"tp\": %d", dev.tp);
+    char tp_key[32] = ""; /* results.jsonl's "tp" or "layer_split" where it applies */
+    if (tp > 1) snprintf(tp_key, sizeof tp_key, ", \"tp\": %d", tp);
+    else if (ls > 1) snprintf(tp_key, sizeof tp_key, ", \"layer_split\": %d", ls);
     for (int k = 0; k < n_rows; k++) {
         const row *w = &rows[k];
         char batch_key[24] = ""; /* ... and "batch" for --batch rows */

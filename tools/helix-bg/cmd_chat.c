@@ -113,6 +113,7 @@ int cmd_chat(int argc, char **argv) {
          NULL},
         {CLI_INT, "-tp|--tensor-split", &dev.tp, "N", "split every layer over N GPUs (tensor parallelism over NCCL; "
          "heads, FFN and vocabulary cut N ways) (default 1)", 1, 8, NULL},
+        CLI_SPLIT_OPTS(dev),
         CLI_SAMPLING_OPTS(sp),
         {CLI_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
     };

@@ -235,6 +235,7 @@ int cmd_generate(int argc, char **argv) {
          "no partial offload) (default: as --device)", 0, 1 << 20, NULL},
         {CLI_INT, "-tp|--tensor-split", &o.dev.tp, "N", "split every layer over N GPUs (tensor parallelism over NCCL; "
          "heads, FFN and vocabulary cut N ways) (default 1)", 1, 8, NULL},
+        CLI_SPLIT_OPTS(o.dev),
         {CLI_INT, "-c|--ctx-size", &o.n_ctx, "N", "context positions, 0 = prompt + -n (at least 512, at most "
          "the model's)", 0, 1 << 24, NULL},
         {CLI_INT, "-t|--threads", &o.n_threads, "N", "CPU threads, 0 = all", 0, 4096, NULL},

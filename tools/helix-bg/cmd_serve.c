@@ -52,6 +52,10 @@ static void usage(FILE *f) {
         "  -t, --threads N          CPU threads (default: all)\n"
         "      --device D           auto, cpu or cuda (default auto)\n"
         "  -tp, --tensor-split N    split every layer over N GPUs (tensor parallelism over NCCL; default 1)\n"
+        "  -sm, --split-mode M      how the -tp N GPUs share the model: row (default: tensor parallelism, falling\n"
+        "                           back to layer when the heads do not divide by N) or layer (contiguous layers\n"
+        "                           on each GPU: a pipeline, N GPUs' memory, no speed-up)\n"
+        "      --layer-split N      as -tp N -sm layer; with --device cpu, N CPU parts (a test of the split)\n"
         "  -b, --batch N            most tokens in one decode step (default 512)\n"
         "      --prefill-chunk N    prompt tokens per step while other requests decode (default 256)\n"
         "      --step-ms MS         ... fewer when such a step would take longer (default 150; 0: off)\n"
@@ -250,6 +254,15 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--step-ms") && more) { if (!parse_int(a, argv[++i], 0, 100000, &v)) goto out_cfg; c.step_target_s = v / 1e3; }
         else if (!strcmp(a, "--prefill-chunk") && more) { if (!parse_int(a, argv[++i], 1, 1 << 16, &v)) goto out_cfg; c.prefill_chunk = (int)v; }
         else if ((!strcmp(a, "-tp") || !strcmp(a, "--tensor-split")) && more) { if (!parse_int(a, argv[++i], 1, 8, &v)) goto out_cfg; c.tensor_parallel = (int)v; }
+        else if (!strcmp(a, "--layer-split") && more) { if (!parse_int(a, argv[++i], 1, 16, &v)) goto out_cfg; c.layer_split = (int)v; }
+        else if ((!strcmp(a, "-sm") || !strcmp(a, "--split-mode")) && more) {
+            const char *m = argv[++i];
+            if (strcmp(m, "row") && strcmp(m, "layer")) {
+                fprintf(stderr, "helix-bg serve: %s '%s': row or layer\n", a, m);
+                goto out_cfg;
+            }
+            c.split_layer = !strcmp(m, "layer");
+        }
         else if (!strcmp(a, "--device") && more) {
             const char *d = argv[++i];
             if (!strcmp(d, "auto")) c.device = HX_DEVICE_AUTO;
@@ -357,7 +370,13 @@ int cmd_serve(int argc, char **argv) {
     if (c.model_path) {
         hx_model_params mp = hx_model_default_params();
         mp.device = c.device;
-        mp.tensor_parallel = c.tensor_parallel > 1 ? c.tensor_parallel : 1;
+        mp.tensor_parallel = c.tensor_parallel > 1 && !c.split_layer ? c.tensor_parallel : 1;
+        mp.layer_split = c.layer_split > 1 ? c.layer_split : c.split_layer ? c.tensor_parallel : 1;
+        if (c.layer_split > 1 && c.tensor_parallel > 1) {
+            fprintf(stderr, "helix-bg serve: --layer-split %d with -tp %d: give one of them\n", c.layer_split,
+                    c.tensor_parallel);
+            goto out;
+        }
         mp.progress = load_progress;
         mp.progress_user = s;
         if (hx_model_open(c.model_path, &mp, &s->model, &e) != HX_OK) {

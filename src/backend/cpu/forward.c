@@ -1004,6 +1004,11 @@ static hx_status check_ubatch(hx_cpu_ctx *c, const hx_ubatch *ub, hx_error *e) {
         }
     }
     if (outs != ub->n_out) return hx_err(e, HX_ERR_ARG, "forward: %d tokens ask for output, n_out is %d", outs, ub->n_out);
+    /* a pipeline part's model view lacks the embedding or the head it does not run (api/pipe.c) */
+    if (!ub->embd_in && !c->m->tok_embd.data)
+        return hx_err(e, HX_ERR_ARG, "forward: this part of a layer split has no token embedding (embd_in required)");
+    if (!ub->embd_out && ub->n_out > 0 && !c->m->output.data)
+        return hx_err(e, HX_ERR_ARG, "forward: this part of a layer split has no output head (embd_out required)");
     return HX_OK;
 }
 
@@ -1029,16 +1034,20 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
         c->seq_next[s] = p + 1;
     }
 
-    /* embeddings */
-    size_t erow = hx_row_size(m->tok_embd.type, D);
-    for (int i = 0; i < n; i++) {
-        float *xi = c->x + (size_t)i * D;
-        hx_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)ub->token[i] * erow, xi, D);
-    }
-    if (c->n_lora) TRY(lora_embd(c, ub->token, n, c->x, e));
-    if (cfg->embd_scale) {
-        float s = sqrtf((float)D);
-        for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] *= s;
+    /* embeddings, or the residual stream of an earlier pipeline part (api/pipe.c) */
+    if (ub->embd_in) {
+        memcpy(c->x, ub->embd_in, sizeof(float) * (size_t)n * D);
+    } else {
+        size_t erow = hx_row_size(m->tok_embd.type, D);
+        for (int i = 0; i < n; i++) {
+            float *xi = c->x + (size_t)i * D;
+            hx_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)ub->token[i] * erow, xi, D);
+        }
+        if (c->n_lora) TRY(lora_embd(c, ub->token, n, c->x, e));
+        if (cfg->embd_scale) {
+            float s = sqrtf((float)D);
+            for (size_t i = 0; i < (size_t)n * D; i++) c->x[i] *= s;
+        }
     }
 
     float scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)hd);
@@ -1073,7 +1082,7 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
         if (c->dump_dir) TRY(dump_rows(c, ub, l, "attn", c->o, e));
 
         /* llama.cpp keeps only the rows that give logits before the last layer's FFN */
-        const int ffn_cols = l == cfg->n_layer - 1 && ub->n_out > 0 ? ub->n_out : n;
+        const int ffn_cols = l == cfg->n_layer - 1 && ub->n_out > 0 && !ub->embd_out ? ub->n_out : n;
         {
             const hx_tensor *W[2] = { &L->ffn_gate, &L->ffn_up };
             const float *B[2] = { NULL, V->ffn_up_b };
@@ -1093,6 +1102,11 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
         if (p + 1 > c->seq_hw[s]) c->seq_hw[s] = p + 1;
     }
 
+    /* a pipeline part before the last: the residual stream of every token */
+    if (ub->embd_out) {
+        memcpy(ub->embd_out, c->x, sizeof(float) * (size_t)n * D);
+        return HX_OK;
+    }
     /* outputs: the normed rows of the tokens that ask, in their output order */
     if (ub->n_out == 0) return HX_OK;
     for (int i = 0; i < n; i++) {
@@ -1124,7 +1138,8 @@ static hx_status forward_piece(void *ctx, const int32_t *tokens, int n, int pos,
         c->ub_seq[i] = 0;
         c->ub_out[i] = all_logits ? i : i == n - 1 ? 0 : -1;
     }
-    hx_ubatch ub = { n, tokens, c->ub_pos, c->ub_seq, c->ub_out, all_logits ? n : 1, false };
+    hx_ubatch ub = { .n = n, .token = tokens, .pos = c->ub_pos, .seq = c->ub_seq, .out = c->ub_out,
+                     .n_out = all_logits ? n : 1 };
     return forward_ub(c, &ub, logits, NULL, e);
 }
 

@@ -157,6 +157,12 @@ struct hx_cuda_ctx {
     // in one launch, when the model and device allow it (NULL: one kernel per op)
     hx_mega *mega;
     char mega_why[256];            // why not, when mega is NULL
+    // A pipeline part (api/pipe.c), for the forward being run: embd_in (n,
+    // n_embd) f32 on the host replaces the token embedding; with embd_out the
+    // forward stops after the last layer (its residual is copied out). The
+    // part's model view has no tok_embd / output when it does not run them.
+    const float *embd_in;
+    bool embd_out;
 };
 
 static bool skipped(const char *list, const char *label) {
@@ -601,8 +607,9 @@ extern "C" hx_status hx_cuda_ctx_new(const hx_model *m, const hx_cuda_opts *opts
     c->L.resize(cfg->n_layer);
     const hx_shard *sh = &c->tp; // (whole tensors when tpn == 1: every cut is HX_CUT_NONE)
     const hx_shard_cut whole = {HX_CUT_NONE, 0, 0};
-    FAIL(plan_mat(&m->tok_embd, &c->tok_embd, plan, &total, e));
-    FAIL(plan_mat(&m->output, &c->output, plan, &total, e, tpn > 1 ? sh->output : whole));
+    // (a pipeline part's view lacks the embedding or the head it does not run: api/pipe.c)
+    if (m->tok_embd.data) FAIL(plan_mat(&m->tok_embd, &c->tok_embd, plan, &total, e));
+    if (m->output.data) FAIL(plan_mat(&m->output, &c->output, plan, &total, e, tpn > 1 ? sh->output : whole));
     for (int l = 0; l < cfg->n_layer; l++) {
         const hx_layer_weights *W = &m->layers[l];
         dlayer *D = &c->L[l];
@@ -890,8 +897,12 @@ static hx_status enqueue_forward(hx_cuda_ctx *c, int slot, int n, int pos0, int 
     bool xq_ready = false; // c->xq holds the next q/k/v matvec's input (a layer's down delta made it)
     bool out_have = false; // ... the output head's (the last layer's down delta made it)
     hx_k_pdl_set(c->pdl);
-    PK("embed", hx_k_embed(st, &c->tok_embd, c->d_tok, n, c->x, cfg->embd_scale ? sqrtf((float)D) : 1.0f));
-    if (!c->lw.empty() && c->lw.back().r > 0) PK("lora embd", hx_k_lora_embd(st, &c->lw.back(), c->d_tok, n, c->x));
+    if (c->embd_in) { // a later pipeline part: the residual stream of the part before
+        PK("embd_in", cudaMemcpyAsync(c->x, c->embd_in, sizeof(float) * n * D, cudaMemcpyHostToDevice, st));
+    } else {
+        PK("embed", hx_k_embed(st, &c->tok_embd, c->d_tok, n, c->x, cfg->embd_scale ? sqrtf((float)D) : 1.0f));
+        if (!c->lw.empty() && c->lw.back().r > 0) PK("lora embd", hx_k_lora_embd(st, &c->lw.back(), c->d_tok, n, c->x));
+    }
     float scale = cfg->attn_scale > 0 ? cfg->attn_scale : 1.0f / sqrtf((float)hd);
     float rs = cfg->rope_scale > 0 ? cfg->rope_scale : 1.0f;
     // one token of one sequence without adapters: every layer in the persistent kernel
@@ -1215,7 +1226,7 @@ static hx_status enqueue_batch(hx_cuda_ctx *c, int slot, const int32_t *tokens, 
     c->ahead_pos = -1; // a lookahead step still on the stream runs first; its result is dropped
     if ((s = ensure_scratch(c, n, e))) return s;
     if ((s = ensure_logits(c, out_rows > 1 ? out_rows : 1, e))) return s;
-    if (n == 1 && !want_hidden) {
+    if (n == 1 && !want_hidden && !c->embd_in && !c->embd_out) {
         if ((s = enqueue_decode(c, slot, tokens[0], pos, e))) return s;
         c->n_past[slot] = pos + 1;
         return HX_OK;
@@ -1470,7 +1481,7 @@ static hx_status forward_multi(hx_cuda_ctx *c, const hx_ubatch *ub, float *logit
     const long long key = (long long)n | (long long)n_out << 20 | (long long)want_hidden << 40 |
                           (long long)c->tok_distinct << 41;
     hx_cuda_ctx::mgraph *g = NULL;
-    if (c->use_graph && !c->prof) {
+    if (c->use_graph && !c->prof && !c->embd_in && !c->embd_out) {
         auto it = c->mgraphs.find(key);
         if (it != c->mgraphs.end()) g = &it->second;
         else if (c->mgraphs.size() < 64) g = &(c->mgraphs[key] = {0, NULL});
@@ -1511,6 +1522,7 @@ static hx_status forward_multi(hx_cuda_ctx *c, const hx_ubatch *ub, float *logit
         return s;
     }
     if (hidden && n_out > 0 && (s = copy_out_rows(c, c->h, D, orow.data(), n_out, hidden, e))) return s;
+    if (ub->embd_out) CK(cudaMemcpyAsync(ub->embd_out, c->x, sizeof(float) * n * D, cudaMemcpyDeviceToHost, c->st));
     CK(cudaStreamSynchronize(c->st));
     // profiling: decode steps of many sequences (one token each) are counted, per step
     if (c->prof && n_out == n && n <= c->n_seq) return prof_collect(c, e);
@@ -1521,9 +1533,12 @@ static hx_status forward_multi(hx_cuda_ctx *c, const hx_ubatch *ub, float *logit
 // slot's cache (a lone token takes the slot's decode graph), several as one
 // pass over all tokens (forward_multi). The whole ubatch is checked before
 // anything runs, so a bad ubatch leaves every cache as it was.
-static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float *hidden, hx_error *e) {
-    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+static hx_status forward_ub(hx_cuda_ctx *c, const hx_ubatch *ub, float *logits, float *hidden, hx_error *e) {
     if (!ub || ub->n <= 0) return hx_err(e, HX_ERR_ARG, "cuda: forward: empty batch");
+    if (!ub->embd_in && !c->tok_embd.d)
+        return hx_err(e, HX_ERR_ARG, "cuda: forward: this part of a layer split has no token embedding (embd_in required)");
+    if (!ub->embd_out && !c->output.d)
+        return hx_err(e, HX_ERR_ARG, "cuda: forward: this part of a layer split has no output head (embd_out required)");
     if (c->piece > 0 && ub->n > c->piece)
         return hx_err(e, HX_ERR_ARG, "cuda: forward: %d tokens in one batch, the sliding-window caches hold %d", ub->n,
                       c->piece);
@@ -1558,10 +1573,14 @@ static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float
     if (subs.size() > 1) return forward_multi(c, ub, logits, hidden, e);
     for (auto &b : subs) {
         int n = (int)b.tok.size();
-        int out_rows = b.first_out < 0 ? 1 : n - b.first_out;
-        bool want_hidden = hidden && b.first_out >= 0;
+        int out_rows = ub->embd_out ? 0 : b.first_out < 0 ? 1 : n - b.first_out;
+        bool want_hidden = hidden && b.first_out >= 0 && !ub->embd_out;
         hx_status st = enqueue_batch(c, b.seq, b.tok.data(), n, b.pos, out_rows, want_hidden, e);
         if (st) return st;
+        if (ub->embd_out) { // (one sub-batch: its rows are the ubatch's, in order)
+            CK(cudaMemcpyAsync(ub->embd_out, c->x, sizeof(float) * n * D, cudaMemcpyDeviceToHost, c->st));
+            continue;
+        }
         if (b.first_out < 0) continue;
         const int32_t *oi = b.out.data() + b.first_out;
         if (logits && ub->defer_logits) { // (one sub-batch: a single sequence)
@@ -1577,6 +1596,21 @@ static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float
         CK(cudaStreamSynchronize(c->st));
     }
     CK(cudaStreamSynchronize(c->st));
+    return HX_OK;
+}
+
+static hx_status be_forward(void *ctx, const hx_ubatch *ub, float *logits, float *hidden, hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    c->embd_in = ub ? ub->embd_in : NULL;
+    c->embd_out = ub && ub->embd_out;
+    hx_status s = forward_ub(c, ub, logits, hidden, e);
+    c->embd_in = NULL;
+    c->embd_out = false;
+    return s;
+}
+
+extern "C" hx_status hx_cuda_select(int index, hx_error *e) {
+    CK(cudaSetDevice(index));
     return HX_OK;
 }
 

@@ -60,6 +60,8 @@ typedef struct srv_config {
     double step_target_s;      /* ... fewer when a step would take longer than this */
     hx_device device;
     int tensor_parallel;          /* -tp N: GPUs sharing every layer (1: one) */
+    bool split_layer;          /* -sm layer: the -tp N GPUs hold contiguous layers each instead */
+    int layer_split;           /* --layer-split N: as -tp N -sm layer (0 or 1: none) */
     size_t max_body;           /* bytes; larger bodies get 413 */
     int max_tokens;            /* ceiling on generated tokens per request (0: the context) */
     int max_prompt;            /* ceiling on prompt tokens (0: the context) */
