@@ -10,6 +10,7 @@
 #include "backend/cpu/fa_ggml.h"
 #include "backend/cpu/glu.h"
 #include "core/core.h"
+#include "quant/dot.h"
 #include "quant/quant.h"
 #include "test_util.h"
 
@@ -162,11 +163,66 @@ static void test_f16_rows(void) {
     CHECKF(!diff, "f32 -> f16 row: %lld values differ from hx_fp32_to_fp16", (long long)diff);
 }
 
+/* The exact mode's grouped attention kernels (attn.h) against the per-head calls
+ * they replace in forward.c, bit for bit: hx_dot_f16_avx2 per (head, row) for the
+ * scores, hx_f32_axpy_f16_avx2 row by row for the weighted sums; G = 1..5 heads
+ * (pairs and an odd one out), head sizes 32..256, a ring that wraps (r0 + cnt >
+ * rows) and one that does not, and a row stride wider than the head (kv heads
+ * side by side in a cache row). */
+static void test_attn_group(void) {
+    if (hx_isa_best() < HX_ISA_AVX2) { printf("SKIP grouped attention: CPU lacks AVX2\n"); return; }
+    hx_rng r;
+    hx_rng_seed(&r, 57);
+    enum { MAXG = 5, MAXHD = 256, ROWS = 37, LDS = 40 };
+    const int hds[] = { 32, 64, 128, 256 };
+    static uint16_t kc[ROWS * 2 * MAXHD], vc[ROWS * 2 * MAXHD];
+    static float q[MAXG * MAXHD], sa[MAXG * LDS], sb[MAXG * LDS], oa[MAXG * MAXHD], ob[MAXG * MAXHD];
+    int cases = 0, bad_s = 0, bad_v = 0;
+    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++) {
+        const int hd = hds[h];
+        const size_t ld = 2 * (size_t)hd; /* two kv heads per row; ours is the second */
+        for (size_t i = 0; i < ROWS * ld; i++) {
+            kc[i] = hx_fp32_to_fp16(hx_rng_normal(&r));
+            vc[i] = hx_fp32_to_fp16(hx_rng_normal(&r));
+        }
+        for (int i = 0; i < MAXG * hd; i++) q[i] = hx_rng_normal(&r);
+        for (int G = 1; G <= MAXG; G++)
+            for (int k = 0; k < 3; k++) {
+                const int r0 = k == 0 ? 0 : k == 1 ? 5 : 30, cnt = k == 0 ? 1 : k == 1 ? 20 : ROWS;
+                const uint16_t *K = kc + hd, *Vv = vc + hd;
+                float inv[MAXG];
+                hx_attn_scores_f16_avx2(hd, G, q, K, ld, r0, ROWS, cnt, sa, LDS);
+                for (int g = 0; g < G; g++) {
+                    for (int i = 0; i < cnt; i++) {
+                        const size_t row = (size_t)((r0 + i) % ROWS) * ld;
+                        hx_dot_f16_avx2(hd, &sb[g * LDS + i], K + row, q + (size_t)g * hd);
+                        bad_s += memcmp(&sa[g * LDS + i], &sb[g * LDS + i], 4) != 0;
+                        sa[g * LDS + i] = sb[g * LDS + i] = expf(0.05f * sb[g * LDS + i]); /* weights */
+                    }
+                    inv[g] = 1.0f / (float)(g + 3);
+                }
+                hx_attn_values_f16_avx2(hd, G, sa, LDS, inv, Vv, ld, r0, ROWS, cnt, oa);
+                for (int g = 0; g < G; g++) {
+                    float *o = ob + (size_t)g * hd;
+                    memset(o, 0, sizeof(float) * hd);
+                    for (int i = 0; i < cnt; i++)
+                        hx_f32_axpy_f16_avx2(hd, o, Vv + (size_t)((r0 + i) % ROWS) * ld, sb[g * LDS + i] * inv[g]);
+                }
+                bad_v += memcmp(oa, ob, sizeof(float) * G * hd) != 0;
+                cases++;
+            }
+    }
+    CHECKF(!bad_s, "grouped attention scores: %d differ from hx_dot_f16_avx2", bad_s);
+    CHECKF(!bad_v, "grouped attention sums: %d of %d cases differ from the per-row axpy", bad_v, cases);
+    printf("grouped attention: %d cases equal the per-head kernels bit for bit\n", cases);
+}
+
 int main(void) {
     test_f16_rows();
     test_exp();
     test_swiglu();
     test_geglu();
     test_fa_tiles();
+    test_attn_group();
     return t_done("test_glu");
 }

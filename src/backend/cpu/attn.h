@@ -2,6 +2,7 @@
 #ifndef HX_CPU_ATTN_H
 #define HX_CPU_ATTN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* acc = f16(fma(v, s, acc)) and acc = f16(acc * s) over n halves (AVX2+F16C+FMA). */
@@ -13,5 +14,19 @@ void hx_f32_axpy_f16_avx2(int n, float *acc, const uint16_t *v, float w);
  * bits of hx_fp32_to_fp16 / hx_fp16_to_fp32, 8 lanes at a time. */
 void hx_f32_to_f16_row_avx2(int n, uint16_t *dst, const float *src);
 void hx_f16_to_f32_row_avx2(int n, float *dst, const uint16_t *src);
+
+/* The most query heads per kv head the grouped kernels below are used for. */
+#define HX_ATTN_GROUP_MAX 16
+
+/* The exact mode's attention for the G query heads q (G x hd, contiguous) of one
+ * kv head over cnt rows of an f16 cache (row i of the visible run at
+ * kc + ((r0 + i) mod rows) * ld, r0 < rows), hd a multiple of 32:
+ *   scores: s[g * lds + i] = hx_dot_f16_avx2(hd, row i, q_g), bit for bit;
+ *   values: out[g * hd + d] = sum over i in order of (s[g * lds + i] * inv[g]) * v_i[d],
+ *           the bits of hx_f32_axpy_f16_avx2 applied row by row from zero. */
+void hx_attn_scores_f16_avx2(int hd, int G, const float *q, const uint16_t *kc, size_t ld, int r0, int rows, int cnt,
+                             float *s, size_t lds);
+void hx_attn_values_f16_avx2(int hd, int G, const float *s, size_t lds, const float *inv, const uint16_t *vc,
+                             size_t ld, int r0, int rows, int cnt, float *out);
 
 #endif

@@ -59,6 +59,7 @@
 #include "core/core.h"
 #include "model/lora.h"
 #include "model/lora_mm.h"
+#include "quant/dot.h"
 #include "quant/quant.h"
 
 /* Norm weights and biases of one layer as f32 (NULL when the model has none). */
@@ -75,6 +76,7 @@ struct hx_cpu_ctx {
     int kv_type;          /* HX_TYPE_F16 or HX_TYPE_F32 */
     bool ggml_compat;     /* see hx_cpu_opts */
     bool f16c;            /* AVX2+F16C+FMA usable: SIMD f16 accumulator */
+    bool attn_grouped;    /* exact-mode attention by (token, kv head): attn_task_group */
     size_t kv_elem;       /* bytes per cache element */
     size_t kv_row;        /* bytes per cache row (n_head_kv * head_dim elements) */
     int *seq_len;         /* per slot: positions held (the next position) */
@@ -311,7 +313,13 @@ static hx_status ctx_create(const hx_model *m, const ctx_opts *o, hx_cpu_ctx **o
     }
     c->piece = hx_kv_has_ring(cfg, c->kv_rows, c->n_ctx) || c->ggml_compat ? c->ubatch : 0;
     int nth = hx_pool_threads(c->pool);
-    c->scores = malloc(sizeof(float) * nth * c->n_ctx);
+    /* the exact mode's grouped attention (attn_task_group): same bits as attn_task's
+     * per-head loop, which it replaces where its kernels apply */
+    int G = cfg->n_head_kv > 0 && cfg->n_head % cfg->n_head_kv == 0 ? cfg->n_head / cfg->n_head_kv : 0;
+    c->attn_grouped = c->f16c && c->kv_type == HX_TYPE_F16 && cfg->head_dim % 32 == 0 && G >= 1 &&
+                      G <= HX_ATTN_GROUP_MAX && hx_get_vec_dot(HX_TYPE_F16, hx_isa_current()) == hx_dot_f16_avx2 &&
+                      !getenv("HX_ATTN_PER_HEAD");
+    c->scores = malloc(sizeof(float) * nth * (c->attn_grouped ? G : 1) * c->n_ctx);
     c->vacc = malloc(sizeof(float) * nth * cfg->head_dim);
     c->rope_cs = malloc(sizeof(float) * nth * (cfg->head_dim / 2 + 1));
     c->rope_sn = malloc(sizeof(float) * nth * (cfg->head_dim / 2 + 1));
@@ -357,6 +365,8 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
     };
     return ctx_create(m, &co, out, e);
 }
+
+bool hx_cpu_attn_grouped(const hx_cpu_ctx *c) { return c->attn_grouped && !c->ggml_compat; }
 
 int hx_cpu_n_ctx(const hx_cpu_ctx *c) { return c->n_ctx; }
 size_t hx_cpu_kv_bytes(const hx_cpu_ctx *c) {
@@ -453,6 +463,7 @@ typedef struct attn_job {
     bool prescale_q;      /* ggml_compat gemma3: llama.cpp scales q before flash attention (scale 1
                              there), so f16(q * scale), not f16(q) * scale (they differ where q * scale
                              is an f16 subnormal) */
+    bool grouped;         /* exact mode, f16 cache, AVX2: a task is a (token, kv head), attn_task_group */
 } attn_job;
 
 /* Cache row of the i-th position after `first`, whose row is r0 (a ring wraps at rows). */
@@ -722,6 +733,43 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     }
     memcpy(c->att + ((size_t)i * nh + h) * hd, acc, sizeof(float) * hd);
     if (c->probe) probe_row(c, j, i, h, first, p, sc, inv);
+}
+
+/* The exact mode's attention over an f16 cache with AVX2 (attn.h): task = (n - 1 -
+ * token i) * n_head_kv + kv head; the G = n_head / n_head_kv query heads that share
+ * the kv head go together, so each cache row is read and converted once for all of
+ * them. Every head's scores, softmax and weighted sum are attn_task's bits. */
+static void attn_task_group(void *ctx, int64_t task, int thread) {
+    const attn_job *j = ctx;
+    hx_cpu_ctx *c = j->c;
+    const hx_model_config *cfg = &c->m->cfg;
+    int hd = cfg->head_dim, nh = cfg->n_head, nkv = cfg->n_head_kv, G = nh / nkv;
+    int i = j->n - 1 - (int)(task / nkv), kvh = (int)(task % nkv), h0 = kvh * G;
+    int p = j->pos[i];
+    int first = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
+    const float *q = c->q + ((size_t)i * nh + h0) * hd;
+    const uint16_t *kc = (const uint16_t *)slot_rows(c, c->k_cache, j->layer, j->seq[i]) + (size_t)kvh * hd;
+    const uint16_t *vc = (const uint16_t *)slot_rows(c, c->v_cache, j->layer, j->seq[i]) + (size_t)kvh * hd;
+    size_t ld = c->kv_row / sizeof(uint16_t);
+    int rows = c->kv_rows[j->layer], r0 = first % rows, cnt = p - first + 1;
+    float *sc = c->scores + (size_t)thread * G * c->n_ctx, inv[HX_ATTN_GROUP_MAX];
+    hx_attn_scores_f16_avx2(hd, G, q, kc, ld, r0, rows, cnt, sc + first, (size_t)c->n_ctx);
+    for (int g = 0; g < G; g++) {
+        float *s = sc + (size_t)g * c->n_ctx, mx = -INFINITY;
+        for (int t = first; t <= p; t++) {
+            float v = s[t] * j->scale;
+            if (j->softcap > 0) v = j->softcap * tanhf(v / j->softcap);
+            s[t] = v;
+            if (v > mx) mx = v;
+        }
+        double sum = 0;
+        for (int t = first; t <= p; t++) { s[t] = expf(s[t] - mx); sum += s[t]; }
+        inv[g] = (float)(1.0 / sum);
+    }
+    hx_attn_values_f16_avx2(hd, G, sc + first, (size_t)c->n_ctx, inv, vc, ld, r0, rows, cnt,
+                            c->att + ((size_t)i * nh + h0) * hd);
+    if (c->probe)
+        for (int g = 0; g < G; g++) probe_row(c, j, i, h0 + g, first, p, sc + (size_t)g * c->n_ctx, inv[g]);
 }
 
 /* Inspection: layer l's q, k (after RoPE), v and attention output of the
@@ -1070,11 +1118,13 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
         run_tokens(c, ub, l, TOK_QK_ROPE);
         bool ggml_f16 = c->ggml_compat && c->kv_type == HX_TYPE_F16 && hd <= 512;
         attn_job aj = { c, l, n, ub->pos, ub->seq, ggml_f16 && one_seq && n >= 64, swa ? cfg->sliding_window : 0,
-                        scale, cfg->attn_logit_softcap, kdot, c->ggml_compat && cfg->arch == HX_ARCH_GEMMA3 };
+                        scale, cfg->attn_logit_softcap, kdot, c->ggml_compat && cfg->arch == HX_ARCH_GEMMA3,
+                        !ggml_f16 && c->attn_grouped };
         if (aj.tiled) TRY(fa_prepare(c, l, ub->seq[0], ub->pos[0], n, e));
         /* threads only pay off when there is enough attention work */
         bool big = (double)n * nh * hd * (max_pos + 1) >= 65536.0;
-        hx_pool_run(big ? c->pool : NULL, (int64_t)n * nh, attn_task, &aj);
+        if (aj.grouped) hx_pool_run(big ? c->pool : NULL, (int64_t)n * cfg->n_head_kv, attn_task_group, &aj);
+        else hx_pool_run(big ? c->pool : NULL, (int64_t)n * nh, attn_task, &aj);
         if (c->probe) probe_layer(c, ub, l);
         TRY(linear(c, &L->wo, c->att, n, c->o, V->bo, e));
         if (c->n_lora) TRY(lora_add(c, l, HX_LORA_O, c->att, n, n, c->o, e));

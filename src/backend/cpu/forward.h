@@ -40,5 +40,9 @@ hx_status hx_cpu_forward(hx_cpu_ctx *c, const int32_t *tokens, int n, int pos,
 int hx_cpu_truncate(hx_cpu_ctx *c, int pos);
 int hx_cpu_n_ctx(const hx_cpu_ctx *c);
 size_t hx_cpu_kv_bytes(const hx_cpu_ctx *c); /* K and V cache bytes over all layers */
+/* Whether the exact mode's attention runs by (token, kv head) with the grouped
+ * AVX2 kernels (f16 cache, head size a multiple of 32; off with env
+ * HX_ATTN_PER_HEAD set when the context is made). Both give the same bits. */
+bool hx_cpu_attn_grouped(const hx_cpu_ctx *c);
 
 #endif

@@ -221,13 +221,19 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
     int nth = pool ? hx_pool_threads(pool) : 1;
     /* rows per task: ~64 KiB of weights for matvec, but at least 8 tasks per
      * thread per matrix so the threads finish together; for batches a 16 KiB
-     * row block. */
-    size_t target = n == 1 ? 65536 : 16384;
+     * row block. From 128 tokens a batch's row blocks are 64 KiB, at least 2
+     * per thread: every kernel call lays out its tokens' activations again
+     * (the packed kernels' per-call preparation), so fewer, taller row blocks
+     * do that less often, and the token split below brings the task count
+     * back to 8 per thread. */
+    const bool tall = n >= 128;
+    const size_t target = n == 1 || tall ? 65536 : 16384;
+    const int64_t per_thread = tall ? 2 : 8;
     int64_t row_tasks = 0;
     for (int m = 0; m < count; m++) {
         int64_t rpt = (int64_t)(target / j.w_row[m]);
         if (rpt < 1) rpt = 1;
-        int64_t max_rpt = (j.rows[m] + 8 * nth - 1) / (8 * nth);
+        int64_t max_rpt = (j.rows[m] + per_thread * nth - 1) / (per_thread * nth);
         if (rpt > max_rpt) rpt = max_rpt > 0 ? max_rpt : 1;
         if (j.gemm[m]) /* whole tiles of 3, 4 or 8 rows (matvec), also of 16 for batches */
             rpt = n == 1 ? (rpt + 23) / 24 * 24 : (rpt + 47) / 48 * 48;
