@@ -513,7 +513,7 @@ static void test_threads(const char *path) {
 
 /* The exact mode's grouped attention (a task per token and kv head, attn.h's
  * kernels) gives the per-head loop's logits bit for bit: a 150-token prompt (all
- * rows) and two decode steps, on 2 threads, with and without HX_ATTN_PER_HEAD. */
+ * rows) and two decode steps, on 2 threads, with and without hx_cpu_opts.attn_per_head. */
 static void test_attn_grouped(const char *path) {
     hx_model *m = load(path);
     if (!m) return;
@@ -524,12 +524,10 @@ static void test_attn_grouped(const char *path) {
     float *y[2] = { malloc(sizeof(float) * V * (P + 2)), malloc(sizeof(float) * V * (P + 2)) };
     bool grouped[2] = { false, false };
     for (int k = 0; k < 2; k++) {
-        if (k) setenv("HX_ATTN_PER_HEAD", "1", 1);
-        hx_cpu_opts o = { .n_ctx = P + 8, .kv_type = HX_TYPE_F16, .n_threads = 2 };
+        hx_cpu_opts o = { .n_ctx = P + 8, .kv_type = HX_TYPE_F16, .n_threads = 2, .attn_per_head = k == 1 };
         hx_cpu_ctx *c = NULL;
         hx_error e = {0};
         CHECKF(hx_cpu_ctx_new(m, &o, &c, &e) == HX_OK, "%s", e.msg);
-        unsetenv("HX_ATTN_PER_HEAD");
         if (!c) break;
         grouped[k] = hx_cpu_attn_grouped(c);
         CHECKF(hx_cpu_forward(c, toks, P, 0, y[k], true, &e) == HX_OK, "%s", e.msg);

@@ -253,6 +253,7 @@ typedef struct ctx_opts {
     bool ggml_compat;
     const char *dump_dir;
     const int *dump_positions; int n_dump_positions;
+    bool attn_per_head; /* (tests) hx_cpu_opts.attn_per_head */
 } ctx_opts;
 
 static hx_status ctx_create(const hx_model *m, const ctx_opts *o, hx_cpu_ctx **out, hx_error *e) {
@@ -318,7 +319,7 @@ static hx_status ctx_create(const hx_model *m, const ctx_opts *o, hx_cpu_ctx **o
     int G = cfg->n_head_kv > 0 && cfg->n_head % cfg->n_head_kv == 0 ? cfg->n_head / cfg->n_head_kv : 0;
     c->attn_grouped = c->f16c && c->kv_type == HX_TYPE_F16 && cfg->head_dim % 32 == 0 && G >= 1 &&
                       G <= HX_ATTN_GROUP_MAX && hx_get_vec_dot(HX_TYPE_F16, hx_isa_current()) == hx_dot_f16_avx2 &&
-                      !getenv("HX_ATTN_PER_HEAD");
+                      !o->attn_per_head;
     c->scores = malloc(sizeof(float) * nth * (c->attn_grouped ? G : 1) * c->n_ctx);
     c->vacc = malloc(sizeof(float) * nth * cfg->head_dim);
     c->rope_cs = malloc(sizeof(float) * nth * (cfg->head_dim / 2 + 1));
@@ -362,6 +363,7 @@ hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx 
         .dump_dir = o.dump_dir,
         .dump_positions = o.dump_positions,
         .n_dump_positions = o.n_dump_positions,
+        .attn_per_head = o.attn_per_head,
     };
     return ctx_create(m, &co, out, e);
 }

@@ -24,6 +24,7 @@ typedef struct hx_cpu_opts {
     const int *dump_positions; int n_dump_positions; /* which positions to dump (NULL = all) */
     int n_ubatch;       /* most tokens per internal batch, 0 = 512; sliding-window layers keep
                            window + n_ubatch cache rows, and longer batches run in pieces */
+    bool attn_per_head; /* (tests) the exact mode's attention by query head, not by kv head */
 } hx_cpu_opts;
 
 hx_status hx_cpu_ctx_new(const hx_model *m, const hx_cpu_opts *opts, hx_cpu_ctx **out, hx_error *e);
@@ -41,8 +42,8 @@ int hx_cpu_truncate(hx_cpu_ctx *c, int pos);
 int hx_cpu_n_ctx(const hx_cpu_ctx *c);
 size_t hx_cpu_kv_bytes(const hx_cpu_ctx *c); /* K and V cache bytes over all layers */
 /* Whether the exact mode's attention runs by (token, kv head) with the grouped
- * AVX2 kernels (f16 cache, head size a multiple of 32; off with env
- * HX_ATTN_PER_HEAD set when the context is made). Both give the same bits. */
+ * AVX2 kernels (f16 cache, head size a multiple of 32; off with
+ * hx_cpu_opts.attn_per_head). Both give the same bits. */
 bool hx_cpu_attn_grouped(const hx_cpu_ctx *c);
 
 #endif
