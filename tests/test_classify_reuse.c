@@ -12,7 +12,9 @@
  * tails, a prompt that is a prefix of another, a prompt equal to the shared
  * head, a duplicate, and a prompt sharing only BOS; labels of one and of
  * several tokens. Contexts: 4, 3 and 1 sequences, default (llama.cpp
- * rounding) and exact arithmetic.
+ * rounding) and exact arithmetic. And the KB's classification prompts
+ * (kb_llm_prompt_classify_about) of two entries share every token before the
+ * note, through each model's chat template.
  *
  * Tolerances (relative, |s - s_alone| / (1 + |s_alone|), on the raw summed
  * log-probabilities): the reference itself is not bit-identical to any batch.
@@ -26,6 +28,9 @@
  * moves s by more than 1e-4 on every model here (checked below).
  */
 #include <helix.h>
+#include <helix_kb.h>
+
+#include "kb/llm.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -181,6 +186,54 @@ static void test_model(hx_model *m, const char *name, bool ring) {
     }
 }
 
+/* The KB's classification prompts (src/kb/llm.c) put the note last, so two
+ * entries' prompts share everything before the note's title: the chat
+ * template, the system text and the topic list (with its lines about each
+ * topic). Their common token prefix must reach that far (less the two tokens
+ * a tokenizer may merge across the boundary). */
+static void test_kb_prompts(const char *path, const char *name) {
+    hx_error e = {0};
+    kb_llm_opts o = kb_llm_defaults();
+    o.model = path;
+    o.device = HX_DEVICE_CPU;
+    o.n_seq = 2;
+    o.n_ctx_seq = 512;
+    o.n_threads = 2;
+    kb_llm *l = NULL;
+    if (kb_llm_open(&o, &l, &e)) { fprintf(stderr, "%s: %s\n", name, e.msg); fails++; return; }
+    hx_model *m = open_model(path);
+    const char *labels[] = {"cats", "dogs and wolves", "the weather", "travel by train"};
+    const char *about[] = {"the cat sat; purring", "howling at night", "rain again; a dry spring", "late trains"};
+    for (int k = 0; k < 2 && m; k++) {
+        const char *const *ab = k ? about : NULL;
+        char *a = kb_llm_prompt_classify_about(l, "Cats at night", "the cat sat on the mat", labels, ab, 4);
+        char *b = kb_llm_prompt_classify_about(l, "Trains", "all trains were late today because of the rain", labels, ab, 4);
+        CHECK(a && b);
+        if (!a || !b) { free(a); free(b); break; }
+        const char *ta = strstr(a, "Note title: "), *tb = strstr(b, "Note title: ");
+        CHECKF(ta && tb && ta - a == tb - b && !memcmp(a, b, (size_t)(ta - a)), "%s: the prompts differ before the note", name);
+        size_t hl = ta ? (size_t)(ta - a) : 0;
+        for (int j = 0; j < 4 && ta; j++) CHECKF(memmem(a, hl, labels[j], strlen(labels[j])), "%s: topic %d after the note", name, j);
+        int na = 0, nb = 0, nh = 0;
+        int32_t *ia = malloc(sizeof *ia * 1024), *ib = malloc(sizeof *ib * 1024);
+        char *head = strndup(a, hl);
+        CHECK(ia && ib && head);
+        if (ia && ib && head) {
+            CHECK(hx_tokenize(m, a, -1, true, true, ia, 1024, &na, &e) == HX_OK);
+            CHECK(hx_tokenize(m, b, -1, true, true, ib, 1024, &nb, &e) == HX_OK);
+            CHECK(hx_tokenize(m, head, -1, true, true, NULL, 0, &nh, &e) == HX_OK || nh > 0);
+            int lcp = 0;
+            while (lcp < na && lcp < nb && ia[lcp] == ib[lcp]) lcp++;
+            printf("%s: KB prompts%s: %d and %d tokens share %d (the text before the note: %d)\n", name,
+                   k ? " with lines about the topics" : "", na, nb, lcp, nh);
+            CHECKF(lcp >= nh - 2, "%s: the prompts share %d tokens of the %d before the note", name, lcp, nh);
+        }
+        free(ia); free(ib); free(head); free(a); free(b);
+    }
+    hx_model_free(m);
+    kb_llm_free(l);
+}
+
 static bool synth(const char *out) {
     const char *bin = getenv("HX_BIN");
     if (!bin || access(bin, X_OK)) return false;
@@ -199,6 +252,7 @@ int main(void) {
     if (synth(model)) {
         hx_model *m = open_model(model);
         if (m) { test_model(m, "synthetic smollm", false); any = true; }
+        if (m) test_kb_prompts(model, "synthetic smollm");
         hx_model_free(m);
     } else printf("SKIP part: no synthetic model (set HX_BIN to helix-bg; ctest does)\n");
     remove(model);
@@ -217,6 +271,7 @@ int main(void) {
         if (stat(p, &st)) { printf("SKIP part: %s not found\n", p); continue; }
         hx_model *m = open_model(p);
         if (m) { test_model(m, shared[k].name, shared[k].ring); any = true; }
+        if (m) test_kb_prompts(p, shared[k].name);
         hx_model_free(m);
     }
     if (!any && !fails) { printf("SKIP: no model (no HX_BIN, no %s)\n", sh); return 77; }
