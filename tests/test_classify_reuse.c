@@ -31,6 +31,7 @@
 #include <helix_kb.h>
 
 #include "kb/llm.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -38,11 +39,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int fails = 0, checks = 0;
-#define CHECK(c) do { checks++; if (!(c)) { fails++; fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); } } while (0)
-#define CHECKF(c, ...) do { checks++; if (!(c)) { fails++; fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #c); \
-    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 
 #define TOL_EXACT 1e-6
 #define TOL_DEFAULT 3e-3
@@ -54,7 +50,7 @@ static hx_model *open_model(const char *path) {
     hx_model *m = NULL;
     hx_model_params mp = hx_model_default_params();
     mp.device = HX_DEVICE_CPU;
-    if (hx_model_open(path, &mp, &m, &e)) { fprintf(stderr, "open %s: %s\n", path, e.msg); fails++; return NULL; }
+    if (hx_model_open(path, &mp, &m, &e)) { fprintf(stderr, "open %s: %s\n", path, e.msg); t_failures++; return NULL; }
     return m;
 }
 
@@ -68,7 +64,7 @@ static hx_context *new_ctx(hx_model *m, int n_ctx_seq, int n_seq, int n_ubatch, 
     cp.exact = exact;
     cp.kv_f32 = exact;
     hx_context *c = NULL;
-    if (hx_context_new(m, &cp, &c, &e)) { fprintf(stderr, "context: %s\n", e.msg); fails++; return NULL; }
+    if (hx_context_new(m, &cp, &c, &e)) { fprintf(stderr, "context: %s\n", e.msg); t_failures++; return NULL; }
     return c;
 }
 
@@ -200,7 +196,7 @@ static void test_kb_prompts(const char *path, const char *name) {
     o.n_ctx_seq = 512;
     o.n_threads = 2;
     kb_llm *l = NULL;
-    if (kb_llm_open(&o, &l, &e)) { fprintf(stderr, "%s: %s\n", name, e.msg); fails++; return; }
+    if (kb_llm_open(&o, &l, &e)) { fprintf(stderr, "%s: %s\n", name, e.msg); t_failures++; return; }
     hx_model *m = open_model(path);
     const char *labels[] = {"cats", "dogs and wolves", "the weather", "travel by train"};
     const char *about[] = {"the cat sat; purring", "howling at night", "rain again; a dry spring", "late trains"};
@@ -257,14 +253,15 @@ int main(void) {
     } else printf("SKIP part: no synthetic model (set HX_BIN to helix-bg; ctest does)\n");
     remove(model);
     rmdir(dir);
-    const char *sh = getenv("HX_SHARED") && *getenv("HX_SHARED") ? getenv("HX_SHARED") : "../shared";
+    const char *sh = t_shared_dir();
+    if (!sh) printf("SKIP part: ../shared not found (set HX_SHARED): stories260K, tiny llama3/qwen3/gemma3\n");
     struct { const char *file, *name; bool ring; } shared[] = {
         {"models/stories260K.gguf", "stories260K", false},
         {"models/ref-tiny/tiny-llama3-shared.gguf", "tiny llama3", false},
         {"models/ref-tiny/tiny-qwen3-shared.gguf", "tiny qwen3", false},
         {"models/ref-tiny/tiny-gemma3-shared.gguf", "tiny gemma3", true},
     };
-    for (int k = 0; k < (int)(sizeof shared / sizeof *shared); k++) {
+    for (int k = 0; sh && k < (int)(sizeof shared / sizeof *shared); k++) {
         char p[600];
         snprintf(p, sizeof p, "%s/%s", sh, shared[k].file);
         struct stat st;
@@ -274,7 +271,7 @@ int main(void) {
         if (m) test_kb_prompts(p, shared[k].name);
         hx_model_free(m);
     }
-    if (!any && !fails) { printf("SKIP: no model (no HX_BIN, no %s)\n", sh); return 77; }
-    printf("test_classify_reuse: %d checks, %d failures\n", checks, fails);
-    return fails ? 1 : 0;
+    if (!any && !t_failures) { printf("SKIP: no model (no HX_BIN, no ../shared)\n"); return 77; }
+    printf("test_classify_reuse: %d checks, %d failures\n", t_checks, t_failures);
+    return t_failures ? 1 : 0;
 }
