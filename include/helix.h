@@ -479,7 +479,7 @@ void hx_generate_result_free(hx_generate_result *r);
  *   s_ij = sum_t log p(label_j token t | prompt_i, label_j tokens < t).
  * Labels are tokenized as continuation text (no BOS; a leading space is
  * kept as given). Many prompts run in one batch over the context's sequences
- * (n_seq_max of them at a time, half of them with labels of several tokens);
+ * (n_seq_max of them at a time, half as many when a label has several tokens);
  * the sequences' caches are cleared before and after.
  * Shared heads are computed once: the prompts of a batch share their longest
  * common token prefix (less at least each prompt's last token), computed in

@@ -12,7 +12,11 @@
  * tails, a prompt that is a prefix of another, a prompt equal to the shared
  * head, a duplicate, and a prompt sharing only BOS; labels of one and of
  * several tokens. Contexts: 4, 3 and 1 sequences, default (llama.cpp
- * rounding) and exact arithmetic.
+ * rounding) and exact arithmetic. And the KB's classification prompts
+ * (kb_llm_prompt_classify_about) of two entries share every token before the
+ * note, through each model's chat template. `test_classify_reuse --cuda`
+ * (not run by ctest) runs the models on the GPU, default contexts only, with
+ * the default tolerance: the check of hx_seq_copy and rings on the device.
  *
  * Tolerances (relative, |s - s_alone| / (1 + |s_alone|), on the raw summed
  * log-probabilities): the reference itself is not bit-identical to any batch.
@@ -26,6 +30,10 @@
  * moves s by more than 1e-4 on every model here (checked below).
  */
 #include <helix.h>
+#include <helix_kb.h>
+
+#include "kb/llm.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -34,10 +42,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int fails = 0, checks = 0;
-#define CHECK(c) do { checks++; if (!(c)) { fails++; fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); } } while (0)
-#define CHECKF(c, ...) do { checks++; if (!(c)) { fails++; fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #c); \
-    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+/* --cuda: the models on the GPU (default contexts only: exact is the CPU's) */
+static hx_device g_device = HX_DEVICE_CPU;
 
 #define TOL_EXACT 1e-6
 #define TOL_DEFAULT 3e-3
@@ -48,8 +54,8 @@ static hx_model *open_model(const char *path) {
     hx_error e = {0};
     hx_model *m = NULL;
     hx_model_params mp = hx_model_default_params();
-    mp.device = HX_DEVICE_CPU;
-    if (hx_model_open(path, &mp, &m, &e)) { fprintf(stderr, "open %s: %s\n", path, e.msg); fails++; return NULL; }
+    mp.device = g_device;
+    if (hx_model_open(path, &mp, &m, &e)) { fprintf(stderr, "open %s: %s\n", path, e.msg); t_failures++; return NULL; }
     return m;
 }
 
@@ -63,7 +69,7 @@ static hx_context *new_ctx(hx_model *m, int n_ctx_seq, int n_seq, int n_ubatch, 
     cp.exact = exact;
     cp.kv_f32 = exact;
     hx_context *c = NULL;
-    if (hx_context_new(m, &cp, &c, &e)) { fprintf(stderr, "context: %s\n", e.msg); fails++; return NULL; }
+    if (hx_context_new(m, &cp, &c, &e)) { fprintf(stderr, "context: %s\n", e.msg); t_failures++; return NULL; }
     return c;
 }
 
@@ -74,9 +80,9 @@ static int n_tokens(hx_model *m, const char *s, bool bos) {
     return n;
 }
 
-/* The prompts classified together against each alone on the same context.
- * Returns the worst relative difference of the raw log-probabilities. */
-static double compare(hx_context *c, double tol, const char *what, const char *const *prompts, int np,
+/* The prompts classified together against each alone on the same context:
+ * the raw log-probabilities within tol (relative), the tokens accounted for. */
+static void compare(hx_context *c, double tol, const char *what, const char *const *prompts, int np,
                       const char *const *labels, int nl, bool expect_reuse) {
     hx_error e = {0};
     float probs[MAXP * MAXL], lp[MAXP * MAXL], p1[MAXL], lp1[MAXL];
@@ -91,8 +97,9 @@ static double compare(hx_context *c, double tol, const char *what, const char *c
         alone_tokens += m1.prompt_tokens;
         for (int j = 0; j < nl; j++) {
             double d = fabs((double)lp[i * nl + j] - lp1[j]) / (1 + fabs((double)lp1[j]));
-            if (d > worst) worst = d;
-            if (fabs(probs[i * nl + j] - p1[j]) > worst_p) worst_p = fabs(probs[i * nl + j] - p1[j]);
+            double dp = fabs((double)probs[i * nl + j] - p1[j]);
+            if (!(d <= worst)) worst = d;      /* a NaN sticks, and fails below */
+            if (!(dp <= worst_p)) worst_p = dp;
         }
     }
     CHECKF(worst <= tol, "%s: log-probabilities with head reuse differ from each prompt alone by %g (relative)", what, worst);
@@ -103,7 +110,6 @@ static double compare(hx_context *c, double tol, const char *what, const char *c
     if (expect_reuse) CHECKF(mt.cached_tokens > 0, "%s: nothing reused", what);
     printf("  %-44s worst |ds|/(1+|s|) %.2g, |dp| %.2g; %d computed, %d reused\n", what, worst, worst_p,
            mt.prompt_tokens, mt.cached_tokens);
-    return worst;
 }
 
 /* One model: the prompt sets on contexts of 4, 3 and 1 sequences. ring: the
@@ -147,6 +153,7 @@ static void test_model(hx_model *m, const char *name, bool ring) {
     int ub = ring ? 8 : 512;
     struct { int n_seq; bool exact; } cfgs[] = {{4, false}, {4, true}, {3, false}, {1, false}, {1, true}};
     for (int k = 0; k < (int)(sizeof cfgs / sizeof *cfgs); k++) {
+        if (cfgs[k].exact && g_device != HX_DEVICE_CPU) continue;
         hx_context *c = new_ctx(m, ctx_seq, cfgs[k].n_seq, ub, cfgs[k].exact);
         if (!c) continue;
         char what[128];
@@ -164,7 +171,7 @@ static void test_model(hx_model *m, const char *name, bool ring) {
         }
         /* the prompts' differences matter to these models: one token of the tail
          * changed moves s far beyond the tolerances */
-        if (k == 1) {
+        if (k == (g_device == HX_DEVICE_CPU ? 1 : 0)) {
             hx_error e = {0};
             char other[512];
             snprintf(other, sizeof other, "%s%s", head, "the bat sat on the mat and purred all afternoon.");
@@ -181,6 +188,54 @@ static void test_model(hx_model *m, const char *name, bool ring) {
     }
 }
 
+/* The KB's classification prompts (src/kb/llm.c) put the note last, so two
+ * entries' prompts share everything before the note's title: the chat
+ * template, the system text and the topic list (with its lines about each
+ * topic). Their common token prefix must reach that far (less the two tokens
+ * a tokenizer may merge across the boundary). */
+static void test_kb_prompts(const char *path, const char *name) {
+    hx_error e = {0};
+    kb_llm_opts o = kb_llm_defaults();
+    o.model = path;
+    o.device = HX_DEVICE_CPU;
+    o.n_seq = 2;
+    o.n_ctx_seq = 512;
+    o.n_threads = 2;
+    kb_llm *l = NULL;
+    if (kb_llm_open(&o, &l, &e)) { fprintf(stderr, "%s: %s\n", name, e.msg); t_failures++; return; }
+    hx_model *m = open_model(path);
+    const char *labels[] = {"cats", "dogs and wolves", "the weather", "travel by train"};
+    const char *about[] = {"the cat sat; purring", "howling at night", "rain again; a dry spring", "late trains"};
+    for (int k = 0; k < 2 && m; k++) {
+        const char *const *ab = k ? about : NULL;
+        char *a = kb_llm_prompt_classify_about(l, "Cats at night", "the cat sat on the mat", labels, ab, 4);
+        char *b = kb_llm_prompt_classify_about(l, "Trains", "all trains were late today because of the rain", labels, ab, 4);
+        CHECK(a && b);
+        if (!a || !b) { free(a); free(b); break; }
+        const char *ta = strstr(a, "Note title: "), *tb = strstr(b, "Note title: ");
+        CHECKF(ta && tb && ta - a == tb - b && !memcmp(a, b, (size_t)(ta - a)), "%s: the prompts differ before the note", name);
+        size_t hl = ta ? (size_t)(ta - a) : 0;
+        for (int j = 0; j < 4 && ta; j++) CHECKF(memmem(a, hl, labels[j], strlen(labels[j])), "%s: topic %d after the note", name, j);
+        int na = 0, nb = 0, nh = 0;
+        int32_t *ia = malloc(sizeof *ia * 1024), *ib = malloc(sizeof *ib * 1024);
+        char *head = strndup(a, hl);
+        CHECK(ia && ib && head);
+        if (ia && ib && head) {
+            CHECK(hx_tokenize(m, a, -1, true, true, ia, 1024, &na, &e) == HX_OK);
+            CHECK(hx_tokenize(m, b, -1, true, true, ib, 1024, &nb, &e) == HX_OK);
+            CHECK(hx_tokenize(m, head, -1, true, true, NULL, 0, &nh, &e) == HX_OK || nh > 0);
+            int lcp = 0;
+            while (lcp < na && lcp < nb && ia[lcp] == ib[lcp]) lcp++;
+            printf("%s: KB prompts%s: %d and %d tokens share %d (the text before the note: %d)\n", name,
+                   k ? " with lines about the topics" : "", na, nb, lcp, nh);
+            CHECKF(lcp >= nh - 2, "%s: the prompts share %d tokens of the %d before the note", name, lcp, nh);
+        }
+        free(ia); free(ib); free(head); free(a); free(b);
+    }
+    hx_model_free(m);
+    kb_llm_free(l);
+}
+
 static bool synth(const char *out) {
     const char *bin = getenv("HX_BIN");
     if (!bin || access(bin, X_OK)) return false;
@@ -190,8 +245,10 @@ static bool synth(const char *out) {
     return system(cmd) == 0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     hx_set_log_level(1);
+    if (argc > 1 && !strcmp(argv[1], "--cuda")) g_device = HX_DEVICE_CUDA;
+    else if (argc > 1) { fprintf(stderr, "usage: test_classify_reuse [--cuda]\n"); return 2; }
     char dir[] = "/tmp/hx_test_cls_reuse.XXXXXX", model[300];
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     snprintf(model, sizeof model, "%s/smollm.gguf", dir);
@@ -199,27 +256,30 @@ int main(void) {
     if (synth(model)) {
         hx_model *m = open_model(model);
         if (m) { test_model(m, "synthetic smollm", false); any = true; }
+        if (m) test_kb_prompts(model, "synthetic smollm");
         hx_model_free(m);
     } else printf("SKIP part: no synthetic model (set HX_BIN to helix-bg; ctest does)\n");
     remove(model);
     rmdir(dir);
-    const char *sh = getenv("HX_SHARED") && *getenv("HX_SHARED") ? getenv("HX_SHARED") : "../shared";
+    const char *sh = t_shared_dir();
+    if (!sh) printf("SKIP part: ../shared not found (set HX_SHARED): stories260K, tiny llama3/qwen3/gemma3\n");
     struct { const char *file, *name; bool ring; } shared[] = {
         {"models/stories260K.gguf", "stories260K", false},
         {"models/ref-tiny/tiny-llama3-shared.gguf", "tiny llama3", false},
         {"models/ref-tiny/tiny-qwen3-shared.gguf", "tiny qwen3", false},
         {"models/ref-tiny/tiny-gemma3-shared.gguf", "tiny gemma3", true},
     };
-    for (int k = 0; k < (int)(sizeof shared / sizeof *shared); k++) {
+    for (int k = 0; sh && k < (int)(sizeof shared / sizeof *shared); k++) {
         char p[600];
         snprintf(p, sizeof p, "%s/%s", sh, shared[k].file);
         struct stat st;
         if (stat(p, &st)) { printf("SKIP part: %s not found\n", p); continue; }
         hx_model *m = open_model(p);
         if (m) { test_model(m, shared[k].name, shared[k].ring); any = true; }
+        if (m) test_kb_prompts(p, shared[k].name);
         hx_model_free(m);
     }
-    if (!any && !fails) { printf("SKIP: no model (no HX_BIN, no %s)\n", sh); return 77; }
-    printf("test_classify_reuse: %d checks, %d failures\n", checks, fails);
-    return fails ? 1 : 0;
+    if (!any && !t_failures) { printf("SKIP: no model (no HX_BIN, no ../shared)\n"); return 77; }
+    printf("test_classify_reuse: %d checks, %d failures\n", t_checks, t_failures);
+    return t_failures ? 1 : 0;
 }

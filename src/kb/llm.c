@@ -130,7 +130,10 @@ static int prompt_tokens(const kb_llm *l, const char *p) {
 
 /* Classification is prefill only and cannot drop the prompt's head (the topic
  * list is there): a note too long for a sequence, with room for the longest
- * label, keeps fewer of its words (three quarters each try) until it fits. */
+ * label, keeps fewer of its words (three quarters each try) until it fits.
+ * The note comes after the topic list: everything before its title is the
+ * same for every entry, and hx_classify computes that shared head once per
+ * batch instead of once per entry. */
 char *kb_llm_prompt_classify_about(kb_llm *l, const char *title, const char *text, const char *const *labels,
                                    const char *const *about, int n_labels) {
     const int room = hx_context_n_ctx_seq(l->ctx) - 32; /* 32: the label's tokens and a margin */
