@@ -50,6 +50,14 @@ struct hx_tok {
     int n_re;
     int32_t *specials; size_t n_specials; /* control/user tokens, longest first */
     bool spec_first[256]; /* bytes that start some special token: the scan skips every other position */
+    /* Specials by text: [0] every one, [1] all but control tokens (what
+     * parse_special = false may match), each string to its first special in
+     * the order above; spec_len: their distinct lengths, longest first. At a
+     * position the match is the longest length whose text is in the map,
+     * without a pass over all specials (a synthetic or padded vocabulary has
+     * ~150k user tokens "[PAD<i>]"). */
+    smap spec_map[2];
+    size_t *spec_len, n_spec_len;
     int byte_to_cp[256]; int cp_to_byte[512];
 };
 
@@ -96,7 +104,8 @@ void hx_tok_free(hx_tok *t) {
     for (int32_t i = 0; i < t->n && t->piece; i++) free(t->piece[i]);
     for (size_t i = 0; i < t->n_merges && t->merge_str; i++) free(t->merge_str[i]);
     free(t->piece); free(t->plen); free(t->score); free(t->type); free(t->merge_str); free(t->specials);
-    smap_free(&t->vocab); smap_free(&t->merges);
+    smap_free(&t->vocab); smap_free(&t->merges); smap_free(&t->spec_map[0]); smap_free(&t->spec_map[1]);
+    free(t->spec_len);
     for (int i = 0; i < t->n_re; i++) pcre2_code_free(t->re[i]);
     free(t);
 }
@@ -150,6 +159,26 @@ static const char *const *pre_regexes(const char *pre, bool *is_llama3) {
 static int cmp_spec(const void *a, const void *b, void *ctx) {
     const hx_tok *t = ctx; int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return t->plen[x] < t->plen[y] ? 1 : t->plen[x] > t->plen[y] ? -1 : (x > y) - (x < y);
+}
+
+/* t->specials (control and user tokens, longest first) and their indexes. */
+static bool spec_index(hx_tok *t) {
+    t->specials = calloc((size_t)t->n, sizeof *t->specials);
+    if (!t->specials) return false;
+    for (int32_t i = 0; i < t->n; i++)
+        if ((t->type[i] == HX_TT_CONTROL || t->type[i] == HX_TT_USER) && t->plen[i] > 0) t->specials[t->n_specials++] = i;
+    qsort_r(t->specials, t->n_specials, sizeof *t->specials, cmp_spec, t);
+    t->spec_len = calloc(t->n_specials + 1, sizeof *t->spec_len);
+    if (!t->spec_len || !smap_init(&t->spec_map[0], t->n_specials) || !smap_init(&t->spec_map[1], t->n_specials))
+        return false;
+    for (size_t k = 0; k < t->n_specials; k++) {
+        int32_t id = t->specials[k];
+        t->spec_first[(unsigned char)t->piece[id][0]] = true;
+        smap_put(&t->spec_map[0], t->piece[id], t->plen[id], id);
+        if (t->type[id] != HX_TT_CONTROL) smap_put(&t->spec_map[1], t->piece[id], t->plen[id], id);
+        if (!t->n_spec_len || t->spec_len[t->n_spec_len - 1] != t->plen[id]) t->spec_len[t->n_spec_len++] = t->plen[id];
+    }
+    return true;
 }
 
 static char *dupn(const char *s, size_t n) {
@@ -240,12 +269,7 @@ hx_status hx_tok_load_gguf(const char *path, hx_tok **out, hx_error *e) {
     hx_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos);
     hx_gguf_get_bool(g, "tokenizer.ggml.add_sep_token", &t->add_sep);
     hx_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
-    t->specials = calloc((size_t)t->n, sizeof *t->specials);
-    if (!t->specials) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto fail; }
-    for (int32_t i = 0; i < t->n; i++)
-        if ((t->type[i] == HX_TT_CONTROL || t->type[i] == HX_TT_USER) && t->plen[i] > 0) t->specials[t->n_specials++] = i;
-    qsort_r(t->specials, t->n_specials, sizeof *t->specials, cmp_spec, t);
-    for (size_t k = 0; k < t->n_specials; k++) t->spec_first[(unsigned char)t->piece[t->specials[k]][0]] = true;
+    if (!spec_index(t)) { st = hx_err(e, HX_ERR_NOMEM, "oom"); goto fail; }
     hx_gguf_close(g);
     *out = t;
     return HX_OK;
@@ -259,12 +283,7 @@ fail:
 static hx_status tok_finish(hx_tok *t, const char *path, hx_error *e) {
     if (!smap_init(&t->vocab, (size_t)t->n)) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
     for (int32_t i = 0; i < t->n; i++) smap_put(&t->vocab, t->piece[i], t->plen[i], i);
-    t->specials = calloc((size_t)t->n, sizeof *t->specials);
-    if (!t->specials) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
-    for (int32_t i = 0; i < t->n; i++)
-        if ((t->type[i] == HX_TT_CONTROL || t->type[i] == HX_TT_USER) && t->plen[i] > 0) t->specials[t->n_specials++] = i;
-    qsort_r(t->specials, t->n_specials, sizeof *t->specials, cmp_spec, t);
-    for (size_t k = 0; k < t->n_specials; k++) t->spec_first[(unsigned char)t->piece[t->specials[k]][0]] = true;
+    if (!spec_index(t)) return hx_err(e, HX_ERR_NOMEM, "%s: out of memory", path);
     return HX_OK;
 }
 
@@ -759,14 +778,13 @@ hx_status hx_tok_encode(const hx_tok *t, const char *text, size_t n, bool add_sp
     size_t start = 0, i = 0;
     while (i <= n) {
         int32_t hit = -1;
+        /* WordPiece: special tokens in the text are always specials, as in
+         * transformers' BertTokenizerFast (added tokens are matched first);
+         * otherwise control tokens only with parse_special */
+        const smap *sm = &t->spec_map[!parse_special && t->kind != HX_TOK_WPM];
         if (i < n && t->spec_first[(unsigned char)text[i]])
-            for (size_t k = 0; k < t->n_specials; k++) {
-                int32_t id = t->specials[k];
-                /* WordPiece: special tokens in the text are always specials, as in
-                 * transformers' BertTokenizerFast (added tokens are matched first) */
-                if (!parse_special && t->type[id] == HX_TT_CONTROL && t->kind != HX_TOK_WPM) continue;
-                if (t->plen[id] <= n - i && !memcmp(text + i, t->piece[id], t->plen[id])) { hit = id; break; }
-            }
+            for (size_t k = 0; k < t->n_spec_len && hit < 0; k++)
+                if (t->spec_len[k] <= n - i) hit = smap_get(sm, text + i, t->spec_len[k]);
         if (hit < 0 && i < n) { i++; continue; }
         if (i > start) {
             if (t->kind == HX_TOK_WPM) wpm_encode(t, text + start, i - start, &o);
