@@ -1022,6 +1022,39 @@ cudaError_t hx_k_attention(cudaStream_t st, const float *q, const __half *kc, co
     return cudaGetLastError();
 }
 
+// The end of the attention of tokens: each warp's online softmax (m, l) and
+// output o for the block's G heads (this lane's E dimensions of each) go to
+// shared memory, and dst[g * hd + d] = sum over warps of e^(m_w - M) o_w /
+// sum over warps of e^(m_w - M) l_w, M the largest m_w (warps that saw no
+// position, l_w = 0, left out). Ends with dst written by the block's threads
+// (no barrier after).
+template <int E, int G, int NW>
+static __device__ __forceinline__ void attn_merge_warps(const float (&o)[G][E], const float (&m)[G],
+                                                        const float (&l)[G], float (&ow)[NW][G * 32 * E],
+                                                        float (&mw)[NW][G], float (&lw)[NW][G], float *dst) {
+    constexpr int hd = 32 * E;
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int e = 0; e < E; e++) ow[wid][g * hd + lane * E + e] = o[g][e];
+        if (lane == 0) { mw[wid][g] = m[g]; lw[wid][g] = l[g]; }
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < G * hd; d += blockDim.x) {
+        int g = d / hd;
+        float M = -INFINITY, L = 0.0f, acc = 0.0f;
+        for (int w = 0; w < NW; w++) M = fmaxf(M, mw[w][g]);
+        for (int w = 0; w < NW; w++)
+            if (lw[w][g] > 0.0f) {
+                float f = __expf(mw[w][g] - M);
+                L += lw[w][g] * f;
+                acc += ow[w][d] * f;
+            }
+        dst[d] = acc / L;
+    }
+}
+
 // Attention of tokens of many sequences (q already roped, every position
 // first..p of a token's slot already in the cache), head sizes 32 * E: a block
 // per (KV head, token) holding the G query heads that share the KV head (G = 1:
@@ -1112,25 +1145,7 @@ k_attn_tok_warp(const float *__restrict__ q, const __half *__restrict__ kc, cons
             }
         }
     }
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-#pragma unroll
-        for (int e = 0; e < E; e++) ow[wid][g * hd + lane * E + e] = o[g][e];
-        if (lane == 0) { mw[wid][g] = m[g]; lw[wid][g] = l[g]; }
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < G * hd; d += blockDim.x) {
-        int g = d / hd;
-        float M = -INFINITY, L = 0.0f, acc = 0.0f;
-        for (int w = 0; w < NW; w++) M = fmaxf(M, mw[w][g]);
-        for (int w = 0; w < NW; w++)
-            if (lw[w][g] > 0.0f) {
-                float f = __expf(mw[w][g] - M);
-                L += lw[w][g] * f;
-                acc += ow[w][d] * f;
-            }
-        out[((size_t)i * nh + h0) * hd + d] = acc / L;
-    }
+    attn_merge_warps<E, G, NW>(o, m, l, ow, mw, lw, out + ((size_t)i * nh + h0) * hd);
 }
 
 // Blocks of G query heads only when there are enough of them to fill the GPU:
@@ -1235,25 +1250,7 @@ __global__ void __launch_bounds__(ATT_TOK_THREADS, E * G <= 4 ? 3 : 2) k_attn_to
     }
     float m[G], l[G], o[G][E];
     attn_warp_pass_g<E, G>(q, kb, vb, kvrow, r0, rows, nc, wid, NW, kr, vr, cur, kcur, vcur, A.scale, A.softcap, m, l, o);
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-#pragma unroll
-        for (int e = 0; e < E; e++) ow[wid][g * hd + lane * E + e] = o[g][e];
-        if (lane == 0) { mw[wid][g] = m[g]; lw[wid][g] = l[g]; }
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < G * hd; d += blockDim.x) {
-        int g = d / hd;
-        float M = -INFINITY, L = 0.0f, acc = 0.0f;
-        for (int w = 0; w < NW; w++) M = fmaxf(M, mw[w][g]);
-        for (int w = 0; w < NW; w++)
-            if (lw[w][g] > 0.0f) {
-                float f = __expf(mw[w][g] - M);
-                L += lw[w][g] * f;
-                acc += ow[w][d] * f;
-            }
-        res[d] = acc / L;
-    }
+    attn_merge_warps<E, G, NW>(o, m, l, ow, mw, lw, res);
     if (!A.xq) {
         for (int d = threadIdx.x; d < G * hd; d += blockDim.x) A.out[((size_t)i * A.nh + h0) * hd + d] = res[d];
         return;
