@@ -296,6 +296,14 @@ const float *hx_get_logits(hx_context *c, int i);
  * sequences of a 152k vocabulary, 78 MB a step). HX_ERR_ARG when a token did
  * not ask for logits. */
 hx_status hx_get_argmax(hx_context *c, int n, const int *idx, int32_t *ids, hx_error *e);
+/* Log-probabilities without the logits: out[j * k + q] = log softmax(logits
+ * of batch token idx[j])[ids[j * k + q]], for n tokens and k ids each (idx[j]
+ * = -1: the last token that asked). On the GPU the softmax runs on the device,
+ * as hx_get_argmax's pick does, so n * k floats come back instead of n rows
+ * (sums in f32 there, in f64 on the host: the two differ in low bits).
+ * HX_ERR_ARG when a token did not ask for logits, HX_ERR_RANGE for an id
+ * outside the vocabulary. */
+hx_status hx_get_logprobs(hx_context *c, int n, const int *idx, int k, const int32_t *ids, float *out, hx_error *e);
 /* The final hidden state (n_embd floats) of batch token i, with
  * params.embeddings; NULL otherwise. */
 const float *hx_get_embeddings(hx_context *c, int i);
@@ -479,8 +487,10 @@ void hx_generate_result_free(hx_generate_result *r);
  *   s_ij = sum_t log p(label_j token t | prompt_i, label_j tokens < t).
  * Labels are tokenized as continuation text (no BOS; a leading space is
  * kept as given). Many prompts run in one batch over the context's sequences
- * (n_seq_max of them at a time, half as many when a label has several tokens);
- * the sequences' caches are cleared before and after.
+ * (n_seq_max of them at a time); the later tokens of a label of several
+ * tokens are decoded after each prompt in its own sequence, which then goes
+ * back to the prompt; the sequences' caches are cleared before and after.
+ * On the GPU the softmax over the vocabulary runs there (hx_get_logprobs).
  * Shared heads are computed once: the prompts of a batch share their longest
  * common token prefix (less at least each prompt's last token), computed in
  * one sequence and copied into the others, and that sequence keeps its prompt
@@ -490,8 +500,8 @@ void hx_generate_result_free(hx_generate_result *r);
  * differs last. The results are those of each prompt alone up to rounding.
  * logprobs (may be NULL): the raw s_ij. metrics (may be NULL): prompt_tokens
  * = tokens computed (shared heads once, each prompt's tail, labels' tokens
- * after their first, and on one sequence of a sliding-window model the prompt
- * again for each label of several tokens); cached_tokens = prompt tokens
+ * after their first, and the prompt again where a sliding-window ring cannot
+ * go back to its end after a label); cached_tokens = prompt tokens
  * copied from a shared head instead. Their sum is what the prompts would cost
  * one at a time (tokens classified, counted per prompt); prefill_tok_per_s =
  * prompt_tokens / prefill_s. */

@@ -442,6 +442,26 @@ static void test_many(hx_model *m, double tol) {
         for (int s = 0; s < NS; s++) idx[s] = NS - 1 - s;
         if (g == 1) idx[0] = -1; /* the last token that asked: sequence 0's */
         CHECKF(hx_get_argmax(c, NS, idx, picks, &e) == HX_OK, "%s", e.msg);
+        /* log-probabilities of three ids a row (the pick, the first and the
+         * last id) before the rows are read, checked against them below */
+        int32_t lpid[NS * 3];
+        float lp[NS * 3];
+        for (int s = 0; s < NS; s++) { lpid[3 * s] = picks[s]; lpid[3 * s + 1] = 0; lpid[3 * s + 2] = V - 1; }
+        CHECKF(hx_get_logprobs(c, NS, idx, 3, lpid, lp, &e) == HX_OK, "%s", e.msg);
+        if (g == 1) {
+            int32_t bad = V;
+            CHECK(hx_get_logprobs(c, 1, idx, 1, &bad, lp, &e) == HX_ERR_RANGE);
+        }
+        for (int s = 0; s < NS; s++) {
+            const float *l = hx_get_logits(c, idx[s]);
+            double mx = l[0], z = 0;
+            for (int v = 1; v < V; v++) if (l[v] > mx) mx = l[v];
+            for (int v = 0; v < V; v++) z += exp(l[v] - mx);
+            z = mx + log(z);
+            for (int q = 0; q < 3; q++)
+                CHECKF(fabs(lp[3 * s + q] - (l[lpid[3 * s + q]] - z)) < 1e-4 * (1 + fabs(l[lpid[3 * s + q]] - z)), "hx_get_logprobs row %d id %d: %g, want %g",
+                       s, lpid[3 * s + q], lp[3 * s + q], l[lpid[3 * s + q]] - z);
+        }
         for (int s = 0; s < NS; s++) {
             const float *l = hx_get_logits(c, NS - 1 - s);
             memcpy(lg + ((size_t)g * NS + s) * V, l, sizeof(float) * (size_t)V);

@@ -121,6 +121,11 @@ typedef struct hx_backend {
      * are 78 MB a step for a 152k vocabulary, a third of a decode step. */
     hx_status (*logits_get)(void *ctx, int row, float *host, hx_error *e);
     hx_status (*logits_argmax)(void *ctx, int n, const int *rows, int32_t *ids, hx_error *e);
+    /* Optional (NULL: the API computes them on the host from logits_get's
+     * rows): out[j * k + q] = the log-softmax of output row rows[j] of the
+     * last forward (defer_logits) at ids[j * k + q], ids within the
+     * vocabulary; n * k floats come back instead of n rows. */
+    hx_status (*logits_logprob)(void *ctx, int n, const int *rows, int k, const int32_t *ids, float *out, hx_error *e);
 } hx_backend;
 
 /* LoRA (hx_context_set_adapters): from now on the CPU backend context applies

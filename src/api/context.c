@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -280,6 +281,56 @@ hx_status hx_get_argmax(hx_context *c, int n, const int *idx, int32_t *ids, hx_e
         }
     }
     return HX_OK;
+}
+
+/* log(sum(exp(x))) of n logits, in double after the max. */
+static double host_lse(const float *x, int n) {
+    float mx = x[0];
+    for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
+    double s = 0;
+    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
+    return mx + log(s);
+}
+
+hx_status hx_get_logprobs(hx_context *c, int n, const int *idx, int k, const int32_t *ids, float *out, hx_error *e) {
+    if (!c || n < 0 || k < 0 || (n > 0 && k > 0 && (!idx || !ids || !out)))
+        return hx_err(e, HX_ERR_ARG, "hx_get_logprobs: bad arguments");
+    for (size_t q = 0; q < (size_t)n * (size_t)k; q++)
+        if (ids[q] < 0 || ids[q] >= c->n_vocab)
+            return hx_err(e, HX_ERR_RANGE, "hx_get_logprobs: id %d (entry %zu) is outside the vocabulary (0..%d)",
+                          ids[q], q, c->n_vocab - 1);
+    if (k == 0) return HX_OK;
+    enum { GROUP = 64 };
+    int rows[GROUP], at[GROUP], m = 0;
+    int32_t *gid = NULL;
+    float *got = NULL;
+    hx_status st = HX_OK;
+    for (int j = 0; j < n && !st; j++) {
+        int r = row(c, idx[j]);
+        if (r < 0) { st = hx_err(e, HX_ERR_ARG, "hx_get_logprobs: batch token %d has no logits", idx[j]); break; }
+        if (!c->deferred || c->fetched[r] || !c->be->logits_logprob) { /* on the host (or fetched there) */
+            const float *l = hx_get_logits(c, idx[j]);
+            if (!l) { st = hx_err(e, HX_ERR_DEVICE, "hx_get_logprobs: batch token %d: its logits could not be read", idx[j]); break; }
+            double z = host_lse(l, c->n_vocab);
+            for (int q = 0; q < k; q++) out[(size_t)j * k + q] = (float)(l[ids[(size_t)j * k + q]] - z);
+        } else {
+            if (!gid && (!(gid = malloc(sizeof *gid * GROUP * (size_t)k)) || !(got = malloc(sizeof *got * GROUP * (size_t)k)))) {
+                st = hx_err(e, HX_ERR_NOMEM, "hx_get_logprobs: out of memory");
+                break;
+            }
+            memcpy(gid + (size_t)m * k, ids + (size_t)j * k, sizeof *gid * (size_t)k);
+            rows[m] = r;
+            at[m++] = j;
+        }
+        if (m == GROUP || (m > 0 && j == n - 1)) { /* the rows still on the device, GROUP per call */
+            if ((st = c->be->logits_logprob(c->bctx, m, rows, k, gid, got, e))) break;
+            for (int t = 0; t < m; t++) memcpy(out + (size_t)at[t] * k, got + (size_t)t * k, sizeof *out * (size_t)k);
+            m = 0;
+        }
+    }
+    free(gid);
+    free(got);
+    return st;
 }
 
 /* The backend's decode_greedy (CUDA: the step graph, its argmax on the device,

@@ -26,11 +26,13 @@ void hx_generate_result_free(hx_generate_result *r) {
 /* Pieces of token ids to decode: seq at positions pos.. ; want: 0 no logits,
  * 1 the last token's, 2 every token's. */
 typedef struct seg { int seq, pos, n, want; const int32_t *tok; } seg;
-/* Called with the logits of token k of segment s. */
-typedef hx_status (*seg_fn)(void *user, int s, int k, const float *logits, hx_error *e);
+/* Called after each hx_decode of run_segs: batch token i is token who[2i + 1]
+ * of segment who[2i]; b->logits[i] says whether it asked for logits. */
+typedef hx_status (*seg_fn)(void *user, hx_context *c, const hx_batch *b, const int *who, hx_error *e);
 
-/* Runs the segments in hx_decode calls of at most n_batch tokens. Segments of
- * one sequence must follow each other in position order. */
+/* Runs the segments in hx_decode calls of at most n_batch tokens (fn after
+ * each; may be NULL). Segments of one sequence must follow each other in
+ * position order. */
 static hx_status run_segs(hx_context *c, hx_batch *b, const seg *sg, int n_seg, seg_fn fn, void *user, hx_error *e) {
     int *who = malloc(sizeof(int) * 2 * (size_t)b->capacity);
     if (!who) return hx_err(e, HX_ERR_NOMEM, "out of memory");
@@ -39,11 +41,8 @@ static hx_status run_segs(hx_context *c, hx_batch *b, const seg *sg, int n_seg, 
     for (int s = 0; s <= n_seg && !st; s++) {
         for (int k = 0; s < n_seg && k < sg[s].n; k++) {
             if (b->n_tokens == b->capacity) {
-                if ((st = hx_decode(c, b, e))) break;
-                for (int i = 0; i < b->n_tokens && !st; i++)
-                    if (b->logits[i]) st = fn(user, who[2 * i], who[2 * i + 1], hx_get_logits(c, i), e);
+                if ((st = hx_decode(c, b, e)) || (fn && (st = fn(user, c, b, who, e)))) break;
                 hx_batch_clear(b);
-                if (st) break;
             }
             bool w = sg[s].want == 2 || (sg[s].want == 1 && k == sg[s].n - 1);
             who[2 * b->n_tokens] = s;
@@ -51,9 +50,7 @@ static hx_status run_segs(hx_context *c, hx_batch *b, const seg *sg, int n_seg, 
             hx_batch_add(b, sg[s].tok[k], sg[s].pos + k, sg[s].seq, w);
         }
         if (s == n_seg && !st && b->n_tokens) {
-            if ((st = hx_decode(c, b, e))) break;
-            for (int i = 0; i < b->n_tokens && !st; i++)
-                if (b->logits[i]) st = fn(user, who[2 * i], who[2 * i + 1], hx_get_logits(c, i), e);
+            if ((st = hx_decode(c, b, e)) || (fn && (st = fn(user, c, b, who, e)))) break;
             hx_batch_clear(b);
         }
     }
@@ -117,11 +114,6 @@ static void gtext_update(gtext *g, bool final) {
     if (emit > g->sent && g->p->on_text && !g->cancelled)
         if (!g->p->on_text(g->t.p + g->sent, emit - g->sent, g->p->user)) g->cancelled = true;
     if (emit > g->sent) g->sent = emit;
-}
-
-static hx_status gen_prefill_cb(void *user, int s, int k, const float *logits, hx_error *e) {
-    (void)user; (void)s; (void)k; (void)logits; (void)e; /* read later with hx_get_logits(-1) */
-    return HX_OK;
 }
 
 hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_result *r, hx_error *e) {
@@ -191,7 +183,7 @@ hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_re
     size_t peak = dev_bytes(c);
     double t0 = hx_now_s();
     seg s0 = {.seq = seq, .pos = cached, .n = n_prompt - cached, .want = 1, .tok = prompt + cached};
-    if ((st = run_segs(c, &b, &s0, 1, gen_prefill_cb, NULL, e))) goto fail;
+    if ((st = run_segs(c, &b, &s0, 1, NULL, NULL, e))) goto fail;
     const float *logits = hx_get_logits(c, -1);
     double t1 = hx_now_s();
     if (dev_bytes(c) > peak) peak = dev_bytes(c);
@@ -294,38 +286,45 @@ fail:
 
 typedef struct cls {
     int n_labels;
-    int32_t **lab;   /* label token ids */
+    int32_t **lab;    /* label token ids */
     int *lab_n;
-    double *score;   /* s_ij, n_prompts x n_labels */
-    int *job_i, *job_j; /* per segment: the prompt and label it scores (-1: prompt prefill) */
-    int g0;          /* first prompt of the group (segments of prefill map to prompt g0 + s) */
+    int32_t *first;   /* every label's first token */
+    double *score;    /* s_ij, n_prompts x n_labels */
+    const seg *sg;    /* the segments of the running run_segs: segment k decodes in sequence sg[k].seq ... */
+    int g0;           /* ... for prompt g0 + sg[k].seq */
+    int label;        /* the label whose later tokens the run scores; -1: the prompts' last tokens (every label's first) */
+    int *idx;         /* scratch, n_batch entries */
+    int32_t *ids;     /* n_batch * n_labels */
+    float *lp;        /* n_batch * n_labels */
 } cls;
 
-static double lse(const float *x, int n) {
-    float mx = x[0];
-    for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
-    double s = 0;
-    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
-    return mx + log(s);
-}
-
-/* The prompt's last logits: the first token of every label. */
-static hx_status cls_first(void *user, int s, int k, const float *logits, hx_error *e) {
-    (void)k; (void)e;
+/* After a forward of classify: the log-probabilities its rows give, taken on
+ * the device where the backend can (hx_get_logprobs), added to the scores. */
+static hx_status cls_rows(void *user, hx_context *c, const hx_batch *b, const int *who, hx_error *e) {
     cls *C = user;
-    int V = C->lab_n[C->n_labels]; /* stashed vocabulary size */
-    double z = lse(logits, V);
-    for (int j = 0; j < C->n_labels; j++)
-        C->score[(size_t)(C->g0 + s) * (size_t)C->n_labels + (size_t)j] = logits[C->lab[j][0]] - z;
-    return HX_OK;
-}
-
-/* Label token k's logits: the log-probability of label token k + 1. */
-static hx_status cls_next(void *user, int s, int k, const float *logits, hx_error *e) {
-    (void)e;
-    cls *C = user;
-    int V = C->lab_n[C->n_labels], i = C->job_i[s], j = C->job_j[s];
-    C->score[(size_t)i * (size_t)C->n_labels + (size_t)j] += logits[C->lab[j][k + 1]] - lse(logits, V);
+    const int L = C->n_labels;
+    int m = 0;
+    for (int i = 0; i < b->n_tokens; i++)
+        if (b->logits[i]) C->idx[m++] = i;
+    if (m == 0) return HX_OK;
+    hx_status st;
+    if (C->label < 0) {
+        for (int t = 0; t < m; t++) memcpy(C->ids + (size_t)t * L, C->first, sizeof *C->ids * (size_t)L);
+        if ((st = hx_get_logprobs(c, m, C->idx, L, C->ids, C->lp, e))) return st;
+        for (int t = 0; t < m; t++) {
+            int p = C->g0 + C->sg[who[2 * C->idx[t]]].seq;
+            for (int j = 0; j < L; j++) C->score[(size_t)p * L + j] = C->lp[(size_t)t * L + j];
+        }
+    } else {
+        /* label token k's logits: the log-probability of label token k + 1 */
+        const int j = C->label;
+        for (int t = 0; t < m; t++) C->ids[t] = C->lab[j][who[2 * C->idx[t] + 1] + 1];
+        if ((st = hx_get_logprobs(c, m, C->idx, 1, C->ids, C->lp, e))) return st;
+        for (int t = 0; t < m; t++) {
+            int p = C->g0 + C->sg[who[2 * C->idx[t]]].seq;
+            C->score[(size_t)p * L + j] += C->lp[t];
+        }
+    }
     return HX_OK;
 }
 
@@ -336,18 +335,20 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
     if (metrics) memset(metrics, 0, sizeof *metrics);
     const hx_model *m = c->m;
     hx_status st = HX_OK;
-    cls C = {.n_labels = n_labels};
+    const int ns = c->n_seq, nb = c->p.n_batch;
+    cls C = {.n_labels = n_labels, .label = -1};
     C.lab = calloc((size_t)n_labels, sizeof *C.lab);
-    C.lab_n = calloc((size_t)n_labels + 1, sizeof *C.lab_n);
+    C.lab_n = calloc((size_t)n_labels, sizeof *C.lab_n);
+    C.first = calloc((size_t)n_labels, sizeof *C.first);
     C.score = calloc((size_t)n_prompts * (size_t)n_labels, sizeof *C.score);
-    int ns = c->n_seq;
-    C.job_i = calloc((size_t)ns * (size_t)n_labels + (size_t)ns, sizeof *C.job_i);
-    C.job_j = calloc((size_t)ns * (size_t)n_labels + (size_t)ns, sizeof *C.job_j);
+    C.idx = calloc((size_t)nb, sizeof *C.idx);
+    C.ids = calloc((size_t)nb * (size_t)n_labels, sizeof *C.ids);
+    C.lp = calloc((size_t)nb * (size_t)n_labels, sizeof *C.lp);
     int32_t **pt = calloc((size_t)ns, sizeof *pt);
     int *pn = calloc((size_t)ns, sizeof *pn);
-    seg *sg = calloc((size_t)ns * (size_t)n_labels + (size_t)ns, sizeof *sg);
-    hx_batch b = hx_batch_init(c->p.n_batch);
-    if (!C.lab || !C.lab_n || !C.score || !C.job_i || !C.job_j || !pt || !pn || !sg || !b.capacity) {
+    seg *sg = calloc((size_t)ns, sizeof *sg);
+    hx_batch b = hx_batch_init(nb);
+    if (!C.lab || !C.lab_n || !C.first || !C.score || !C.idx || !C.ids || !C.lp || !pt || !pn || !sg || !b.capacity) {
         st = hx_err(e, HX_ERR_NOMEM, "hx_classify: out of memory");
         goto out;
     }
@@ -355,13 +356,13 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
     for (int j = 0; j < n_labels && !st; j++) {
         if (!labels[j]) { st = hx_err(e, HX_ERR_ARG, "hx_classify: label %d is NULL", j); break; }
         if ((st = hx_api_tokenize(m, labels[j], strlen(labels[j]), false, false, &C.lab[j], &C.lab_n[j], e))) break;
-        if (C.lab_n[j] == 0) st = hx_err(e, HX_ERR_ARG, "hx_classify: label %d ('%s') has no tokens", j, labels[j]);
+        if (C.lab_n[j] == 0) { st = hx_err(e, HX_ERR_ARG, "hx_classify: label %d ('%s') has no tokens", j, labels[j]); break; }
+        C.first[j] = C.lab[j][0];
         if (C.lab_n[j] > max_l) max_l = C.lab_n[j];
     }
     if (st) goto out;
-    C.lab_n[n_labels] = c->n_vocab;
-    /* with multi-token labels, half the slots hold prompts and the other half forks of them */
-    int group = max_l > 1 && ns > 1 ? (ns + 1) / 2 : ns, spare = ns - group;
+    int last_multi = -1; /* the last label of several tokens */
+    for (int j = 0; j < n_labels; j++) if (C.lab_n[j] > 1) last_multi = j;
     /* Slot 0 carries its prompt's head from group to group (head reuse below),
      * except on a sliding-window ring, where going back within a slot may need
      * positions the ring dropped: there every group starts from an empty slot. */
@@ -369,8 +370,8 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
     for (int s = 0; s < ns; s++) hx_seq_clear(c, s);
     double t0 = hx_now_s();
     long tokens = 0, reused = 0;
-    for (int g0 = 0; g0 < n_prompts && !st; g0 += group) {
-        int gn = n_prompts - g0 < group ? n_prompts - g0 : group;
+    for (int g0 = 0; g0 < n_prompts && !st; g0 += ns) {
+        int gn = n_prompts - g0 < ns ? n_prompts - g0 : ns;
         for (int s = 0; s < gn; s++) {
             int i = g0 + s;
             free(pt[s]); pt[s] = NULL;
@@ -404,44 +405,47 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
         if (gn == 1) hd = kept;
         if (hd > kept) {
             seg head = {.seq = 0, .pos = kept, .n = hd - kept, .want = 0, .tok = pt[0] + kept};
-            if ((st = run_segs(c, &b, &head, 1, cls_first, &C, e))) break;
+            if ((st = run_segs(c, &b, &head, 1, NULL, NULL, e))) break;
         }
         for (int s = 1; s < gn && !st && hd > 0; s++) st = hx_seq_copy(c, 0, s, hd, e);
         if (st) break;
         tokens += hd - kept;
         reused += kept + (long)(gn - 1) * hd;
+        /* each prompt's tail but its last token, then the last tokens in a
+         * forward of their own: their rows stay on the device (one ubatch) and
+         * only the labels' log-probabilities come back */
+        int na = 0;
         for (int s = 0; s < gn; s++) {
-            sg[s] = (seg){.seq = s, .pos = hd, .n = pn[s] - hd, .want = 1, .tok = pt[s] + hd};
+            if (pn[s] - 1 > hd) sg[na++] = (seg){.seq = s, .pos = hd, .n = pn[s] - 1 - hd, .want = 0, .tok = pt[s] + hd};
             tokens += pn[s] - hd;
         }
-        C.g0 = g0;
-        if ((st = run_segs(c, &b, sg, gn, cls_first, &C, e))) break;
-        /* multi-token labels: the rest of each label after a copy of the prompt */
-        int n_jobs = 0;
-        for (int s = 0; s < gn; s++)
-            for (int j = 0; j < n_labels; j++)
-                if (C.lab_n[j] > 1) { C.job_i[n_jobs] = g0 + s; C.job_j[n_jobs] = j; n_jobs++; }
-        for (int j0 = 0; j0 < n_jobs && !st; j0 += spare ? spare : 1) {
-            int jn = spare ? (n_jobs - j0 < spare ? n_jobs - j0 : spare) : 1;
-            for (int k = 0; k < jn && !st; k++) {
-                int i = C.job_i[j0 + k], j = C.job_j[j0 + k], s = i - g0, slot = spare ? group + k : s;
-                if (spare) st = hx_seq_copy(c, s, slot, pn[s], e);
-                else if (hx_seq_keep(c, slot, pn[s]) != pn[s]) {  /* one slot: back to the prompt (again) */
-                    hx_seq_clear(c, slot);
-                    seg re = {.seq = slot, .pos = 0, .n = pn[s], .want = 0, .tok = pt[s]};
-                    st = run_segs(c, &b, &re, 1, cls_first, &C, e);
-                    tokens += pn[s];
-                }
-                sg[k] = (seg){.seq = slot, .pos = pn[s], .n = C.lab_n[j] - 1, .want = 2, .tok = C.lab[j]};
+        if (na && (st = run_segs(c, &b, sg, na, NULL, NULL, e))) break;
+        for (int s = 0; s < gn; s++) sg[s] = (seg){.seq = s, .pos = pn[s] - 1, .n = 1, .want = 1, .tok = pt[s] + pn[s] - 1};
+        C.sg = sg; C.g0 = g0; C.label = -1;
+        if ((st = run_segs(c, &b, sg, gn, cls_rows, &C, e))) break;
+        /* A label of several tokens: its later tokens decoded in each prompt's
+         * own sequence after the prompt, every prompt of the group at once,
+         * then each sequence goes back to its prompt (free; a sliding-window
+         * ring that no longer holds what the prompt's end needs computes the
+         * prompt again). No copies of the prompts' caches. */
+        for (int j = 0; j <= last_multi && !st; j++) {
+            if (C.lab_n[j] < 2) continue;
+            for (int s = 0; s < gn; s++) {
+                sg[s] = (seg){.seq = s, .pos = pn[s], .n = C.lab_n[j] - 1, .want = 2, .tok = C.lab[j]};
                 tokens += C.lab_n[j] - 1;
             }
-            if (st) break;
-            /* cls_next finds the job of segment k at job_i/job_j[k]: shift the window down */
-            int *si = C.job_i, *sj = C.job_j;
-            C.job_i += j0; C.job_j += j0;
-            st = run_segs(c, &b, sg, jn, cls_next, &C, e);
-            C.job_i = si; C.job_j = sj;
+            C.label = j;
+            if ((st = run_segs(c, &b, sg, gn, cls_rows, &C, e)) || j == last_multi) break;
+            int nr = 0;
+            for (int s = 0; s < gn; s++)
+                if (hx_seq_keep(c, s, pn[s]) != pn[s]) {
+                    hx_seq_clear(c, s);
+                    sg[nr++] = (seg){.seq = s, .pos = 0, .n = pn[s], .want = 0, .tok = pt[s]};
+                    tokens += pn[s];
+                }
+            if (nr) st = run_segs(c, &b, sg, nr, NULL, NULL, e);
         }
+        if (st) break;
         if (carry) hx_seq_keep(c, 0, pn[0]);  /* the next group may share its head */
         else hx_seq_clear(c, 0);
         for (int s = 1; s < ns; s++) hx_seq_clear(c, s);
@@ -470,7 +474,8 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
 out:
     for (int s = 0; s < ns && pt; s++) free(pt[s]);
     for (int j = 0; j < n_labels && C.lab; j++) free(C.lab[j]);
-    free(pt); free(pn); free(sg); free(C.lab); free(C.lab_n); free(C.score); free(C.job_i); free(C.job_j);
+    free(pt); free(pn); free(sg); free(C.lab); free(C.lab_n); free(C.first); free(C.score); free(C.idx); free(C.ids);
+    free(C.lp);
     hx_batch_free(&b);
     if (st && c) for (int s = 0; s < c->n_seq; s++) hx_seq_clear(c, s);
     return st;

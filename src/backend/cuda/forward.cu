@@ -121,6 +121,8 @@ struct hx_cuda_ctx {
     bool deferred;
     std::vector<int> dev_row;
     int *d_amax, *h_amax;          // hx_k_argmax_rows results (HX_ROWS_MAX), device and page-locked host
+    int *d_lpi;                    // hx_k_logprob_rows ids, then its results as floats (lp_cap of each)
+    size_t lp_cap;
     const char *skip;              // dv.skip (timing experiments only), NULL: none
     // dv.profile: decode steps run without the graph, with an event after
     // every kernel; the time between events is summed per kernel label and
@@ -321,6 +323,7 @@ extern "C" void hx_cuda_ctx_free(hx_cuda_ctx *c) {
     if (c->shist) cudaFree(c->shist);
     if (c->sout) cudaFree(c->sout);
     if (c->d_amax) cudaFree(c->d_amax);
+    if (c->d_lpi) cudaFree(c->d_lpi);
     if (c->h_amax) cudaFreeHost(c->h_amax);
     if (c->acount) cudaFree(c->acount);
     if (c->xd) cudaFree(c->xd);
@@ -1927,6 +1930,40 @@ static hx_status be_logits_argmax(void *ctx, int n, const int *rows, int32_t *id
     return HX_OK;
 }
 
+// out[j * k + q] = log-softmax of output row rows[j] of the last forward
+// (defer_logits) at ids[j * k + q], computed on the device, HX_ROWS_MAX rows a launch.
+static hx_status be_logits_logprob(void *ctx, int n, const int *rows, int k, const int32_t *ids, float *out,
+                                   hx_error *e) {
+    hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
+    if (n <= 0 || k <= 0) return HX_OK;
+    size_t need = (size_t)(n < HX_ROWS_MAX ? n : HX_ROWS_MAX) * (size_t)k;
+    if (need > c->lp_cap) {
+        CK(cudaStreamSynchronize(c->st));
+        if (c->d_lpi) cudaFree(c->d_lpi);
+        c->d_lpi = NULL;
+        c->lp_cap = 0;
+        CK(cudaMalloc((void **)&c->d_lpi, need * (sizeof(int) + sizeof(float))));
+        c->lp_cap = need;
+    }
+    float *d_out = (float *)(c->d_lpi + c->lp_cap);
+    for (int j0 = 0; j0 < n; j0 += HX_ROWS_MAX) {
+        int m = n - j0 < HX_ROWS_MAX ? n - j0 : HX_ROWS_MAX;
+        hx_rows_arg ra;
+        for (int j = 0; j < m; j++) {
+            int r = rows[j0 + j];
+            if (!c->deferred || r < 0 || r >= (int)c->dev_row.size() || c->dev_row[r] < 0)
+                return hx_err(e, HX_ERR_ARG, "cuda: logits row %d is not on the device", r);
+            ra.r[j] = c->dev_row[r];
+        }
+        const size_t cnt = (size_t)m * (size_t)k;
+        CK(cudaMemcpyAsync(c->d_lpi, ids + (size_t)j0 * k, sizeof(int) * cnt, cudaMemcpyHostToDevice, c->st));
+        CK(hx_k_logprob_rows(c->st, c->logits, c->cfg.n_vocab, &ra, m, k, c->d_lpi, d_out));
+        CK(cudaMemcpyAsync(out + (size_t)j0 * k, d_out, sizeof(float) * cnt, cudaMemcpyDeviceToHost, c->st));
+        CK(cudaStreamSynchronize(c->st));
+    }
+    return HX_OK;
+}
+
 // Memory in use on the context's device, by every program on it (total - free).
 static size_t be_device_bytes_in_use(void *ctx) {
     (void)ctx;
@@ -1954,4 +1991,5 @@ extern "C" const hx_backend hx_backend_cuda = {
     be_host_free,
     be_logits_get,
     be_logits_argmax,
+    be_logits_logprob,
 };

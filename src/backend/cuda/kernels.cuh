@@ -71,6 +71,11 @@ cudaError_t hx_k_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, 
 enum { HX_ROWS_MAX = 64 };
 struct hx_rows_arg { int r[HX_ROWS_MAX]; };
 cudaError_t hx_k_argmax_rows(cudaStream_t st, const float *x, int V, const hx_rows_arg *rows, int n, int *out);
+// out[b * k + q] = row rows->r[b]'s value at ids[b * k + q] less the row's
+// log-sum-exp (f32 sums), b < n <= HX_ROWS_MAX; ids and out on the
+// device, ids within 0..V-1.
+cudaError_t hx_k_logprob_rows(cudaStream_t st, const float *x, int V, const hx_rows_arg *rows, int n, int k,
+                              const int *ids, float *out);
 
 // Decode (n = 1) with fewer launches: `count` (<= 3) matrices of one type and
 // row length read the same x, optionally RMS-normed on the fly with norm_w

@@ -673,6 +673,13 @@ static hx_status tp_logits_argmax(void *ctx, int n, const int *rows, int32_t *id
     cudaSetDevice(t->r[0].dev);
     return CU.logits_argmax(t->r[0].c, n, rows, ids, e);
 }
+static hx_status tp_logits_logprob(void *ctx, int n, const int *rows, int k, const int32_t *ids, float *out,
+                                   hx_error *e) {
+    tp_ctx *t = (tp_ctx *)ctx;
+    if (t->broken) return hx_err(e, HX_ERR_DEVICE, "%s", t->why.msg);
+    cudaSetDevice(t->r[0].dev);
+    return CU.logits_logprob(t->r[0].c, n, rows, k, ids, out, e);
+}
 
 extern "C" const hx_backend hx_backend_cuda_tp = {
     "cuda-tp",
@@ -693,4 +700,5 @@ extern "C" const hx_backend hx_backend_cuda_tp = {
     tp_host_free,
     tp_logits_get,
     tp_logits_argmax,
+    tp_logits_logprob,
 };
