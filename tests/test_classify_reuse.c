@@ -112,6 +112,49 @@ static void compare(hx_context *c, double tol, const char *what, const char *con
            mt.prompt_tokens, mt.cached_tokens);
 }
 
+static double host_lse(const float *x, int n) {
+    double mx = x[0], z = 0;
+    for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
+    for (int i = 0; i < n; i++) z += exp(x[i] - mx);
+    return mx + log(z);
+}
+
+/* hx_classify's raw scores against the definition, computed by hand on
+ * sequence 0 of c: prompt, then each label's tokens, every row's log-softmax
+ * on the host from hx_get_logits (on the GPU this checks the device's
+ * log-probabilities, hx_get_logprobs, against full rows). */
+static void check_by_hand(hx_context *c, const char *what, const char *prompt, const char *const *labels, int nl) {
+    hx_error e = {0};
+    hx_model *m = (hx_model *)hx_context_model(c);
+    float probs[MAXL], lp[MAXL];
+    CHECKF(hx_classify(c, &prompt, 1, labels, nl, probs, lp, NULL, &e) == HX_OK, "%s: %s", what, e.msg);
+    int32_t pt[512], lt[64];
+    int np = 0, nlt = 0;
+    CHECKF(hx_tokenize(m, prompt, -1, true, true, pt, 512, &np, &e) == HX_OK, "%s: %s", what, e.msg);
+    int V = hx_model_n_vocab(m);
+    double worst = 0;
+    hx_batch b = hx_batch_init(512 + 64);
+    for (int j = 0; j < nl; j++) {
+        CHECKF(hx_tokenize(m, labels[j], -1, false, false, lt, 64, &nlt, &e) == HX_OK, "%s: %s", what, e.msg);
+        hx_seq_clear(c, 0);
+        hx_batch_clear(&b);
+        for (int i = 0; i < np; i++) hx_batch_add(&b, pt[i], i, 0, i == np - 1);
+        for (int k = 0; k + 1 < nlt; k++) hx_batch_add(&b, lt[k], np + k, 0, true);
+        CHECKF(hx_decode(c, &b, &e) == HX_OK, "%s: %s", what, e.msg);
+        double sj = 0;
+        for (int k = 0; k < nlt; k++) {
+            const float *l = hx_get_logits(c, np - 1 + k);
+            sj += l[lt[k]] - host_lse(l, V);
+        }
+        double d = fabs(sj - lp[j]) / (1 + fabs(sj));
+        if (!(d <= worst)) worst = d;
+    }
+    hx_seq_clear(c, 0);
+    hx_batch_free(&b);
+    CHECKF(worst <= 1e-3, "%s: hx_classify's scores differ from the hand computation by %g (relative)", what, worst);
+    printf("  %-44s by hand: worst |ds|/(1+|s|) %.2g\n", what, worst);
+}
+
 /* One model: the prompt sets on contexts of 4, 3 and 1 sequences. ring: the
  * model has a sliding window of 8 (n_ubatch 8 makes its local layers rings). */
 static void test_model(hx_model *m, const char *name, bool ring) {
@@ -163,6 +206,7 @@ static void test_model(hx_model *m, const char *name, bool ring) {
         bool reuse = head_tok > 2 && (cfgs[k].n_seq > 1 || !ring);
         snprintf(what, sizeof what, "%s, %d seq%s, multi-token labels", name, cfgs[k].n_seq, cfgs[k].exact ? ", exact" : "");
         compare(c, tol, what, prompts, nt, multi, 4, reuse);
+        if (k == 0) check_by_hand(c, what, prompts[1], multi, 4);
         snprintf(what, sizeof what, "%s, %d seq%s, with a BOS-only sharer", name, cfgs[k].n_seq, cfgs[k].exact ? ", exact" : "");
         compare(c, tol, what, mixed, 7, multi, 4, reuse);
         if (n_one > 1) {
