@@ -348,7 +348,11 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
     int *pn = calloc((size_t)ns, sizeof *pn);
     seg *sg = calloc((size_t)ns, sizeof *sg);
     hx_batch b = hx_batch_init(nb);
-    if (!C.lab || !C.lab_n || !C.first || !C.score || !C.idx || !C.ids || !C.lp || !pt || !pn || !sg || !b.capacity) {
+    /* forwards that want logits: one ubatch each, so that their rows stay on
+     * the device (hx_decode keeps them there only then) */
+    hx_batch bu = hx_batch_init(c->p.n_ubatch < nb ? c->p.n_ubatch : nb);
+    if (!C.lab || !C.lab_n || !C.first || !C.score || !C.idx || !C.ids || !C.lp || !pt || !pn || !sg || !b.capacity ||
+        !bu.capacity) {
         st = hx_err(e, HX_ERR_NOMEM, "hx_classify: out of memory");
         goto out;
     }
@@ -422,7 +426,7 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
         if (na && (st = run_segs(c, &b, sg, na, NULL, NULL, e))) break;
         for (int s = 0; s < gn; s++) sg[s] = (seg){.seq = s, .pos = pn[s] - 1, .n = 1, .want = 1, .tok = pt[s] + pn[s] - 1};
         C.sg = sg; C.g0 = g0; C.label = -1;
-        if ((st = run_segs(c, &b, sg, gn, cls_rows, &C, e))) break;
+        if ((st = run_segs(c, &bu, sg, gn, cls_rows, &C, e))) break;
         /* A label of several tokens: its later tokens decoded in each prompt's
          * own sequence after the prompt, every prompt of the group at once,
          * then each sequence goes back to its prompt (free; a sliding-window
@@ -435,7 +439,7 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
                 tokens += C.lab_n[j] - 1;
             }
             C.label = j;
-            if ((st = run_segs(c, &b, sg, gn, cls_rows, &C, e)) || j == last_multi) break;
+            if ((st = run_segs(c, &bu, sg, gn, cls_rows, &C, e)) || j == last_multi) break;
             int nr = 0;
             for (int s = 0; s < gn; s++)
                 if (hx_seq_keep(c, s, pn[s]) != pn[s]) {
@@ -477,6 +481,7 @@ out:
     free(pt); free(pn); free(sg); free(C.lab); free(C.lab_n); free(C.first); free(C.score); free(C.idx); free(C.ids);
     free(C.lp);
     hx_batch_free(&b);
+    hx_batch_free(&bu);
     if (st && c) for (int s = 0; s < c->n_seq; s++) hx_seq_clear(c, s);
     return st;
 }
