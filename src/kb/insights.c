@@ -439,7 +439,7 @@ static void pairs_on_cpu(pairs_run *P, hx_pool *pool, const kb_rows *r, const kb
         snprintf(how, sizeof how, "%s int8 tiles, %zu candidates, %zu rescored in %s f32",
                  P->j.i8 == kb_i8_tile_vnni ? "vnni" : "scalar", nc, nx, P->j.kernel == kb_tile_avx2 ? "avx2" : "scalar");
     else snprintf(how, sizeof how, "%s f32 tiles", P->j.kernel == kb_tile_avx2 ? "avx2" : "scalar");
-    if (s->incremental || s->lo == 0) snprintf(rows, sizeof rows, "%zu new of %zu rows", s->n - s->lo, s->n);
+    if (s->incremental || (s->lo == 0 && s->hi == s->n)) snprintf(rows, sizeof rows, "%zu new of %zu rows", s->n - s->lo, s->n);
     else snprintf(rows, sizeof rows, "pairs of rows %zu..%zu of %zu", s->lo, s->hi, s->n);
     fprintf(stderr, "all-pairs: cpu (%s, %d threads), %s x %d, %.3f s%s\n", how, P->nt, rows, r->dim,
             hx_now_s() - t0, why);
