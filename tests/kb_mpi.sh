@@ -137,8 +137,11 @@ if "$BIN" one-shot "$tmp/probe-gpu" --no-think --allpairs-device cuda > /dev/nul
   compare gpu "$tmp/gen.log" --no-think --allpairs-device cuda
   for np in 1 2 3; do
     grep -q "pairs on cuda in $np of $np ranks" "$tmp/gpu/out$np" || fail "gpu: -np $np: not every rank on its GPU"
-    for f in $outputs; do cmp "$g/ref/$f" "$tmp/gpu/$f" || fail "gpu: $f differs from the CPU's"; done
   done
+  # and the CPU's bytes: a CPU pass in the same directory (insights.state names data.log's inode)
+  rm -f "$tmp/gpu"/embeddings.bin "$tmp/gpu"/insights.json "$tmp/gpu"/insights.state
+  "$BIN" one-shot "$tmp/gpu" --no-think --allpairs-device cpu > /dev/null 2>&1 || fail "gpu: the CPU pass failed"
+  for f in $outputs; do cmp "$tmp/gpu/ref/$f" "$tmp/gpu/$f" || fail "gpu: $f of the GPU passes differs from the CPU's"; done
 else
   why=$(grep -o "all-pairs on cuda: .*" "$tmp/probe-gpu.err" | head -1)
   [ -n "$why" ] || { cat "$tmp/probe-gpu.err"; fail "single-process --allpairs-device cuda failed without saying why"; }
