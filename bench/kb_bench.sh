@@ -23,11 +23,16 @@
 # more one-shot options for every pass (thresholds), split at spaces.
 # KB_PASSES="cold +100 +10000": only these passes, in this order (default all
 # five); an append (+100, +10000) is made whether its pass runs or not.
+# --both: issue 22's two tables in one run, each from a fresh KB: N entries
+# (default 100,000) with the pairs on the CPU, then KB_GPU_N (default
+# 1,000,000) with the pairs on the GPU (--device cuda), both with peak RSS:
+#   bash bench/kb_bench.sh --both [N] [THREADS] [--json] [--embed-model M]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEV=cpu; MODEL=; pos=()
+DEV=cpu; MODEL=; BOTH=; pos=()
 while [ $# -gt 0 ]; do
   case $1 in
+    --both) BOTH=1; shift ;;
     --embed-model) [ $# -ge 2 ] || { echo "kb_bench.sh: --embed-model needs a BERT .gguf or folder" >&2; exit 2; }
               [ -e "$2" ] || { echo "kb_bench.sh: --embed-model '$2': no such file or folder" >&2; exit 2; }
               MODEL=$2; shift 2 ;;
@@ -38,6 +43,17 @@ while [ $# -gt 0 ]; do
   esac
 done
 set -- "${pos[@]+"${pos[@]}"}"
+if [ -n "$BOTH" ]; then
+  [ "$DEV" = cpu ] || { echo "kb_bench.sh: --both picks the devices itself (cpu, then cuda): no --device" >&2; exit 2; }
+  m=(); [ -n "$MODEL" ] && m=(--embed-model "$MODEL")
+  NC=${1:-100000}; NG=${KB_GPU_N:-1000000}; TB=${2:-$(nproc)}
+  for run in "cpu $NC" "cuda $NG"; do
+    read -r d n <<< "$run"
+    echo "== kb_bench: $n entries, all-pairs on $d, $TB threads"
+    bash bench/kb_bench.sh "$n" "$TB" ${3:+"$3"} --device "$d" "${m[@]+"${m[@]}"}"
+  done
+  exit 0
+fi
 DEFN=100000; EXTRA=()
 [ "$DEV" = cuda ] && { DEFN=1000000; EXTRA=(--no-think); }
 [ -n "$MODEL" ] && EXTRA+=(--embed-model "$MODEL" --embed-device "$DEV")
@@ -65,12 +81,13 @@ run() { # run NAME [flags]: the pass NAME unless KB_PASSES leaves it out
   case " $PASSES " in *" $name "*) ;; *) return 0 ;; esac
   local rss line ap th em s wall
   s=$(date +%s.%N)
-  rss=$(peak "$tmp/out.txt" "$tmp/err.txt" "$BIN" one-shot "$tmp" -t "$T" --allpairs-device "$DEV" "${EXTRA[@]+"${EXTRA[@]}"}" "$@")
+  # a failed pass: no summary line, reported below with its stderr
+  rss=$(peak "$tmp/out.txt" "$tmp/err.txt" "$BIN" one-shot "$tmp" -t "$T" --allpairs-device "$DEV" "${EXTRA[@]+"${EXTRA[@]}"}" "$@") || true
   wall=$(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }') # (no bc on the GPU machine)
-  line=$(grep "embedded now" "$tmp/out.txt" | tail -1); ap=$(grep "^all-pairs: " "$tmp/err.txt" | tail -1 || true)
+  line=$(grep "embedded now" "$tmp/out.txt" | tail -1 || true); ap=$(grep "^all-pairs: " "$tmp/err.txt" | tail -1 || true)
   th=$(grep "^think: " "$tmp/err.txt" | tail -1 || true)
   em=$(grep "^embedding: " "$tmp/err.txt" | tail -1 || true)
-  [ -n "$line" ] || { echo "kb_bench.sh: pass $name failed:" >&2; tail -5 "$tmp/err.txt" >&2; exit 1; }
+  [ -n "$line" ] || { echo "kb_bench.sh: pass $name failed:" >&2; sed '/^\tCommand being timed/,$d' "$tmp/err.txt" | tail -5 >&2; exit 1; }
   python3 - "$name" "$line" "$rss" "$N" "$T" "$JSON" "$DEV" "$ap" "$th" "$wall" "$em" "${MODEL_LABEL:-$MODEL}" <<'PY'
 import json, re, subprocess, sys
 name, line, rss, n, t, js, dev, ap, th, wall, em, model = sys.argv[1:13]

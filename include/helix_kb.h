@@ -163,6 +163,8 @@ typedef struct kb_opts {
     hx_device allpairs_device; /* entry pairs on: HX_DEVICE_AUTO (CUDA when built in, a GPU is usable and the
                                   work is large), CPU, or CUDA (fails with the reason); the same pairs either way */
     bool allpairs_log;    /* one stderr line per entry-pairs stage: which device ran it, how long */
+    int allpairs_gpu;     /* the CUDA device (ordinal) that runs them: 0 unless set; an MPI rank's own
+                             GPU under one-shot --mpi (local rank % GPUs on its host) */
 } kb_opts;
 kb_opts kb_default_opts(const kb_embedder *em);
 
@@ -551,6 +553,7 @@ typedef struct kb_mpi_stats {
     double pairs_cpu_min_s, pairs_cpu_max_s; /* the same in CPU seconds of the rank (all its threads):
                                               * what the share costs with the machine to itself */
     double finish_s;          /* rank 0: lists merged, topic overlaps, files written */
+    int pairs_gpu_ranks;      /* ranks whose share of the pairs ran on their GPU (the rest: the CPU) */
 } kb_mpi_stats;
 
 /* The message a rank's error carries when another rank failed (that rank

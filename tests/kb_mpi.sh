@@ -6,6 +6,9 @@
 # writes the same embeddings.bin, insights.state and insights.json bytes and
 # prints the same summary and warnings as `one-shot` without MPI; a later
 # single-process pass continues incrementally from the MPI pass's state.
+# All-pairs on each rank's GPU (--allpairs-device cuda): with CUDA and a GPU,
+# -np 1/2/3 equal the single-process pass and the CPU's bytes, every rank's
+# share on the GPU; without, every rank refuses with the reason, no hang.
 # Skips (77) when mpirun is absent or helix-bg was built without MPI.
 set -euo pipefail
 BIN=${HX_BIN:-build/helix-bg}
@@ -91,6 +94,8 @@ compare() {
 }
 
 compare generated "$tmp/gen.log" --no-think
+grep -q "pairs on cuda in 0 of 3 ranks" "$tmp/generated/out3" ||
+  fail "generated: 3,000 entries went to a GPU under auto (below the size where it gains)"
 # the generated KB holds what the comparison is meant to cover
 g="$tmp/generated"
 grep -q "names no entry" "$g/ref/err" || fail "generated: no delete naming no entry"
@@ -123,6 +128,34 @@ grep -q "incremental pairs" "$kb/inc" || { cat "$kb/inc"; fail "the pass after M
 cp "$kb/insights.json" "$kb/inc.json"
 "$BIN" one-shot "$kb" --no-think --full > /dev/null 2>&1
 cmp "$kb/inc.json" "$kb/insights.json" || fail "incremental after MPI differs from a full pass"
+
+# each rank's share of the pairs on its GPU (local rank % GPUs), as the
+# single-process GPU pass and the CPU's bytes; or, with no usable GPU, a
+# refusal on every rank naming the reason
+mkdir -p "$tmp/probe-gpu"; head -50 "$tmp/gen.log" > "$tmp/probe-gpu/data.log"
+if "$BIN" one-shot "$tmp/probe-gpu" --no-think --allpairs-device cuda > /dev/null 2> "$tmp/probe-gpu.err"; then
+  compare gpu "$tmp/gen.log" --no-think --allpairs-device cuda
+  for np in 1 2 3; do
+    grep -q "pairs on cuda in $np of $np ranks" "$tmp/gpu/out$np" || fail "gpu: -np $np: not every rank on its GPU"
+  done
+  # and the CPU's bytes: a CPU pass in the same directory (insights.state names data.log's inode)
+  rm -f "$tmp/gpu"/embeddings.bin "$tmp/gpu"/insights.json "$tmp/gpu"/insights.state
+  "$BIN" one-shot "$tmp/gpu" --no-think --allpairs-device cpu > /dev/null 2>&1 || fail "gpu: the CPU pass failed"
+  for f in $outputs; do cmp "$tmp/gpu/ref/$f" "$tmp/gpu/$f" || fail "gpu: $f of the GPU passes differs from the CPU's"; done
+else
+  why=$(grep -o "all-pairs on cuda: .*" "$tmp/probe-gpu.err" | head -1)
+  [ -n "$why" ] || { cat "$tmp/probe-gpu.err"; fail "single-process --allpairs-device cuda failed without saying why"; }
+  cp "$g/insights.json" "$tmp/before.json"
+  if timeout 120 mpirun --oversubscribe -np 2 "$BIN" one-shot "$g" --mpi -t 1 --no-think --allpairs-device cuda \
+       > /dev/null 2> "$tmp/gpu.err"; then
+    fail "--mpi --allpairs-device cuda succeeded where the single process refused ($why)"
+  fi
+  for r in 0 1; do
+    grep -q "rank $r: all-pairs on cuda: " "$tmp/gpu.err" || { cat "$tmp/gpu.err"; fail "rank $r did not say why it refused"; }
+  done
+  cmp "$tmp/before.json" "$g/insights.json" || fail "a refused pass changed insights.json"
+  echo "gpu: no GPU pass here ($why); -np 2 refuses on both ranks"
+fi
 
 # errors: a missing KB fails on every rank with a message naming it, no hang
 if timeout 120 mpirun --oversubscribe -np 2 "$BIN" one-shot "$tmp/nope" --mpi > /dev/null 2> "$tmp/nope.err"; then

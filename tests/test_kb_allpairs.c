@@ -10,10 +10,17 @@
  * rows; and every pair the CPU keeps lies inside the candidate window
  * (kb_cand_window / kb_cand_take) formed from the final cuts, the tightest the
  * device ever uses, while most pairs lie outside it.
+ * On every machine: the device stage's tiling (kb_stage_*, kb_piece_halves),
+ * walked on the CPU as the driver and the tile kernel walk it, forms each
+ * pair of a stage exactly once: over the row ranges of 1-5 MPI ranks (cuts
+ * inside 128-row blocks included), incremental stages, and pieces redone as
+ * halves at random (candidate overflow).
  * With CUDA and a usable GPU: kb_entry_pairs on the GPU equals the CPU's
  * lists bit for bit (pairs, similarities, cuts) on random and clustered rows
  * with exact and near ties, full and incremental, with a tiny candidate
- * buffer (overflow and redo), and dims that are no multiple of 32. */
+ * buffer (overflow and redo), and dims that are no multiple of 32; and
+ * kb_entry_pairs_rows (an MPI rank's share) on the GPU equals the CPU's for
+ * each range of a 3-way split. */
 #include "kb/analyze.h"
 #include "kb/allpairs.h"
 #include "kb/allpairs_cuda.h"
@@ -374,6 +381,83 @@ static bool same_list(const kb_klist *x, const kb_klist *y, const char *what) {
     return ok;
 }
 
+/* Walk stage s as allpairs_cuda.cu's driver does, pieces of bm-row blocks
+ * growing to 32 a round, each piece redone as halves with probability 0.3
+ * (an overflow), and count each pair the tiles would test in seen (n x n). */
+static void walk_stage(const kb_stage *s, unsigned bm, unsigned char *seen) {
+    unsigned first, end, nb, grow = 1, next, top = 0;
+    kb_stage_blocks(s, bm, &first, &end, &nb);
+    kb_piece todo[128];
+    next = first;
+    for (;;) {
+        if (!top) {
+            if (next >= end) break;
+            unsigned nrb = grow < end - next ? grow : end - next;
+            todo[top++] = kb_stage_piece(s, next, nrb, nb);
+            next += nrb;
+            grow = grow * 2 < 32 ? grow * 2 : 32;
+        }
+        kb_piece p = todo[--top];
+        if ((p.nrb > 1 || p.ncb > 1) && urand() < 0.3 && top + 2 <= 128) {
+            kb_piece h[2];
+            kb_piece_halves(s, p, h);
+            todo[top++] = h[1];
+            todo[top++] = h[0];
+            grow = 1;
+            continue;
+        }
+        for (unsigned bi = p.rb0; bi < p.rb0 + p.nrb; bi++)
+            for (unsigned bj = p.cb0; bj < p.cb0 + p.ncb; bj++) {
+                if (!kb_stage_tile(s, bi, bj)) continue;
+                for (size_t i = (size_t)bi * bm; i < (size_t)(bi + 1) * bm; i++)
+                    for (size_t j = (size_t)bj * bm; j < (size_t)(bj + 1) * bm; j++)
+                        if (kb_stage_pair(s, i, j)) seen[i * s->n + j]++;
+            }
+    }
+}
+
+static void test_stage_plan(void) {
+    const size_t ns[] = {1, 2, 127, 128, 129, 700, 1000, 1500};
+    int stages = 0;
+    for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
+        const size_t n = ns[c];
+        unsigned char *seen = malloc(n * n);
+        for (int R = 1; R <= 5; R++)
+            for (int cut = 0; cut < 2; cut++) { /* cuts at 64-row multiples (mpi.c's) or anywhere */
+                size_t lo[6] = {0};
+                lo[R] = n;
+                for (int k = 1; k < R; k++) {
+                    size_t x = (size_t)(urand() * (double)n);
+                    x = cut ? x : x / 64 * 64;
+                    lo[k] = x < lo[k - 1] ? lo[k - 1] : x;
+                }
+                memset(seen, 0, n * n);
+                for (int k = 0; k < R; k++, stages++) {
+                    kb_stage s = {n, lo[k], lo[k + 1], false};
+                    walk_stage(&s, 128, seen);
+                }
+                size_t bad = 0;
+                for (size_t a = 0; a < n; a++)
+                    for (size_t b = 0; b < n; b++) bad += seen[a * n + b] != (b > a);
+                CHECK(!bad, "plan: %zu rows, %d ranks (cuts %s): %zu pairs not formed exactly once", n, R,
+                      cut ? "anywhere" : "at 64", bad);
+            }
+        const size_t row0s[] = {1, n / 2, n > 1 ? n - 1 : 1, n / 3 * 2 + 5};
+        for (size_t q = 0; q < 4; q++, stages++) {
+            const size_t row0 = row0s[q] < n ? row0s[q] : n;
+            kb_stage s = {n, row0, n, true};
+            memset(seen, 0, n * n);
+            walk_stage(&s, 128, seen);
+            size_t bad = 0;
+            for (size_t a = 0; a < n; a++)
+                for (size_t b = 0; b < n; b++) bad += seen[a * n + b] != (a >= row0 && b < a);
+            CHECK(!bad, "plan: %zu rows, incremental from %zu: %zu pairs not formed exactly once", n, row0, bad);
+        }
+        free(seen);
+    }
+    printf("plan: %d device stages walked, each pair formed once\n", stages);
+}
+
 /* returns 77 when no GPU path runs here */
 static int test_gpu(void) {
 #ifndef HX_HAVE_CUDA
@@ -427,6 +511,40 @@ static int test_gpu(void) {
         for (int k = 0; k < 3; k++) kb_klist_free(&x[k]);
         set_free(&s);
     }
+    /* an MPI rank's share: rows [lo, hi) against the rows after them, cuts
+     * inside 128-row blocks, with and without a tiny candidate buffer */
+    {
+        set s = make_set(6000, 384, 1);
+        kb_rows r = rows_of(&s);
+        const size_t lo[4] = {0, 1664, 3520, 6000};
+        for (int tiny = 0; tiny < 2; tiny++)
+            for (int k = 0; k < 3; k++) {
+                kb_opts o = cpu_opts(0.92f, 0.75f, 0.92f, 0.6f, 20, 50, 100);
+                kb_klist x[3], y[3];
+                hx_error e = {0};
+                bool gpu = true;
+                CHECK(kb_entry_pairs_rows(pool, &r, lo[k], lo[k + 1], &o, &x[0], &x[1], &x[2], &gpu, &e) == HX_OK,
+                      "cpu rows: %s", e.msg);
+                CHECK(!gpu, "rows %zu..%zu: the cpu was asked for, the gpu reported", lo[k], lo[k + 1]);
+                o.allpairs_device = HX_DEVICE_CUDA;
+                o.allpairs_log = true;
+                if (tiny) setenv("HX_KB_ALLPAIRS_CAP", "16384", 1);
+                hx_status st = kb_entry_pairs_rows(pool, &r, lo[k], lo[k + 1], &o, &y[0], &y[1], &y[2], &gpu, &e);
+                unsetenv("HX_KB_ALLPAIRS_CAP");
+                CHECK(st == HX_OK && gpu, "cuda rows %zu..%zu: %s", lo[k], lo[k + 1], e.msg);
+                if (st == HX_OK) {
+                    int ok = (int)same_list(&x[0], &y[0], "near-duplicates") + (int)same_list(&x[1], &y[1], "cross-links") +
+                             (int)same_list(&x[2], &y[2], "single-topic overlaps") == 3;
+                    CHECK(ok, "rows %zu..%zu%s: the GPU lists differ from the CPU's", lo[k], lo[k + 1],
+                          tiny ? " (tiny buffer)" : "");
+                    printf("gpu: rows %zu..%zu of %zu%s: %d/%d/%d pairs, %s\n", lo[k], lo[k + 1], s.n,
+                           tiny ? " (tiny buffer)" : "", x[0].n, x[1].n, x[2].n, ok ? "identical" : "DIFFERENT");
+                    for (int q = 0; q < 3; q++) kb_klist_free(&y[q]);
+                }
+                for (int q = 0; q < 3; q++) kb_klist_free(&x[q]);
+            }
+        set_free(&s);
+    }
     hx_pool_free(pool);
     return ran ? 0 : 1;
 #endif
@@ -438,6 +556,7 @@ int main(int argc, char **argv) {
         return failures ? 1 : rc;
     }
     test_eps();
+    test_stage_plan();
     test_window();
     test_i8_bound();
     test_i8_pairs();

@@ -45,8 +45,7 @@ struct rec { unsigned a, b; float s; };     // a candidate rescored: rows, CPU f
 struct tile_args {
     const __half *x;        // (n_pad, dpad) fp16 rows, zero padded
     int dpad;
-    unsigned n, row0;       // rows; first new row (incremental)
-    int full;               // 1: pairs b > a; 0: pairs b < a with a >= row0
+    kb_stage st;            // which pairs (rows a, columns b) are the stage's
     unsigned rb0, cb0, nrb; // first row / column block of this piece, its row blocks
     const int *topic;       // (n)
     const unsigned char *single; // (n) 1: the row's topic has one entry
@@ -79,8 +78,7 @@ __device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], const 
 // The rare path: a similarity above the lowest bound. Rows outside [0, n),
 // pairs of the wrong orientation and pairs outside every kind's window stay.
 __device__ __noinline__ void consider(const tile_args &t, unsigned i, unsigned j, float s) {
-    if (i >= t.n || j >= t.n) return;
-    if (t.full ? j <= i : (j >= i || i < t.row0)) return;
+    if (!kb_stage_pair(&t.st, i, j)) return;
     if (!kb_cand_take(&t.w, s, t.topic[i] != t.topic[j], t.single[i] && t.single[j])) return;
     unsigned k = atomicAdd(t.count, 1u);
     if (k < t.cap) t.cand[k] = make_uint2(i, j);
@@ -92,7 +90,7 @@ __device__ __noinline__ void consider(const tile_args &t, unsigned i, unsigned j
 // Block (bi, bj) = rows bi*128.., columns bj*128..
 __global__ void __launch_bounds__(THREADS, 2) tile_kernel(const __grid_constant__ tile_args t) {
     const unsigned bi = t.rb0 + blockIdx.x % t.nrb, bj = t.cb0 + blockIdx.x / t.nrb;
-    if (t.full ? bj < bi : bj > bi) return; // no pair of this tile has the piece's orientation
+    if (!kb_stage_tile(&t.st, bi, bj)) return; // no pair of this tile has the stage's orientation
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __half *sa = reinterpret_cast<__half *>(smem_raw); // (STAGES, BM, LDS)
     __half *sb = sa + STAGES * BM * LDS;               // (STAGES, BM, LDS)
@@ -158,10 +156,11 @@ __global__ void __launch_bounds__(THREADS, 2) tile_kernel(const __grid_constant_
                     consider(t, i0 + mi * 16 + (c / 2) * 8, j0 + nj * 8 + (c % 2), acc[mi][nj][c]);
 }
 
-// (n_pad, dpad) fp16 from (n, dim) f32, zeros outside; and the largest row norm
-// (as float bits: non-negative floats order as integers; NaN is largest)
-__global__ void to_half_kernel(const float *v, unsigned n, int dim, int dpad, __half *x, unsigned *max_norm_bits) {
-    const unsigned row = blockIdx.x;
+// rows base.. of (n_pad, dpad) fp16 from (n, dim) f32, zeros outside; and
+// their largest norm (as float bits: non-negative floats order as integers; NaN is largest)
+__global__ void to_half_kernel(const float *v, unsigned n, unsigned base, int dim, int dpad, __half *x,
+                               unsigned *max_norm_bits) {
+    const unsigned row = base + blockIdx.x;
     double ss = 0;
     for (int k = threadIdx.x; k < dpad; k += blockDim.x) {
         float f = row < n && k < dim ? v[(size_t)row * dim + k] : 0.0f;
@@ -197,8 +196,6 @@ __global__ void rescore_kernel(const float *v, int dim, const uint2 *cand, const
     }
 }
 
-struct piece { unsigned rb0, nrb, cb0, ncb; };
-
 struct dev_bufs {
     float *v = nullptr;
     __half *x = nullptr;
@@ -223,14 +220,28 @@ hx_status fail(hx_error *e, hx_status st, const char *fmt, const char *what, cud
 #define CK(call) do { cudaError_t rc_ = (call); \
     if (rc_ != cudaSuccess) return fail(e, HX_ERR_DEVICE, "all-pairs on cuda: %s: %s", #call, rc_); } while (0)
 
-static hx_status run(const kb_rows *r, size_t row0, const kb_opts *o, bool fma_chain, bool log, bool must,
+// Pairs a stage forms (the log line's rate).
+static double stage_pairs(const kb_stage *s) {
+    const double n = (double)s->n, lo = (double)s->lo, hi = (double)s->hi;
+    if (s->incremental) return (n - lo) * lo + (n - lo) * (n - lo - 1) / 2; // new x old, new x new
+    return (hi - lo) * (n - 1) - (hi * (hi - 1) - lo * (lo - 1)) / 2;      // sum over a in [lo, hi) of n - 1 - a
+}
+
+static hx_status run(const kb_rows *r, const kb_stage *s, const kb_opts *o, bool fma_chain, bool log, bool must,
                      const kb_pair_sink *sink, hx_error *e) {
     double t0 = hx_now_s();
     const unsigned n = (unsigned)r->n;
     const int dim = r->dim, dpad = (dim + BK - 1) / BK * BK;
-    const unsigned nb = (n + BM - 1) / BM, n_pad = nb * BM;
+    unsigned rb_first, rb_end, nb;
+    kb_stage_blocks(s, BM, &rb_first, &rb_end, &nb);
+    const unsigned n_pad = nb * BM;
+    // the rows a tile can read: a full stage pairs its rows with later ones
+    // only, so the rows before its first block stay on the host
+    const unsigned base = s->incremental ? 0 : rb_first * BM;
+    int gpu = 0;
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    CK(cudaGetDevice(&gpu));
+    CK(cudaGetDeviceProperties(&prop, gpu));
     unsigned cap = CAP;
     if (const char *c = getenv("HX_KB_ALLPAIRS_CAP")) cap = (unsigned)std::min(std::max(atol(c), (long)BM * BM), (long)CAP);
     dev_bufs d;
@@ -254,12 +265,13 @@ static hx_status run(const kb_rows *r, size_t row0, const kb_opts *o, bool fma_c
     }
     CK(cudaEventCreate(&d.ev[0]));
     CK(cudaEventCreate(&d.ev[1]));
-    CK(cudaMemcpy(d.v, r->vec, (size_t)n * dim * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d.v + (size_t)base * dim, r->vec + (size_t)base * dim, (size_t)(n - std::min(base, n)) * dim * sizeof(float),
+                  cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.topic, r->topic, (size_t)n * sizeof(int), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.single, single.data(), n, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.block_single, block_single.data(), nb, cudaMemcpyHostToDevice));
     CK(cudaMemset(d.count, 0, 2 * sizeof(unsigned)));
-    to_half_kernel<<<n_pad, 128>>>(d.v, n, dim, dpad, d.x, d.count + 1);
+    if (n_pad > base) to_half_kernel<<<n_pad - base, 128>>>(d.v, n, base, dim, dpad, d.x, d.count + 1);
     CK(cudaGetLastError());
     unsigned bits = 0;
     CK(cudaMemcpy(&bits, d.count + 1, sizeof bits, cudaMemcpyDeviceToHost));
@@ -273,8 +285,7 @@ static hx_status run(const kb_rows *r, size_t row0, const kb_opts *o, bool fma_c
     CK(cudaFuncSetAttribute(tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
 
     // pieces: rounds of row blocks (growing while they fit), split on overflow
-    const unsigned rb_first = row0 ? (unsigned)(row0 / BM) : 0;
-    std::vector<piece> todo;
+    std::vector<kb_piece> todo;
     std::vector<rec> host;
     unsigned grow = 1, rb_next = rb_first;
     size_t n_cand = 0;
@@ -282,19 +293,18 @@ static hx_status run(const kb_rows *r, size_t row0, const kb_opts *o, bool fma_c
     float tile_ms = 0;
     for (;;) {
         if (todo.empty()) {
-            if (rb_next >= nb) break;
-            unsigned nrb = std::min(grow, nb - rb_next);
-            // full: columns from the piece's first row block; incremental: up to its last
-            todo.push_back(row0 ? piece{rb_next, nrb, 0, rb_next + nrb} : piece{rb_next, nrb, rb_next, nb - rb_next});
+            if (rb_next >= rb_end) break;
+            unsigned nrb = std::min(grow, rb_end - rb_next);
+            todo.push_back(kb_stage_piece(s, rb_next, nrb, nb));
             rb_next += nrb;
             grow = std::min(grow * 2, 32u);
         }
-        piece p = todo.back();
+        kb_piece p = todo.back();
         todo.pop_back();
         float cut[KB_KINDS];
         sink->cut(sink->ctx, cut);
-        tile_args t = {d.x, dpad, n, (unsigned)row0, row0 ? 0 : 1, p.rb0, p.cb0, p.nrb, d.topic, d.single,
-                       d.block_single, kb_cand_window(o, cut, eps), d.cand, d.count, cap};
+        tile_args t = {d.x, dpad, *s, p.rb0, p.cb0, p.nrb, d.topic, d.single, d.block_single,
+                       kb_cand_window(o, cut, eps), d.cand, d.count, cap};
         CK(cudaMemsetAsync(d.count, 0, sizeof(unsigned)));
         CK(cudaEventRecord(d.ev[0]));
         tile_kernel<<<p.nrb * p.ncb, THREADS, SMEM>>>(t);
@@ -312,15 +322,10 @@ static hx_status run(const kb_rows *r, size_t row0, const kb_opts *o, bool fma_c
         if (cnt > cap) { // too many for the buffer: drop, redo in disjoint halves (rows first)
             n_redone++;
             grow = 1;
-            if (p.nrb > 1) {
-                unsigned h = p.nrb / 2;
-                todo.push_back(piece{p.rb0 + h, p.nrb - h, row0 ? 0 : p.rb0 + h, row0 ? p.rb0 + p.nrb : p.ncb - h});
-                todo.push_back(piece{p.rb0, h, p.cb0, row0 ? p.rb0 + h : p.ncb});
-            } else { // one row block: split its columns (a single tile holds at most 128 x 128 < CAP)
-                unsigned h = p.ncb / 2;
-                todo.push_back(piece{p.rb0, 1, p.cb0 + h, p.ncb - h});
-                todo.push_back(piece{p.rb0, 1, p.cb0, h});
-            }
+            kb_piece h[2]; // a single tile holds at most 128 x 128 < CAP: p has two or more
+            kb_piece_halves(s, p, h);
+            todo.push_back(h[1]);
+            todo.push_back(h[0]);
             continue;
         }
         if (!cnt) continue;
@@ -331,24 +336,30 @@ static hx_status run(const kb_rows *r, size_t row0, const kb_opts *o, bool fma_c
     }
     CK(cudaDeviceSynchronize());
     if (log) {
-        const double pairs = row0 ? (double)(n - row0) * (double)n - (double)(n - row0) * (n - row0 + 1) / 2
-                                  : (double)n * (n - 1) / 2;
+        const double pairs = stage_pairs(s);
+        char rows[96] = "";
+        if (!s->incremental && (s->lo > 0 || s->hi < s->n)) snprintf(rows, sizeof rows, " (pairs of rows %zu..%zu)", s->lo, s->hi);
         fprintf(stderr,
-                "all-pairs: cuda (%s), %u rows x %d, %.3f s (upload and fp16 %.3f s, tiles %.3f s at %.0f TFLOP/s "
+                "all-pairs: cuda:%d (%s), %u rows x %d%s, %.3f s (upload and fp16 %.3f s, tiles %.3f s at %.0f TFLOP/s "
                 "fp16), %zu candidates rescored in f32, %d rounds (%d redone)\n",
-                prop.name, n, dim, hx_now_s() - t0, t_up, tile_ms / 1e3,
+                gpu, prop.name, n, dim, rows, hx_now_s() - t0, t_up, tile_ms / 1e3,
                 tile_ms > 0 ? 2.0 * dim * pairs / (tile_ms / 1e3) / 1e12 : 0.0, n_cand, n_rounds, n_redone);
     }
     return HX_OK;
 }
 
-extern "C" hx_status kb_allpairs_cuda(const kb_rows *r, size_t row0, const kb_opts *o, hx_device dev,
+extern "C" hx_status kb_allpairs_cuda(const kb_rows *r, const kb_stage *s, const kb_opts *o, hx_device dev,
                                       bool fma_chain, bool log, const kb_pair_sink *sink, hx_error *e) {
     const bool must = dev == HX_DEVICE_CUDA;
     if (dev == HX_DEVICE_CPU) return hx_err(e, HX_ERR_UNSUPPORTED, "the cpu was asked for");
     if (r->n >= 0x7fffff00u) return hx_err(e, HX_ERR_UNSUPPORTED, "all-pairs on cuda: %zu rows: 2^31 at most", r->n);
-    if (!must && (double)(r->n - row0) * (double)r->n < AUTO_MIN_PAIRS)
-        return hx_err(e, HX_ERR_UNSUPPORTED, "%zu x %zu rows, the cpu is as quick", r->n - row0, r->n);
+    if (s->n != r->n || s->lo > s->hi || s->hi > s->n)
+        return hx_err(e, HX_ERR_ARG, "all-pairs on cuda: rows %zu..%zu of %zu: not a stage of %zu rows", s->lo, s->hi,
+                      s->n, r->n);
+    // row x row products as the tiles see them (a full stage's tiles hold each pair once, a triangle)
+    const double products = s->incremental ? (double)(s->n - s->lo) * (double)s->n : 2 * stage_pairs(s);
+    if (!must && products < AUTO_MIN_PAIRS)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "%.0f pairs, the cpu is as quick", stage_pairs(s));
     int c = 0;
     cudaError_t rc = cudaGetDeviceCount(&c);
     if (rc != cudaSuccess || c <= 0) {
@@ -356,5 +367,16 @@ extern "C" hx_status kb_allpairs_cuda(const kb_rows *r, size_t row0, const kb_op
         return hx_err(e, must ? HX_ERR_DEVICE : HX_ERR_UNSUPPORTED, "all-pairs on cuda: no usable CUDA device (%s)",
                       rc != cudaSuccess ? cudaGetErrorString(rc) : "none found");
     }
-    return run(r, row0, o, fma_chain, log, must, sink, e);
+    if (o->allpairs_gpu < 0 || o->allpairs_gpu >= c)
+        return hx_err(e, must ? HX_ERR_ARG : HX_ERR_UNSUPPORTED, "all-pairs on cuda: device %d asked for; %d found",
+                      o->allpairs_gpu, c);
+    // on the asked device, then back to the thread's own (an embedder may run on another)
+    int was = 0;
+    if ((rc = cudaGetDevice(&was)) != cudaSuccess || (rc = cudaSetDevice(o->allpairs_gpu)) != cudaSuccess) {
+        cudaGetLastError();
+        return fail(e, must ? HX_ERR_DEVICE : HX_ERR_UNSUPPORTED, "all-pairs on cuda: %s: %s", "cudaSetDevice", rc);
+    }
+    hx_status st = run(r, s, o, fma_chain, log, must, sink, e);
+    cudaSetDevice(was);
+    return st;
 }

@@ -71,13 +71,72 @@ typedef struct kb_pair_sink {
     void (*cut)(void *ctx, float cut[KB_KINDS]);
 } kb_pair_sink;
 
-/* The pairs of kb_entry_pairs (rows [row0, n) against the rest, as there) on
- * the GPU. fma_chain: rescore as the AVX2 kernel does (fmaf chain), else as the
- * scalar one (multiply, then add). HX_DEVICE_AUTO declines with
+/* Which pairs a device stage forms: incremental, each row a in [lo, n)
+ * against every b < a (lo = the first new row); full, each row a in [lo, hi)
+ * against every b > a (lo 0, hi n: all pairs; a narrower range is one MPI
+ * rank's share, kb_entry_pairs_rows). */
+typedef struct kb_stage { size_t n, lo, hi; bool incremental; } kb_stage;
+
+/* Whether pair (a = row i, b = column j) is the stage's (the tile epilogue's
+ * test: a tile may straddle the range's ends and the diagonal). */
+KB_HD static inline bool kb_stage_pair(const kb_stage *s, size_t i, size_t j) {
+    if (i < s->lo || i >= s->hi || j >= s->n) return false;
+    return s->incremental ? j < i : j > i;
+}
+
+/* The stage's work in tiles of bm x bm: pieces of row blocks [rb0, rb0 + nrb)
+ * against column blocks [cb0, cb0 + ncb); a tile (bi, bj) whose pairs all
+ * have the wrong orientation is skipped (kb_stage_tile). The driver takes
+ * rounds of row blocks from first to end (kb_stage_blocks, kb_stage_piece)
+ * and redoes a piece whose candidates overflow as two disjoint halves
+ * (kb_piece_halves): rows first, then, for a single row block, columns. */
+typedef struct kb_piece { unsigned rb0, nrb, cb0, ncb; } kb_piece;
+
+KB_HD static inline bool kb_stage_tile(const kb_stage *s, unsigned bi, unsigned bj) {
+    return s->incremental ? bj <= bi : bj >= bi;
+}
+
+/* Row blocks [*first, *end) holding the stage's rows a; nb: blocks of all n rows. */
+static inline void kb_stage_blocks(const kb_stage *s, unsigned bm, unsigned *first, unsigned *end, unsigned *nb) {
+    *nb = (unsigned)((s->n + bm - 1) / bm);
+    *first = (unsigned)(s->lo / bm);
+    *end = s->incremental ? *nb : (unsigned)((s->hi + bm - 1) / bm);
+    if (s->lo >= s->hi) *end = *first; /* no rows */
+}
+
+static inline kb_piece kb_piece_of(unsigned rb0, unsigned nrb, unsigned cb0, unsigned ncb) {
+    kb_piece p; /* no compound literal: the .cu file reads this header as C++ */
+    p.rb0 = rb0, p.nrb = nrb, p.cb0 = cb0, p.ncb = ncb;
+    return p;
+}
+
+/* The piece of nrb row blocks from rb0: its columns, all the stage can pair
+ * with (full: from rb0 on; incremental: up to its last row block). */
+static inline kb_piece kb_stage_piece(const kb_stage *s, unsigned rb0, unsigned nrb, unsigned nb) {
+    return s->incremental ? kb_piece_of(rb0, nrb, 0, rb0 + nrb) : kb_piece_of(rb0, nrb, rb0, nb - rb0);
+}
+
+/* p as two disjoint pieces holding its tiles, in order (p has more than one tile). */
+static inline void kb_piece_halves(const kb_stage *s, kb_piece p, kb_piece h[2]) {
+    if (p.nrb > 1) {
+        unsigned k = p.nrb / 2;
+        h[0] = kb_piece_of(p.rb0, k, p.cb0, s->incremental ? p.rb0 + k : p.ncb);
+        h[1] = kb_piece_of(p.rb0 + k, p.nrb - k, s->incremental ? 0 : p.rb0 + k,
+                           s->incremental ? p.rb0 + p.nrb : p.ncb - k);
+    } else {
+        unsigned k = p.ncb / 2;
+        h[0] = kb_piece_of(p.rb0, 1, p.cb0, k);
+        h[1] = kb_piece_of(p.rb0, 1, p.cb0 + k, p.ncb - k);
+    }
+}
+
+/* The stage's pairs of kb_entry_pairs (allpairs_cuda.cu) on CUDA device
+ * o->allpairs_gpu. fma_chain: rescore as the AVX2 kernel does (fmaf chain),
+ * else as the scalar one (multiply, then add). HX_DEVICE_AUTO declines with
  * HX_ERR_UNSUPPORTED (nothing visited) when no GPU is usable, the work is too
  * small to gain, or the rows are not unit vectors; HX_DEVICE_CUDA then fails
  * with the reason. log: one stderr line saying what ran and how fast. */
-hx_status kb_allpairs_cuda(const kb_rows *r, size_t row0, const kb_opts *o, hx_device dev, bool fma_chain, bool log,
-                           const kb_pair_sink *sink, hx_error *e);
+hx_status kb_allpairs_cuda(const kb_rows *r, const kb_stage *s, const kb_opts *o, hx_device dev, bool fma_chain,
+                           bool log, const kb_pair_sink *sink, hx_error *e);
 
 #endif

@@ -49,9 +49,11 @@ hx_status kb_entry_pairs_mode(hx_pool *pool, const kb_rows *r, size_t row0, cons
                               kb_klist *dups, kb_klist *links, kb_klist *over1, hx_error *e);
 /* The same lists for the pairs (a, b > a) with a in [row_lo, row_hi): one
  * MPI rank's share of a full pass (the union over a split of [0, n) is
- * kb_entry_pairs(row0 = 0); each pair's similarity is the same bits). */
+ * kb_entry_pairs(row0 = 0); each pair's similarity is the same bits), on the
+ * device o->allpairs_device and o->allpairs_gpu choose, as kb_entry_pairs.
+ * *on_gpu (may be NULL): whether the GPU formed them. */
 hx_status kb_entry_pairs_rows(hx_pool *pool, const kb_rows *r, size_t row_lo, size_t row_hi, const kb_opts *o,
-                              kb_klist *dups, kb_klist *links, kb_klist *over1, hx_error *e);
+                              kb_klist *dups, kb_klist *links, kb_klist *over1, bool *on_gpu, hx_error *e);
 /* Overlaps of topic pairs with at least one topic of 2+ entries (centroids
  * accumulated once), the best kb_keep_depth(max_overlaps) with its cut. */
 hx_status kb_multi_overlaps(hx_pool *pool, const kb_rows *r, const kb_opts *o, kb_klist *over, hx_error *e);

@@ -398,57 +398,85 @@ hx_status kb_entry_pairs(hx_pool *pool, const kb_rows *r, size_t row0, const kb_
     return kb_entry_pairs_mode(pool, r, row0, o, KB_PAIRS_AUTO, dups, links, over1, e);
 }
 
+/* The stage's pairs on the GPU when o asks for it and the device takes them,
+ * into thread 0's heaps: HX_OK, done; HX_ERR_UNSUPPORTED, declined or (AUTO)
+ * failed, the heaps emptied and why (cap bytes) saying why for the log line:
+ * the CPU's turn; any other status: CUDA was required and failed (e set). */
+static hx_status pairs_on_gpu(pairs_run *P, const kb_rows *r, const kb_stage *s, const kb_opts *o, char *why,
+                              size_t cap, hx_error *e) {
+    if (s->lo >= s->hi) return HX_OK; /* no pairs: nothing to run anywhere */
+    if (o->allpairs_device == HX_DEVICE_CPU) return HX_ERR_UNSUPPORTED;
+#ifdef HX_HAVE_CUDA
+    kb_pair_sink sink = {&P->j, sink_visit, sink_cut};
+    hx_error ce = {0};
+    hx_status cs = kb_allpairs_cuda(r, s, o, o->allpairs_device, P->j.kernel == kb_tile_avx2, o->allpairs_log, &sink, &ce);
+    if (cs == HX_OK) return HX_OK;
+    if (o->allpairs_device == HX_DEVICE_CUDA) return hx_err(e, cs, "%s", ce.msg);
+    if (cs != HX_ERR_UNSUPPORTED) HX_WARN("%s: on the cpu instead", ce.msg);
+    snprintf(why, cap, "; not on cuda: %s", ce.msg);
+    P->hd[0].n = P->hl[0].n = P->ho[0].n = 0; /* a failed device pass may have visited some */
+    return HX_ERR_UNSUPPORTED;
+#else
+    (void)P, (void)r, (void)why, (void)cap;
+    if (o->allpairs_device == HX_DEVICE_CUDA)
+        return hx_err(e, HX_ERR_UNSUPPORTED, "all-pairs on cuda: this build has no CUDA");
+    return HX_ERR_UNSUPPORTED;
+#endif
+}
+
+/* The stage's pairs on the CPU tiles (int8 candidates where pairs_i8 picks
+ * them), with the log line o->allpairs_log asks for. */
+static void pairs_on_cpu(pairs_run *P, hx_pool *pool, const kb_rows *r, const kb_stage *s, const kb_opts *o,
+                         kb_pairs_mode mode, const char *why) {
+    double t0 = hx_now_s();
+    pairs_i8(P, pool, r, s->lo, s->hi, mode);
+    pairs_run_tiles(P, pool);
+    if (!o->allpairs_log || s->lo >= s->hi) return;
+    char how[120], rows[96];
+    size_t nc = 0, nx = 0;
+    for (int t = 0; P->n_cand && t < P->nt; t++) nc += P->n_cand[2 * t], nx += P->n_cand[2 * t + 1];
+    if (P->j.i8)
+        snprintf(how, sizeof how, "%s int8 tiles, %zu candidates, %zu rescored in %s f32",
+                 P->j.i8 == kb_i8_tile_vnni ? "vnni" : "scalar", nc, nx, P->j.kernel == kb_tile_avx2 ? "avx2" : "scalar");
+    else snprintf(how, sizeof how, "%s f32 tiles", P->j.kernel == kb_tile_avx2 ? "avx2" : "scalar");
+    if (s->incremental || (s->lo == 0 && s->hi == s->n)) snprintf(rows, sizeof rows, "%zu new of %zu rows", s->n - s->lo, s->n);
+    else snprintf(rows, sizeof rows, "pairs of rows %zu..%zu of %zu", s->lo, s->hi, s->n);
+    fprintf(stderr, "all-pairs: cpu (%s, %d threads), %s x %d, %.3f s%s\n", how, P->nt, rows, r->dim,
+            hx_now_s() - t0, why);
+}
+
 hx_status kb_entry_pairs_mode(hx_pool *pool, const kb_rows *r, size_t row0, const kb_opts *o, kb_pairs_mode mode,
                               kb_klist *dups, kb_klist *links, kb_klist *over1, hx_error *e) {
     memset(dups, 0, sizeof *dups); memset(links, 0, sizeof *links); memset(over1, 0, sizeof *over1);
+    const kb_stage s = {r->n, row0 < r->n ? row0 : r->n, r->n, row0 > 0};
     pairs_run P;
     /* the int8 set-up waits for the GPU's answer: pairs_begin's CPU part is cheap */
-    hx_status st = pairs_begin(&P, pool, r, row0, r->n, row0 > 0, o, KB_PAIRS_F32, e);
+    hx_status st = pairs_begin(&P, pool, r, s.lo, s.hi, s.incremental, o, KB_PAIRS_F32, e);
     if (st) return pairs_end(&P, st, dups, links, over1, e);
     char why[200] = ""; /* for the log line: why the GPU did not take it */
-#ifdef HX_HAVE_CUDA
-    if (r->n > row0 && o->allpairs_device != HX_DEVICE_CPU) {
-        kb_pair_sink sink = {&P.j, sink_visit, sink_cut};
-        hx_error ce = {0};
-        hx_status cs = kb_allpairs_cuda(r, row0, o, o->allpairs_device, P.j.kernel == kb_tile_avx2, o->allpairs_log,
-                                        &sink, &ce);
-        if (cs == HX_OK) return pairs_end(&P, HX_OK, dups, links, over1, e);
-        if (o->allpairs_device == HX_DEVICE_CUDA) return pairs_end(&P, hx_err(e, cs, "%s", ce.msg), dups, links, over1, e);
-        if (cs != HX_ERR_UNSUPPORTED) HX_WARN("%s: on the cpu instead", ce.msg);
-        snprintf(why, sizeof why, "; not on cuda: %s", ce.msg);
-        P.hd[0].n = P.hl[0].n = P.ho[0].n = 0; /* a failed device pass may have visited some */
-    }
-#else
-    if (o->allpairs_device == HX_DEVICE_CUDA)
-        return pairs_end(&P, hx_err(e, HX_ERR_UNSUPPORTED, "all-pairs on cuda: this build has no CUDA"), dups, links,
-                         over1, e);
-#endif
-    double t0 = hx_now_s();
-    pairs_i8(&P, pool, r, row0, r->n, mode);
-    pairs_run_tiles(&P, pool);
-    if (o->allpairs_log && r->n > row0) {
-        char how[120];
-        size_t nc = 0, nx = 0;
-        for (int t = 0; P.n_cand && t < P.nt; t++) nc += P.n_cand[2 * t], nx += P.n_cand[2 * t + 1];
-        if (P.j.i8)
-            snprintf(how, sizeof how, "%s int8 tiles, %zu candidates, %zu rescored in %s f32",
-                     P.j.i8 == kb_i8_tile_vnni ? "vnni" : "scalar", nc, nx, P.j.kernel == kb_tile_avx2 ? "avx2" : "scalar");
-        else snprintf(how, sizeof how, "%s f32 tiles", P.j.kernel == kb_tile_avx2 ? "avx2" : "scalar");
-        fprintf(stderr, "all-pairs: cpu (%s, %d threads), %zu new of %zu rows x %d, %.3f s%s\n", how, P.nt,
-                r->n - row0, r->n, r->dim, hx_now_s() - t0, why);
-    }
+    st = pairs_on_gpu(&P, r, &s, o, why, sizeof why, e);
+    if (st != HX_ERR_UNSUPPORTED || o->allpairs_device == HX_DEVICE_CUDA) return pairs_end(&P, st, dups, links, over1, e);
+    pairs_on_cpu(&P, pool, r, &s, o, mode, why);
     return pairs_end(&P, HX_OK, dups, links, over1, e);
 }
 
 hx_status kb_entry_pairs_rows(hx_pool *pool, const kb_rows *r, size_t row_lo, size_t row_hi, const kb_opts *o,
-                              kb_klist *dups, kb_klist *links, kb_klist *over1, hx_error *e) {
+                              kb_klist *dups, kb_klist *links, kb_klist *over1, bool *on_gpu, hx_error *e) {
     memset(dups, 0, sizeof *dups); memset(links, 0, sizeof *links); memset(over1, 0, sizeof *over1);
+    if (on_gpu) *on_gpu = false;
     if (row_hi > r->n) row_hi = r->n;
+    if (row_lo > row_hi) row_lo = row_hi;
     /* full mode over rows [row_lo, row_hi): each row against the rows after it */
+    const kb_stage s = {r->n, row_lo, row_hi, false};
     pairs_run P;
-    hx_status st = pairs_begin(&P, pool, r, row_lo, row_hi, false, o, KB_PAIRS_AUTO, e);
-    if (!st) pairs_run_tiles(&P, pool);
-    return pairs_end(&P, st, dups, links, over1, e);
+    hx_status st = pairs_begin(&P, pool, r, row_lo, row_hi, false, o, KB_PAIRS_F32, e);
+    if (st) return pairs_end(&P, st, dups, links, over1, e);
+    char why[200] = "";
+    st = pairs_on_gpu(&P, r, &s, o, why, sizeof why, e);
+    if (st == HX_OK && on_gpu) *on_gpu = row_lo < row_hi;
+    if (st != HX_ERR_UNSUPPORTED || o->allpairs_device == HX_DEVICE_CUDA) return pairs_end(&P, st, dups, links, over1, e);
+    pairs_on_cpu(&P, pool, r, &s, o, KB_PAIRS_AUTO, why);
+    return pairs_end(&P, HX_OK, dups, links, over1, e);
 }
 
 hx_status kb_multi_overlaps(hx_pool *pool, const kb_rows *r, const kb_opts *o, kb_klist *over, hx_error *e) {

@@ -65,6 +65,26 @@ hx_status kb_mpi_pick_gpu(kb_embedder *em, int local_rank, char device[16], hx_e
 #endif
 }
 
+/* This rank's GPU for the all-pairs tiles: local rank % GPUs on its host,
+ * -1 without CUDA or a usable GPU (the tiles then run on the CPU unless
+ * --allpairs-device cuda asks otherwise, which then fails on that rank).
+ * Collective: every rank calls it (hosts may differ in GPUs). */
+static int rank_gpu(void) {
+    int lrank = 0;
+    MPI_Comm local;
+    MPI_Comm_split_type(COMM, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &lrank);
+    MPI_Comm_free(&local);
+#ifdef HX_HAVE_CUDA
+    int n = 0;
+    hx_error e = {0};
+    if (hx_cuda_device_count(&n, &e) != HX_OK || n <= 0) return -1;
+    return lrank % n;
+#else
+    return -1;
+#endif
+}
+
 /* ---- helpers ---- */
 
 static double cpu_s(void) {
@@ -351,13 +371,18 @@ hx_status kb_mpi_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
     }
     t_exchange = hx_now_s() - t;
 
-    /* 5. this rank's rows of the all-pairs product, then the lists to rank 0 */
+    /* 5. this rank's rows of the all-pairs product (on its own GPU when it
+     * has one and o allows), then the lists to rank 0 */
     t = hx_now_s();
     kb_rows rows = {n, D, off, topic, vec, T, count};
     int depth[3] = {kb_keep_depth(o->max_dups), kb_keep_depth(o->max_links), kb_keep_depth(kb_max_overlaps(o))};
     split_rows(n, R, row_lo);
+    kb_opts ro = *o;
+    const int gpu = rank_gpu();
+    if (gpu >= 0) ro.allpairs_gpu = gpu;
+    bool on_gpu = false;
     double c_pairs = cpu_s();
-    st = kb_entry_pairs_rows(pool, &rows, row_lo[rank], row_lo[rank + 1], o, &lists[0], &lists[1], &lists[2], e);
+    st = kb_entry_pairs_rows(pool, &rows, row_lo[rank], row_lo[rank + 1], &ro, &lists[0], &lists[1], &lists[2], &on_gpu, e);
     t_pairs = hx_now_s() - t;
     c_pairs = cpu_s() - c_pairs;
     AGREE();
@@ -395,6 +420,8 @@ hx_status kb_mpi_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
     double pr[4] = {t_read, t_embed, t_pairs, c_pairs}, prmax[4] = {0}, prmin[4] = {0};
     MPI_Reduce(pr, prmax, 4, MPI_DOUBLE, MPI_MAX, 0, COMM);
     MPI_Reduce(pr, prmin, 4, MPI_DOUBLE, MPI_MIN, 0, COMM);
+    int gpu_one = on_gpu, gpu_ranks = 0;
+    MPI_Reduce(&gpu_one, &gpu_ranks, 1, MPI_INT, MPI_SUM, 0, COMM);
     if (rank != 0) goto done;
 
     if ((st = kb_multi_overlaps(pool, &rows, o, &om, e))) goto done;
@@ -422,7 +449,8 @@ hx_status kb_mpi_pass(const char *dir, kb_embedder *em, hx_pool *pool, const kb_
                      .dups = (size_t)in.n_dups, .links = (size_t)in.n_links, .overlaps = (size_t)in.n_overlaps,
                      .seconds = hx_now_s() - t0, .embed_seconds = prmax[0] + prmax[1], .analyze_seconds = t_an},
             .ranks = R, .read_s = prmax[0], .embed_s = prmax[1], .exchange_s = t_exchange, .pairs_min_s = prmin[2],
-            .pairs_max_s = prmax[2], .pairs_cpu_min_s = prmin[3], .pairs_cpu_max_s = prmax[3], .finish_s = t_finish};
+            .pairs_max_s = prmax[2], .pairs_cpu_min_s = prmin[3], .pairs_cpu_max_s = prmax[3], .finish_s = t_finish,
+            .pairs_gpu_ranks = gpu_ranks};
 #undef AGREE
 done:
     if (fd >= 0) close(fd);

@@ -112,10 +112,10 @@ static int one_shot_mpi(int argc, char **argv) {
     if (rank == 0) {
         if (!c.quiet) {
             print_pass(&c, &st.pass, em);
-            printf("mpi: %d ranks, %d threads each, embedding on %s (rank 0): read %.2f s, embed %.2f s, exchange %.2f s, "
-                   "pairs %.2f-%.2f s (cpu %.2f-%.2f s), merge and write %.2f s\n",
-                   st.ranks, threads, device, st.read_s, st.embed_s, st.exchange_s, st.pairs_min_s, st.pairs_max_s,
-                   st.pairs_cpu_min_s, st.pairs_cpu_max_s, st.finish_s);
+            printf("mpi: %d ranks, %d threads each, embedding on %s (rank 0), pairs on cuda in %d of %d ranks: read %.2f s, "
+                   "embed %.2f s, exchange %.2f s, pairs %.2f-%.2f s (cpu %.2f-%.2f s), merge and write %.2f s\n",
+                   st.ranks, threads, device, st.pairs_gpu_ranks, st.ranks, st.read_s, st.embed_s, st.exchange_s,
+                   st.pairs_min_s, st.pairs_max_s, st.pairs_cpu_min_s, st.pairs_cpu_max_s, st.finish_s);
         }
         rc = think(&c, em, pool, llm);
     }

@@ -25,7 +25,8 @@ void kb_cli_usage(FILE *f, const char *cmd, bool daemon) {
                "  --llm-alone               (measuring) topics by the LLM alone, not combined with the centroid\n"
                "  --llm-label-examples      (measuring) the LLM sees each topic's two most central titles\n"
                "  --allpairs-device D   auto (default: cuda when built in, a GPU is usable and the pass is\n"
-               "                    large), cpu or cuda: where entry pairs are compared (same insights)\n"
+               "                    large), cpu or cuda: where entry pairs are compared (same insights;\n"
+               "                    under --mpi each rank on GPU local rank %% GPUs)\n"
                "  --no-think        only the pass: no classification, patterns or LLM stage\n"
                "  -q, --quiet       no summary / per-pass log\n");
     if (daemon)
