@@ -18,15 +18,34 @@ void hx_f16_to_f32_row_avx2(int n, float *dst, const uint16_t *src);
 /* The most query heads per kv head the grouped kernels below are used for. */
 #define HX_ATTN_GROUP_MAX 16
 
+/* Rows of one layer's f16 cache as the attention kernels see them: row r (a
+ * ring row, or with pages a position) starts at
+ *   pages == NULL: base + r * ld
+ *   else:          base + (pages[r >> shift] << shift | r & (2^shift - 1)) * ld
+ * (elements), i.e. a page table of 2^shift rows per page over a pool. base
+ * may point into a row (a head's columns). */
+typedef struct hx_kv_rows {
+    const uint16_t *base;
+    size_t ld;             /* elements from one row to the next */
+    const int32_t *pages;  /* NULL: rows are contiguous */
+    int shift;
+} hx_kv_rows;
+
+static inline const uint16_t *hx_kv_row(const hx_kv_rows *v, int r) {
+    if (!v->pages) return v->base + (size_t)r * v->ld;
+    size_t row = (size_t)v->pages[r >> v->shift] << v->shift | (size_t)(r & ((1 << v->shift) - 1));
+    return v->base + row * v->ld;
+}
+
 /* The exact mode's attention for the G query heads q (G x hd, contiguous) of one
- * kv head over cnt rows of an f16 cache (row i of the visible run at
- * kc + ((r0 + i) mod rows) * ld, r0 < rows), hd a multiple of 32:
+ * kv head over cnt rows of an f16 cache (row i of the visible run is row
+ * (r0 + i) mod rows of kc, r0 < rows), hd a multiple of 32:
  *   scores: s[g * lds + i] = hx_dot_f16_avx2(hd, row i, q_g), bit for bit;
  *   values: out[g * hd + d] = sum over i in order of (s[g * lds + i] * inv[g]) * v_i[d],
  *           the bits of hx_f32_axpy_f16_avx2 applied row by row from zero. */
-void hx_attn_scores_f16_avx2(int hd, int G, const float *q, const uint16_t *kc, size_t ld, int r0, int rows, int cnt,
+void hx_attn_scores_f16_avx2(int hd, int G, const float *q, const hx_kv_rows *kc, int r0, int rows, int cnt,
                              float *s, size_t lds);
-void hx_attn_values_f16_avx2(int hd, int G, const float *s, size_t lds, const float *inv, const uint16_t *vc,
-                             size_t ld, int r0, int rows, int cnt, float *out);
+void hx_attn_values_f16_avx2(int hd, int G, const float *s, size_t lds, const float *inv, const hx_kv_rows *vc,
+                             int r0, int rows, int cnt, float *out);
 
 #endif

@@ -1954,4 +1954,5 @@ extern "C" const hx_backend hx_backend_cuda = {
     be_host_free,
     be_logits_get,
     be_logits_argmax,
+    NULL, /* kv_map: fixed slots (paged KV is CPU only for now) */
 };

@@ -693,4 +693,5 @@ extern "C" const hx_backend hx_backend_cuda_tp = {
     tp_host_free,
     tp_logits_get,
     tp_logits_argmax,
+    NULL, /* kv_map: fixed slots (paged KV is CPU only for now) */
 };
