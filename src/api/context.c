@@ -14,11 +14,12 @@
 #include <unistd.h>
 
 /* Positions per KV page. A power of two (the CPU finds a row by shift and
- * mask); 32 keeps the waste at most 31 positions a sequence (a few percent of
- * a 1k-token request) and the tables small, while a page is still 32 whole
- * rows in a row for the attention loops. Ggml's tiled attention copies (64
- * rows) are made by position, so they need no alignment to pages. */
-#define KV_PAGE 32
+ * mask); 16, as vLLM's default block: at most 15 positions wasted a sequence,
+ * so many short requests waste little of the pool, while the CPU's cost of a
+ * page is one table load per row whatever its size. Ggml's tiled CPU
+ * attention copies (64 rows) are made by position, so they need no alignment
+ * to pages. */
+#define KV_PAGE 16
 
 hx_context_params hx_context_default_params(void) {
     return (hx_context_params){.n_ctx = 0, .n_seq_max = 1, .n_batch = 2048, .n_ubatch = 512};
