@@ -450,7 +450,7 @@ typedef enum hx_stop_reason {
     HX_STOP_EOG = 0,     /* the model ended its turn */
     HX_STOP_LENGTH,      /* max_tokens */
     HX_STOP_STRING,      /* one of the stop strings (not included in the text) */
-    HX_STOP_CONTEXT,     /* the sequence's cache is full */
+    HX_STOP_CONTEXT,     /* the sequence's cache is full (n_ctx_seq, or no free page left in the pool) */
     HX_STOP_CANCELLED,   /* the cancel flag or on_text said stop */
 } hx_stop_reason;
 

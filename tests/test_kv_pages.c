@@ -261,6 +261,64 @@ static void test_pool(hx_model *m) {
     hx_context_free(one);
 }
 
+/* ---- hx_generate and hx_classify on a pool ---- */
+
+/* hx_generate on a sequence beside one holding most of the pool: it stops
+ * with HX_STOP_CONTEXT when no page is left (not an error), and the other
+ * sequence is untouched. hx_classify on a paged context: every sequence gets
+ * its share, so a full group of prompts runs without filling the pool. */
+static void test_generate(hx_model *m) {
+    hx_error e = {0};
+    hx_context *c = new_ctx(m, 2, 128, 0, true, true, false);
+    if (!c) return;
+    int32_t big[100];
+    unsigned rng = 3;
+    for (int i = 0; i < 100; i++) big[i] = tok(&rng);
+    hx_batch b = hx_batch_init(128);
+    add_run(&b, big, 100, 0, 0);
+    CHECKF(hx_decode(c, &b, &e) == HX_OK, "%s", e.msg);
+    int free0 = hx_context_kv_free(c);   /* 128 - 7 pages of 16 = 16 */
+    hx_generate_params gp = hx_generate_default_params();
+    int32_t pr[5] = { 11, 12, 13, 14, 15 };
+    gp.prompt_ids = pr;
+    gp.n_prompt_ids = 5;
+    gp.seq = 1;
+    gp.max_tokens = 100;
+    gp.ignore_eog = true;
+    gp.sampling.temp = 0;
+    hx_generate_result r;
+    CHECKF(hx_generate(c, &gp, &r, &e) == HX_OK, "%s", e.msg);
+    CHECKF(r.stop == HX_STOP_CONTEXT && hx_seq_pos(c, 1) == free0 && hx_context_kv_free(c) == 0,
+           "generate on a full pool: stop %d, sequence 1 at %d (want %d), free %d", (int)r.stop, hx_seq_pos(c, 1), free0,
+           hx_context_kv_free(c));
+    CHECK(hx_seq_pos(c, 0) == 100 && !memcmp(hx_seq_tokens(c, 0), big, sizeof big));
+    hx_generate_result_free(&r);
+    /* classify: 4 sequences, a pool of 4 x 96; prompts of 60-70 tokens fill most of every share at once */
+    hx_context *k = new_ctx(m, 4, 4 * 96, 0, true, true, false);
+    if (k) {
+        const char *prompts[4] = {
+            "one two three four five six seven eight nine ten eleven twelve thirteen",
+            "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi",
+            "red orange yellow green blue indigo violet black white grey brown pink",
+            "north south east west up down left right front back inside outside over" };
+        const char *labels[2] = { " yes", " no" };
+        float p4[8], p1[2];
+        CHECKF(hx_classify(k, prompts, 4, labels, 2, p4, NULL, NULL, &e) == HX_OK, "%s", e.msg);
+        hx_context *one = new_ctx(m, 1, 128, 0, true, true, false);
+        double d = 0;
+        for (int i = 0; one && i < 4; i++) {
+            CHECKF(hx_classify(one, prompts + i, 1, labels, 2, p1, NULL, NULL, &e) == HX_OK, "%s", e.msg);
+            for (int j = 0; j < 2; j++) if (fabs(p1[j] - p4[2 * i + j]) > d) d = fabs(p1[j] - p4[2 * i + j]);
+        }
+        CHECKF(d <= 1e-5, "classify on a pool differs from alone by %g", d);
+        hx_context_free(one);
+        hx_context_free(k);
+    }
+    printf("generate: stops with HX_STOP_CONTEXT when the pool is full; classify on a pool equals alone\n");
+    hx_batch_free(&b);
+    hx_context_free(c);
+}
+
 /* ---- parameters ---- */
 
 static void test_params(hx_model *m) {
@@ -317,6 +375,7 @@ int main(int argc, char **argv) {
         test_params(m);
         test_layout(m);
         test_pool(m);
+        test_generate(m);
     }
     hx_model_free(m);
     char cmd[400];
