@@ -59,15 +59,6 @@ def together(srv, reqs):
     return [o[0] if o else (None, None, None, None, None) for o in outs]
 
 
-def idle(srv, timeout=60):
-    t = time.time() + timeout
-    while time.time() < t:
-        if srv.metrics().get("helix_slots_busy", 1) == 0:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 srv = Server(ARGS)
 try:
     m = srv.metrics()
@@ -85,7 +76,7 @@ try:
     check(got[0][3] == 40 and got[0][2] == "length", "the long request: %s tokens, %s" % (got[0][3], got[0][2]))
     m = srv.metrics()
     check(0 < m.get("helix_kv_pages_used", 0) <= 16, "pages in use after the run: %s" % m.get("helix_kv_pages_used"))
-    check(idle(srv), "idle after the mixed run")
+    check(srv.idle(60), "idle after the mixed run")
     alone = [complete(srv, p, n) for p, n in [LONG] + SHORT]
     for i, (g, a) in enumerate(zip(got, alone)):
         check(g[1] is not None and g[1] == a[1] and g[3] == a[3],
@@ -96,7 +87,7 @@ try:
     A, B = (ids(60, 21), 180), (ids(60, 22), 180)
     ga, gb = together(srv, [A, B])
     check(ga[0] == 200 and gb[0] == 200, "pool outgrown: statuses %s %s (%s %s)" % (ga[0], gb[0], ga[4], gb[4]))
-    check(idle(srv), "idle after the outgrown run")
+    check(srv.idle(60), "idle after the outgrown run")
     ra, rb = complete(srv, *A), complete(srv, *B)
     if ga[0] == 200 and gb[0] == 200:
         cut, full = (ga, gb) if ga[3] < gb[3] else (gb, ga)
@@ -162,7 +153,7 @@ try:
     check(not busy or (st == 429 and "KV" in json.dumps(j)),
           "--no-queue, pool short: %s %s" % (st, json.dumps(j)[:200]))
     t.join(240)
-    check(idle(srv), "idle after the long stream")
+    check(srv.idle(60), "idle after the long stream")
     st, j = srv.json("POST", "/v1/completions", {"prompt": ids(150, 42), "max_tokens": 20, "temperature": 0})
     check(st == 200, "--no-queue, pool free again: %s" % st)
 finally:

@@ -142,6 +142,14 @@ static int need_pages(int page, int n_ctx, const srv_req *r) {
     return need < all ? need : all;
 }
 
+/* --no-queue on a paged pool: whether r fits beside the requests already
+ * queued, by the pool figure of the scheduler's last step. Caller holds s->mu. */
+static bool kv_room_locked(const srv *s, const srv_req *r) {
+    int need = need_pages(s->kv_page, s->n_ctx, r);
+    for (int i = 0; i < s->n_queue; i++) need += need_pages(s->kv_page, s->n_ctx, s->queue[i]);
+    return need <= s->st.kv_admit_pages;
+}
+
 static bool push(srv_req ***q, int *n, int *cap, srv_req *r) {
     if (*n == *cap) {
         int nc = *cap ? *cap * 2 : 16;
@@ -166,8 +174,7 @@ int srv_submit(srv *s, srv_req *r, const char **why) {
         if (s->cfg.no_queue && s->st.slots_busy + s->n_queue >= s->cfg.n_parallel) {
             st = 429;
             *why = "all slots are busy (the server runs with --no-queue); retry later";
-        } else if (s->cfg.no_queue && s->kv_page > 0 && (s->n_queue > 0 ||
-                                                         need_pages(s->kv_page, s->n_ctx, r) > s->st.kv_admit_pages)) {
+        } else if (s->cfg.no_queue && s->kv_page > 0 && !kv_room_locked(s, r)) {
             st = 429;
             *why = "the KV cache is full (the server runs with --no-queue); retry later";
         } else if (s->n_queue >= s->cfg.max_queue) {
