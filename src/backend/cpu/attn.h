@@ -37,6 +37,27 @@ static inline const uint16_t *hx_kv_row(const hx_kv_rows *v, int r) {
     return v->base + row * v->ld;
 }
 
+/* A walk over the rows (r0 + i) mod rows, i = 0, 1, 2, ... in order (every i,
+ * none skipped): the page table is read once per run of rows that lie one
+ * after another in memory (to the end of a page, or of the ring), so the
+ * inner loops cost what they cost without pages. Start from {0}. */
+typedef struct hx_kv_walk { const uint16_t *at; int i0, left; } hx_kv_walk;
+
+static inline const uint16_t *hx_kv_next(const hx_kv_rows *v, hx_kv_walk *w, int i, int r0, int rows) {
+    if (w->left == 0) {
+        int r = r0 + i < rows ? r0 + i : r0 + i - rows, end = rows;
+        if (v->pages) {
+            int pe = (r | ((1 << v->shift) - 1)) + 1;
+            if (pe < end) end = pe;
+        }
+        w->at = hx_kv_row(v, r);
+        w->left = end - r;
+        w->i0 = i;
+    }
+    w->left--;
+    return w->at + (size_t)(i - w->i0) * v->ld;
+}
+
 /* The exact mode's attention for the G query heads q (G x hd, contiguous) of one
  * kv head over cnt rows of an f16 cache (row i of the visible run is row
  * (r0 + i) mod rows of kc, r0 < rows), hd a multiple of 32:

@@ -59,10 +59,9 @@ void hx_f16_to_f32_row_avx2(int n, float *dst, const uint16_t *src) {
 }
 
 /* The G query heads of one kv head against cnt cache rows (the i-th at row
- * ring(i) of kc): s[g * lds + first + i] = hx_dot_f16_avx2(hd, row, q + g * hd)
- * bit for bit: per (head, row) the same 4 accumulators over steps of 32, the
+ * (r0 + i) mod rows of kc, walked by hx_kv_next):
+ * s[g * lds + first + i] = hx_dot_f16_avx2(hd, row, q + g * hd) bit for bit: per (head, row) the same 4 accumulators over steps of 32, the
  * same reduction; each row's f16 -> f32 conversions are shared by the G heads. */
-#define RING(i) (r0 + (i) < rows ? r0 + (i) : r0 + (i) - rows)
 static inline float reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     const __m256 r = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
     const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
@@ -71,8 +70,9 @@ static inline float reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 }
 void hx_attn_scores_f16_avx2(int hd, int G, const float *q, const hx_kv_rows *kc, int r0, int rows, int cnt,
                              float *s, size_t lds) {
+    hx_kv_walk w = {0};
     for (int i = 0; i < cnt; i++) {
-        const uint16_t *k = hx_kv_row(kc, RING(i));
+        const uint16_t *k = hx_kv_next(kc, &w, i, r0, rows);
         int g = 0;
         for (; g + 2 <= G; g += 2) { /* two heads: 8 accumulators + 4 converted key vectors */
             const float *qa = q + (size_t)g * hd, *qb = qa + hd;
@@ -123,8 +123,9 @@ void hx_attn_values_f16_avx2(int hd, int G, const float *s, size_t lds, const fl
             const float *sa = s + (size_t)g0 * lds, *sb = two ? sa + lds : sa;
             const float ia = inv[g0], ib = two ? inv[g0 + 1] : inv[g0];
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            hx_kv_walk w = {0};
             for (int i = 0; i < cnt; i++) {
-                const uint16_t *v = hx_kv_row(vc, RING(i)) + d;
+                const uint16_t *v = hx_kv_next(vc, &w, i, r0, rows) + d;
                 const __m256 v0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)v));
                 const __m256 v1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 8)));
                 const __m256 v2 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 16)));
@@ -149,4 +150,3 @@ void hx_attn_values_f16_avx2(int hd, int G, const float *s, size_t lds, const fl
             }
         }
 }
-#undef RING

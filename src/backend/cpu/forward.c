@@ -512,8 +512,6 @@ typedef struct attn_job {
     bool grouped;         /* exact mode, f16 cache, AVX2: a task is a (token, kv head), attn_task_group */
 } attn_job;
 
-/* Cache row of the i-th position after `first`, whose row is r0 (a ring wraps at rows). */
-static inline int ring_row(int i, int r0, int rows) { return r0 + i < rows ? r0 + i : r0 + i - rows; }
 /* The position a query at p sees in row r (r <= p): the last one at or before p that maps there.
  * A row overwritten by a later position of the same batch maps to one before the window. */
 static inline int row_pos(int r, int p, int rows) { return r + (p - r) / rows * rows; }
@@ -535,10 +533,12 @@ static void ggml_fa_rows(const attn_job *j, const float *qh, const hx_kv_rows *k
     uint16_t vacc[512];
     memset(vacc, 0, sizeof(uint16_t) * hd);
     float S = 0, M = -INFINITY;
+    hx_kv_walk wk = {0}, wv = {0};
     for (int r = lo; r < hi && r < rows && r <= p; r++) {
+        const uint16_t *kr = hx_kv_next(kc, &wk, r - lo, lo, rows), *vr = hx_kv_next(vc, &wv, r - lo, lo, rows);
         if (row_pos(r, p, rows) < first) continue;
         float s;
-        j->kdot(hd, &s, hx_kv_row(kc, r), qh);
+        j->kdot(hd, &s, kr, qh);
         if (!j->prescale_q) s *= j->scale;
         if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
         float Mold = M, ms = 1.0f, vs = 1.0f;
@@ -550,7 +550,6 @@ static void ggml_fa_rows(const attn_job *j, const float *qh, const hx_kv_rows *k
         } else {
             vs = expf(s - M);
         }
-        const uint16_t *vr = hx_kv_row(vc, r);
         if (c->f16c) hx_f16_mad_avx2(hd, vacc, vr, vs);
         else for (int d = 0; d < hd; d++)
             vacc[d] = hx_fp32_to_fp16(fmaf(hx_fp16_to_fp32(vr[d]), vs, hx_fp16_to_fp32(vacc[d])));
@@ -751,9 +750,10 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     float *sc = c->scores + (size_t)thread * c->n_ctx;
     int rows = c->kv_rows[j->layer], r0 = first % rows;
     float mx = -INFINITY;
+    hx_kv_walk wk = {0}, wv = {0};
     for (int t = first; t <= p; t++) {
         float s;
-        j->kdot(hd, &s, hx_kv_row(&kc, ring_row(t - first, r0, rows)), q);
+        j->kdot(hd, &s, hx_kv_next(&kc, &wk, t - first, r0, rows), q);
         s *= j->scale;
         if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
         sc[t] = s;
@@ -765,12 +765,13 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     memset(acc, 0, sizeof(float) * hd);
     for (int t = first; t <= p; t++) {
         float w = sc[t] * inv;
+        const uint16_t *vrow = hx_kv_next(&vc, &wv, t - first, r0, rows);
         if (c->kv_type == HX_TYPE_F16) {
-            const uint16_t *vr = hx_kv_row(&vc, ring_row(t - first, r0, rows));
+            const uint16_t *vr = vrow;
             if (c->f16c) hx_f32_axpy_f16_avx2(hd, acc, vr, w);
             else for (int d = 0; d < hd; d++) acc[d] += w * hx_fp16_to_fp32(vr[d]);
         } else {
-            const float *vr = (const float *)hx_kv_row(&vc, ring_row(t - first, r0, rows));
+            const float *vr = (const float *)vrow;
             for (int d = 0; d < hd; d++) acc[d] += w * vr[d];
         }
     }
