@@ -14,8 +14,13 @@
  *    (lengths, tokens, what the next decode computes);
  *  - pages come back after clear and keep and are used again, the sequence
  *    decoding as before;
- *  - hx_seq_copy and hx_seq_save / hx_seq_load of a paged sequence. */
+ *  - hx_seq_copy and hx_seq_save / hx_seq_load of a paged sequence;
+ *  - a sliding-window model (a tiny gemma3 of window 8 made with the private
+ *    hx_synth_write; ubatches of 8): its ring layers keep per-sequence rings
+ *    that wrap while its full layer is paged, bit for bit as with slots. */
 #include <helix.h>
+
+#include "model/synth.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +36,7 @@ static int fails = 0, checks = 0;
 
 static char g_tmp[256];
 static int V;
+static int g_ubatch;   /* n_ubatch of the contexts made (0: the default) */
 
 static hx_context *new_ctx(hx_model *m, int n_seq, int n_ctx, int n_ctx_seq, bool exact, bool kv_f32, bool slots) {
     hx_error e = {0};
@@ -42,6 +48,7 @@ static hx_context *new_ctx(hx_model *m, int n_seq, int n_ctx, int n_ctx_seq, boo
     cp.exact = exact;
     cp.kv_f32 = kv_f32;
     cp.kv_slots = slots;
+    if (g_ubatch) cp.n_ubatch = g_ubatch;
     hx_context *c = NULL;
     if (hx_context_new(m, &cp, &c, &e)) { fprintf(stderr, "context: %s\n", e.msg); fails++; return NULL; }
     return c;
@@ -92,7 +99,7 @@ static int schedule(hx_context *c, float *out) {
     return rows;
 }
 
-static void test_layout(hx_model *m) {
+static void test_layout(hx_model *m, const char *what) {
     for (int mode = 0; mode < 2; mode++) {
         bool exact = mode == 1;
         hx_context *pg = new_ctx(m, 4, 4 * 96, 96, exact, false, false);
@@ -105,8 +112,8 @@ static void test_layout(hx_model *m) {
         CHECK(na == nb && na == 36);
         CHECKF(!memcmp(a, b, sizeof(float) * (size_t)V * na), "%s mode: paged logits differ from slotted ones",
                exact ? "exact" : "parity");
-        printf("layout (%s, f16 cache): %d rows of logits equal with pages and with slots\n", exact ? "exact" : "parity",
-               na);
+        printf("layout (%s, %s, f16 cache): %d rows of logits equal with pages and with slots\n", what,
+               exact ? "exact" : "parity", na);
         free(a); free(b);
         hx_context_free(pg); hx_context_free(sl);
     }
@@ -373,9 +380,25 @@ int main(int argc, char **argv) {
     if (m) {
         V = hx_model_n_vocab(m);
         test_params(m);
-        test_layout(m);
+        test_layout(m, "smollm");
         test_pool(m);
         test_generate(m);
+    }
+    hx_model_free(m);
+    /* a sliding-window model: gemma3 shapes in miniature, window 8, 6 layers (5 sliding, 1 full) */
+    static const hx_preset gemma = { "tiny-gemma3", HX_ARCH_GEMMA3, 64, 6, 4, 1, 16, 128, 384, 256, 1000000.f,
+                                     10000.f, 1e-6f, true, 8, "default" };
+    char gpath[400];
+    snprintf(gpath, sizeof gpath, "%s/tiny-gemma3.gguf", g_tmp);
+    hx_synth_opts so = { .preset = &gemma, .mix = HX_MIX_F32, .seed = 11, .n_vocab = gemma.n_vocab, .n_threads = 2 };
+    m = NULL;
+    CHECKF(hx_synth_write(&so, gpath, &e) == HX_OK, "synth tiny-gemma3: %s", e.msg);
+    CHECKF(hx_model_open(gpath, &mp, &m, &e) == HX_OK, "open tiny-gemma3: %s", e.msg);
+    if (m) {
+        V = hx_model_n_vocab(m);
+        g_ubatch = 8;   /* rings of window + ubatch = 16 rows: they wrap in the schedule's 78 positions */
+        test_layout(m, "tiny gemma3, rings + pages");
+        g_ubatch = 0;
     }
     hx_model_free(m);
     char cmd[400];
