@@ -49,7 +49,7 @@ for _ in $(seq 1 300); do
 done
 page=$(curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "helix_kv_page_positions" {print $2}')
 out=$(curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-      -d '{"prompt": "hello", "max_tokens": 8, "temperature": 0}')
+      -d '{"prompt": "hello", "max_tokens": 8, "temperature": 0, "ignore_eos": true}')
 kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
 if grep -q "4 slots x 256 positions" "$O/serve.log" && [ "$page" = 0 ] && echo "$out" | grep -q '"completion_tokens":8'; then
   echo "PASS serve-cuda-slots"
