@@ -81,6 +81,8 @@ typedef enum hx_status {
     HX_ERR_RANGE,       /* context or KV cache full, index out of range, buffer too small */
     HX_ERR_DEVICE,      /* GPU / driver problem */
     HX_ERR_CANCELLED,   /* stopped by a progress callback or a cancel flag */
+    HX_ERR_KV_FULL,     /* the context's shared KV pool has no free page (hx_decode): nothing was
+                           written; retry after other sequences give pages back */
 } hx_status;
 
 /* Filled by failing calls. msg is always NUL-terminated. */
@@ -228,11 +230,21 @@ const char *hx_chat_template_name(const hx_model *m);
 /* ======================================================================== */
 /* Contexts: a KV cache shared by up to n_seq_max sequences                 */
 /* ======================================================================== */
+/* With more than one sequence (n_seq_max > 1) on the CPU, the cache is a pool
+ * of n_ctx positions cut into pages of hx_context_kv_page positions; each
+ * sequence takes pages as it grows, up to n_ctx_seq positions, and gives them
+ * back when it is kept shorter, cleared or overwritten by a copy or a load.
+ * Short and long sequences share the pool: one may hold almost all of it. A
+ * decode that needs a page when none is free fails with HX_ERR_KV_FULL and
+ * changes nothing. Elsewhere (one sequence, kv_slots, CUDA, tensor
+ * parallelism, layer split) n_ctx is split into n_seq_max fixed slots of
+ * n_ctx / n_seq_max positions. Sliding-window layers keep a small ring per
+ * sequence either way. */
 
 typedef struct hx_context hx_context;
 
 typedef struct hx_context_params {
-    int n_ctx;       /* KV positions in all, shared out as n_ctx / n_seq_max per sequence;
+    int n_ctx;       /* KV positions in all (the pool, or n_ctx / n_seq_max per slot);
                         0 (default): n_seq_max * min(n_ctx_train, 4096) */
     int n_seq_max;   /* sequences the cache holds at once (ids 0..n_seq_max-1), default 1 */
     int n_batch;     /* most tokens one hx_decode takes, default 2048 */
@@ -243,6 +255,9 @@ typedef struct hx_context_params {
                         (f16 activations for f16 weights, its attention order) so greedy tokens match it */
     bool embeddings; /* also keep the final hidden state (after the output norm) of tokens that ask
                         for logits: hx_get_embeddings */
+    int n_ctx_seq;   /* paged: the most positions one sequence holds; 0 (default): min(n_ctx,
+                        n_ctx_train). Slots: ignored (each holds n_ctx / n_seq_max) */
+    bool kv_slots;   /* fixed slots even where pages are possible (default false) */
 } hx_context_params;
 
 hx_context_params hx_context_default_params(void);
@@ -256,6 +271,12 @@ int hx_context_n_ctx(const hx_context *c);       /* all sequences */
 int hx_context_n_ctx_seq(const hx_context *c);   /* positions one sequence can hold */
 int hx_context_n_seq_max(const hx_context *c);
 size_t hx_context_kv_bytes(const hx_context *c);
+/* Positions per KV page; 0 when the cache is split into fixed slots. */
+int hx_context_kv_page(const hx_context *c);
+/* Positions the cache can still take. Paged: free pages x page size, shared
+ * by all sequences (a sequence of n positions holds n / page pages rounded
+ * up, so admit new work by pages). Slots: the room left in all slots. */
+int hx_context_kv_free(const hx_context *c);
 
 /* ---- Many sequences ----
  * A batch holds tokens of one or more sequences. For each sequence its tokens
@@ -281,8 +302,9 @@ void hx_batch_clear(hx_batch *b);
 bool hx_batch_add(hx_batch *b, int32_t token, int32_t pos, int32_t seq_id, bool logits);
 
 /* Run the batch. Tokens are checked first (ids, sequence ids, positions, room
- * in each sequence's cache: HX_ERR_RANGE names the sequence); a failed call
- * leaves the cache as it was before it for every sequence. */
+ * in each sequence's cache: HX_ERR_RANGE names the sequence; pages for every
+ * new position: HX_ERR_KV_FULL); a failed call leaves the cache as it was
+ * before it for every sequence. */
 hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e);
 /* Logits (n_vocab floats) of batch token i of the last hx_decode, or NULL when
  * it did not ask for them (a batch whose logits array is NULL asks for its last
@@ -333,7 +355,9 @@ int hx_seq_keep(hx_context *c, int seq, int n);
 /* Drop everything of seq. */
 void hx_seq_clear(hx_context *c, int seq);
 /* dst (cleared first) gets the first n positions of src: a shared prefix
- * computed once (forking, prefix reuse). n <= hx_seq_pos(src). */
+ * computed once (forking, prefix reuse). n <= hx_seq_pos(src). Paged: dst's
+ * rows are a copy in pages of its own; HX_ERR_KV_FULL (nothing changed) when
+ * the free pages and dst's own are too few. */
 hx_status hx_seq_copy(hx_context *c, int src, int dst, int n, hx_error *e);
 /* The sequence's cache and tokens to a file (written atomically) and back, for
  * this model (the file records its fingerprint) and a context with room. */
@@ -434,7 +458,7 @@ typedef enum hx_stop_reason {
     HX_STOP_EOG = 0,     /* the model ended its turn */
     HX_STOP_LENGTH,      /* max_tokens */
     HX_STOP_STRING,      /* one of the stop strings (not included in the text) */
-    HX_STOP_CONTEXT,     /* the sequence's cache is full */
+    HX_STOP_CONTEXT,     /* the sequence's cache is full (n_ctx_seq, or no free page left in the pool) */
     HX_STOP_CANCELLED,   /* the cancel flag or on_text said stop */
 } hx_stop_reason;
 

@@ -91,7 +91,8 @@ entries, deleted = make_kb(kb)
 srv = plain = None
 try:
     model = synth_model()
-    srv = Server(["-m", model, "--kb", kb, "-np", "2", "-c", "4096", "-t", "2"])
+    # --ctx-seq 2048: the per-request limit the context-length checks below fill (the pool is shared)
+    srv = Server(["-m", model, "--kb", kb, "-np", "2", "-c", "4096", "--ctx-seq", "2048", "-t", "2"])
     check("knowledge base" in srv.log_text() and "%d entries" % len(entries) in srv.log_text(),
           "the log names the KB and its %d live entries" % len(entries))
 

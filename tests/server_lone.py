@@ -94,12 +94,7 @@ def single_steps():
 
 
 def idle(timeout=30):
-    t = time.time() + timeout
-    while time.time() < t:
-        if srv.metrics().get("helix_slots_busy", 1) == 0:
-            return True
-        time.sleep(0.05)
-    return False
+    return srv.idle(timeout)
 
 
 PA = "Alpha request: the quick brown fox jumps over the lazy dog, " * 3

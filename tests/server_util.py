@@ -89,6 +89,15 @@ class Server:
                 out[k] = float(v)
         return out
 
+    def idle(self, timeout=30):
+        """Waits until no slot runs a request (/metrics helix_slots_busy 0); False after timeout s."""
+        t = time.time() + timeout
+        while time.time() < t:
+            if self.metrics().get("helix_slots_busy", 1) == 0:
+                return True
+            time.sleep(0.05)
+        return False
+
     def alive(self):
         try:
             st, _, _ = self.request("GET", "/health", timeout=10)

@@ -38,6 +38,7 @@ static hx_context *new_ctx(hx_model *m, int n_ctx, int n_seq, bool exact) {
     hx_context_params cp = hx_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_seq_max = n_seq;
+    cp.n_ctx_seq = n_ctx / n_seq;  /* the per-sequence limit these tests fill, paged or not */
     cp.n_threads = 2;
     cp.exact = exact;
     cp.kv_f32 = exact;
@@ -529,7 +530,17 @@ static void test_many(hx_model *m, double tol) {
     cp.n_ctx = 0;
     cp.n_threads = 2;
     CHECKF(hx_context_new(m, &cp, &bad, &e) == HX_OK, "%s", e.msg);  /* 8 x min(n_ctx_train, 4096) */
-    CHECK(bad && hx_context_n_seq_max(bad) == 8 && hx_context_n_ctx_seq(bad) == 4096 && hx_context_n_ctx(bad) == 8 * 4096);
+    /* a pool of 8 x 4096 positions; one sequence may hold up to the training context of it */
+    int want_seq = hx_model_n_ctx_train(m) > 0 && hx_model_n_ctx_train(m) < 8 * 4096 ? hx_model_n_ctx_train(m) : 8 * 4096;
+    CHECKF(bad && hx_context_n_seq_max(bad) == 8 && hx_context_n_ctx_seq(bad) == want_seq &&
+           hx_context_n_ctx(bad) == 8 * 4096 && hx_context_kv_page(bad) > 0 && hx_context_kv_free(bad) == 8 * 4096,
+           "n_ctx_seq %d (want %d), n_ctx %d, page %d, free %d", hx_context_n_ctx_seq(bad), want_seq,
+           hx_context_n_ctx(bad), hx_context_kv_page(bad), hx_context_kv_free(bad));
+    hx_context_free(bad);
+    cp.kv_slots = true;   /* fixed slots of n_ctx / n_seq_max */
+    CHECKF(hx_context_new(m, &cp, &bad, &e) == HX_OK, "%s", e.msg);
+    CHECK(bad && hx_context_n_ctx_seq(bad) == 4096 && hx_context_n_ctx(bad) == 8 * 4096 && hx_context_kv_page(bad) == 0);
+    cp.kv_slots = false;
     CHECK(bad && hx_context_kv_bytes(bad) > 0);
     hx_context_free(bad);
 

@@ -167,8 +167,9 @@ static void test_f16_rows(void) {
  * they replace in forward.c, bit for bit: hx_dot_f16_avx2 per (head, row) for the
  * scores, hx_f32_axpy_f16_avx2 row by row for the weighted sums; G = 1..5 heads
  * (pairs and an odd one out), head sizes 32..256, a ring that wraps (r0 + cnt >
- * rows) and one that does not, and a row stride wider than the head (kv heads
- * side by side in a cache row). */
+ * rows) and one that does not, rows through a page table (pages of 4 rows in a
+ * shuffled order), and a row stride wider than the head (kv heads side by side
+ * in a cache row). */
 static void test_attn_group(void) {
     if (hx_isa_best() < HX_ISA_AVX2) { printf("SKIP grouped attention: CPU lacks AVX2\n"); return; }
     hx_rng r;
@@ -187,26 +188,34 @@ static void test_attn_group(void) {
         }
         for (int i = 0; i < MAXG * hd; i++) q[i] = hx_rng_normal(&r);
         for (int G = 1; G <= MAXG; G++)
-            for (int k = 0; k < 3; k++) {
-                const int r0 = k == 0 ? 0 : k == 1 ? 5 : 30, cnt = k == 0 ? 1 : k == 1 ? 20 : ROWS;
+            for (int k = 0; k < 4; k++) {
+                /* k 3: 9 pages of 4 rows (rows 0..35), logical page p at physical page pt[p] */
+                static const int32_t pt[9] = { 7, 2, 8, 0, 5, 1, 6, 3, 4 };
+                const bool paged = k == 3;
+                const int r0 = k == 0 ? 0 : k == 1 ? 5 : k == 2 ? 30 : 0, cnt = k == 0 ? 1 : k == 1 ? 20 : k == 2 ? ROWS : 35;
                 const uint16_t *K = kc + hd, *Vv = vc + hd;
+                const hx_kv_rows kr = { K, ld, paged ? pt : NULL, paged ? 2 : 0 }, vr = { Vv, ld, paged ? pt : NULL, paged ? 2 : 0 };
                 float inv[MAXG];
-                hx_attn_scores_f16_avx2(hd, G, q, K, ld, r0, ROWS, cnt, sa, LDS);
+                hx_attn_scores_f16_avx2(hd, G, q, &kr, r0, paged ? 1 << 20 : ROWS, cnt, sa, LDS);
                 for (int g = 0; g < G; g++) {
                     for (int i = 0; i < cnt; i++) {
-                        const size_t row = (size_t)((r0 + i) % ROWS) * ld;
+                        const int lr = (r0 + i) % ROWS;
+                        const size_t row = (size_t)(paged ? pt[lr >> 2] * 4 + (lr & 3) : lr) * ld;
                         hx_dot_f16_avx2(hd, &sb[g * LDS + i], K + row, q + (size_t)g * hd);
                         bad_s += memcmp(&sa[g * LDS + i], &sb[g * LDS + i], 4) != 0;
                         sa[g * LDS + i] = sb[g * LDS + i] = expf(0.05f * sb[g * LDS + i]); /* weights */
                     }
                     inv[g] = 1.0f / (float)(g + 3);
                 }
-                hx_attn_values_f16_avx2(hd, G, sa, LDS, inv, Vv, ld, r0, ROWS, cnt, oa);
+                hx_attn_values_f16_avx2(hd, G, sa, LDS, inv, &vr, r0, paged ? 1 << 20 : ROWS, cnt, oa);
                 for (int g = 0; g < G; g++) {
                     float *o = ob + (size_t)g * hd;
                     memset(o, 0, sizeof(float) * hd);
-                    for (int i = 0; i < cnt; i++)
-                        hx_f32_axpy_f16_avx2(hd, o, Vv + (size_t)((r0 + i) % ROWS) * ld, sb[g * LDS + i] * inv[g]);
+                    for (int i = 0; i < cnt; i++) {
+                        const int lr = (r0 + i) % ROWS;
+                        hx_f32_axpy_f16_avx2(hd, o, Vv + (size_t)(paged ? pt[lr >> 2] * 4 + (lr & 3) : lr) * ld,
+                                             sb[g * LDS + i] * inv[g]);
+                    }
                 }
                 bad_v += memcmp(oa, ob, sizeof(float) * G * hd) != 0;
                 cases++;

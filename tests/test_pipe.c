@@ -47,6 +47,7 @@ static hx_context *open_ctx(hx_model *m, bool exact, hx_error *e) {
     hx_context_params cp = hx_context_default_params();
     cp.n_seq_max = NSEQ;
     cp.n_ctx = NSEQ * NCTX;
+    cp.n_ctx_seq = NCTX;  /* the split's slots and the plain context's pages hold as much per sequence */
     cp.n_batch = 64;
     cp.n_ubatch = UB;
     cp.n_threads = 2;

@@ -33,6 +33,12 @@ struct hx_context {
     int *kv_rows;           /* per layer, for the sliding-window rewind check */
     int *seq_len;           /* positions each sequence holds */
     int32_t *seq_tok;       /* n_seq * n_ctx_seq: the ids each sequence holds */
+    /* paged KV (backend.h's KV layout; page 0: slots): the pool's free pages
+     * and each sequence's page table, handed to the backend by kv_map */
+    int page, n_pages, max_pg, n_free;
+    int32_t *free_pg;       /* n_pages: ids of the free pages, a stack of n_free */
+    int32_t *seq_pg;        /* n_seq * max_pg: each sequence's pages in position order */
+    int *seq_npg;           /* pages each sequence holds */
     /* outputs of the last hx_decode */
     float *logits, *hidden; /* rows of n_vocab / n_embd, one per token that asked */
     size_t out_cap;         /* rows allocated */

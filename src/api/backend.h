@@ -3,10 +3,17 @@
  * argument, keeps each sequence's length and tokens, and pieces batches into
  * ubatches of at most n_ubatch tokens; a backend only runs what it is given.
  *
- * KV layout: the cache is split into n_seq slots of n_ctx_seq positions each
- * (llama-server's --parallel split). Sequence s lives in slot s; a
- * sliding-window layer keeps a ring of hx_kv_layer_rows(cfg, l, n_ctx_seq,
- * n_ubatch) rows per slot, as a single-sequence context always did. */
+ * KV layout, one of two:
+ *  - slots: the cache is split into n_seq slots of n_ctx_seq positions each
+ *    (llama-server's --parallel split). Sequence s lives in slot s; a
+ *    sliding-window layer keeps a ring of hx_kv_layer_rows(cfg, l, n_ctx_seq,
+ *    n_ubatch) rows per slot, as a single-sequence context always did.
+ *  - pages (a backend with kv_map, asked for with kv_page > 0): every layer
+ *    without a ring holds one pool of kv_pages pages of kv_page positions;
+ *    position t of sequence s lives in page table[s][t / kv_page], the table
+ *    set by the API layer through kv_map before a forward writes there. The
+ *    API layer (api/context.c) owns the free list; n_ctx_seq is then only the
+ *    most one sequence may hold. Ring layers keep their slots. */
 #ifndef HX_API_BACKEND_H
 #define HX_API_BACKEND_H
 
@@ -53,7 +60,7 @@ typedef struct hx_backend_dev {
 
 typedef struct hx_backend_params {
     int n_seq;            /* sequence slots */
-    int n_ctx_seq;        /* positions per slot */
+    int n_ctx_seq;        /* positions per slot (with pages: the most one sequence holds) */
     int n_ubatch;         /* most tokens per forward */
     int n_threads;        /* CPU threads, 0 = all */
     bool kv_f32;          /* CPU only */
@@ -67,6 +74,8 @@ typedef struct hx_backend_params {
                                 (ctx_new then fails with HX_ERR_CANCELLED) */
     void *progress_user;
     hx_backend_dev dev;
+    int kv_page;          /* positions per KV page, a power of two; 0: slots (see KV layout above) */
+    int kv_pages;         /* pages in the pool (kv_page > 0) */
 } hx_backend_params;
 
 /* The sampling chain for decode_sample: penalties already neutral when the
@@ -126,6 +135,11 @@ typedef struct hx_backend {
      * last forward (defer_logits) at ids[j * k + q], ids within the
      * vocabulary; n * k floats come back instead of n rows. */
     hx_status (*logits_logprob)(void *ctx, int n, const int *rows, int k, const int32_t *ids, float *out, hx_error *e);
+    /* Optional (NULL: the backend has slots only): sequence seq's page table
+     * entries from index page0 on become pages[0..n) (ids < kv_pages). The
+     * API layer calls it for pages it hands out, before any forward or
+     * seq_copy / seq_write writes positions there. */
+    hx_status (*kv_map)(void *ctx, int seq, int page0, int n, const int32_t *pages, hx_error *e);
 } hx_backend;
 
 /* LoRA (hx_context_set_adapters): from now on the CPU backend context applies

@@ -1,7 +1,8 @@
-/* context.c — hx_context: a KV cache of n_seq_max sequence slots behind a
- * backend's function table (backend.h). Every argument is checked here before
- * a backend runs anything; batches run in ubatches of at most n_ubatch tokens;
- * each sequence's length and token ids are kept here. */
+/* context.c — hx_context: a KV cache of n_seq_max sequences behind a
+ * backend's function table (backend.h), as fixed slots or as a shared pool of
+ * pages. Every argument is checked here before a backend runs anything;
+ * batches run in ubatches of at most n_ubatch tokens; each sequence's length,
+ * token ids and pages are kept here (the backend only maps page ids to rows). */
 #include "api/api.h"
 #include "core/core.h"
 
@@ -12,6 +13,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Positions per KV page. A power of two (the CPU finds a row by shift and
+ * mask); 16, as vLLM's default block: at most 15 positions wasted a sequence,
+ * so many short requests waste little of the pool, while the CPU's cost of a
+ * page is one table load per row whatever its size. Ggml's tiled CPU
+ * attention copies (64 rows) are made by position, so they need no alignment
+ * to pages. */
+#define KV_PAGE 16
 
 hx_context_params hx_context_default_params(void) {
     return (hx_context_params){.n_ctx = 0, .n_seq_max = 1, .n_batch = 2048, .n_ubatch = 512};
@@ -25,6 +34,7 @@ void hx_context_free(hx_context *c) {
     if (c->bctx) c->be->ctx_free(c->bctx);
     hx_api_drop_adapters(c);
     free(c->kv_rows); free(c->seq_len); free(c->seq_tok);
+    free(c->free_pg); free(c->seq_pg); free(c->seq_npg);
     free(c->hidden); free(c->row_of);
     free(c->ub_out); free(c->first_pos); free(c->next_pos); free(c->orig_len);
     free(c);
@@ -53,8 +63,7 @@ hx_status hx_context_new(hx_model *m, const hx_context_params *p, hx_context **o
     if (cp.n_ctx < cp.n_seq_max)
         return hx_err(e, HX_ERR_ARG, "hx_context_new: n_ctx %d is less than one position per sequence (n_seq_max %d)",
                       cp.n_ctx, cp.n_seq_max);
-    int n_ctx_seq = cp.n_ctx / cp.n_seq_max;
-    if (n_ctx_seq > train) HX_WARN("n_ctx per sequence %d exceeds the model's training context %d", n_ctx_seq, train);
+    if (cp.n_ctx_seq < 0) return hx_err(e, HX_ERR_ARG, "hx_context_new: n_ctx_seq %d (0: the default)", cp.n_ctx_seq);
     const hx_backend *be = m->api->layer_split > 1 ? &hx_backend_pipe_cpu : &hx_backend_cpu;
     if (m->api->device == HX_DEVICE_CUDA) {
 #ifdef HX_HAVE_CUDA
@@ -64,11 +73,34 @@ hx_status hx_context_new(hx_model *m, const hx_context_params *p, hx_context **o
         return hx_err(e, HX_ERR_UNSUPPORTED, "hx_context_new: this build has no CUDA backend");
 #endif
     }
+    /* pages where the backend maps them and there is more than one sequence
+     * (one sequence in a pool of its own size is a slot). The pool holds at
+     * least what the slots would: n_seq_max sequences of n_ctx / n_seq_max
+     * positions each fit, whatever the rounding to pages. */
+    int page = be->kv_map && cp.n_seq_max > 1 && !cp.kv_slots ? KV_PAGE : 0, n_pages = 0, n_ctx_seq;
+    if (page) {
+        int64_t by_pool = ((int64_t)cp.n_ctx + page - 1) / page;
+        int64_t by_slots = (int64_t)cp.n_seq_max * ((cp.n_ctx / cp.n_seq_max + page - 1) / page);
+        int64_t np = by_pool > by_slots ? by_pool : by_slots;
+        if (np * page > INT32_MAX) return hx_err(e, HX_ERR_ARG, "hx_context_new: n_ctx %d: the pool overflows", cp.n_ctx);
+        n_pages = (int)np;
+        int pool = n_pages * page;
+        n_ctx_seq = cp.n_ctx_seq ? cp.n_ctx_seq : cp.n_ctx < train ? cp.n_ctx : train;
+        if (n_ctx_seq > pool)
+            return hx_err(e, HX_ERR_ARG, "hx_context_new: n_ctx_seq %d exceeds the pool of %d positions (n_ctx %d)",
+                          n_ctx_seq, pool, cp.n_ctx);
+        cp.n_ctx = pool;
+    } else {
+        n_ctx_seq = cp.n_ctx / cp.n_seq_max;
+        cp.n_ctx = n_ctx_seq * cp.n_seq_max;
+    }
+    if (n_ctx_seq > train) HX_WARN("n_ctx per sequence %d exceeds the model's training context %d", n_ctx_seq, train);
     hx_context *c = calloc(1, sizeof *c);
     if (!c) return hx_err(e, HX_ERR_NOMEM, "hx_context_new: out of memory");
     c->m = m; c->be = be; c->p = cp;
     c->n_seq = cp.n_seq_max; c->n_ctx_seq = n_ctx_seq;
-    c->p.n_ctx = n_ctx_seq * cp.n_seq_max;
+    c->page = page; c->n_pages = n_pages;
+    c->max_pg = page ? (n_ctx_seq + page - 1) / page : 0;
     c->n_vocab = m->cfg.n_vocab; c->n_embd = m->cfg.n_embd;
     c->last_row = -1;
     size_t ns = (size_t)c->n_seq;
@@ -80,8 +112,16 @@ hx_status hx_context_new(hx_model *m, const hx_context_params *p, hx_context **o
     c->first_pos = calloc(ns, sizeof *c->first_pos);
     c->next_pos = calloc(ns, sizeof *c->next_pos);
     c->orig_len = calloc(ns, sizeof *c->orig_len);
+    if (page) {
+        c->free_pg = malloc((size_t)n_pages * sizeof *c->free_pg);
+        c->seq_pg = malloc(ns * (size_t)c->max_pg * sizeof *c->seq_pg);
+        c->seq_npg = calloc(ns, sizeof *c->seq_npg);
+        if (c->free_pg) /* page 0 on top: a fresh context fills the pool from its start */
+            for (int q = 0; q < n_pages; q++) c->free_pg[q] = n_pages - 1 - q;
+        c->n_free = n_pages;
+    }
     if (!c->kv_rows || !c->seq_len || !c->seq_tok || !c->row_of || !c->ub_out || !c->first_pos || !c->next_pos ||
-        !c->orig_len) {
+        !c->orig_len || (page && (!c->free_pg || !c->seq_pg || !c->seq_npg))) {
         hx_context_free(c);
         return hx_err(e, HX_ERR_NOMEM, "hx_context_new: out of memory");
     }
@@ -90,7 +130,7 @@ hx_status hx_context_new(hx_model *m, const hx_context_params *p, hx_context **o
                             .n_threads = cp.n_threads, .kv_f32 = cp.kv_f32, .exact = cp.exact,
                             .gpu_index = m->api->gpu_index, .tp = m->api->tp, .layer_split = m->api->layer_split,
                             .progress = m->api->progress,
-                            .progress_user = m->api->progress_user};
+                            .progress_user = m->api->progress_user, .kv_page = page, .kv_pages = n_pages};
     hx_status st = be->ctx_new(m, &bp, &c->bctx, e);
     if (st) { c->bctx = NULL; hx_context_free(c); return st; }
     *out = c;
@@ -102,6 +142,44 @@ int hx_context_n_ctx(const hx_context *c) { return c ? c->p.n_ctx : 0; }
 int hx_context_n_ctx_seq(const hx_context *c) { return c ? c->n_ctx_seq : 0; }
 int hx_context_n_seq_max(const hx_context *c) { return c ? c->n_seq : 0; }
 size_t hx_context_kv_bytes(const hx_context *c) { return c && c->be->kv_bytes ? c->be->kv_bytes(c->bctx) : 0; }
+int hx_context_kv_page(const hx_context *c) { return c ? c->page : 0; }
+
+int hx_context_kv_free(const hx_context *c) {
+    if (!c) return 0;
+    if (c->page) return c->n_free * c->page;
+    int64_t room = 0;
+    for (int s = 0; s < c->n_seq; s++) room += c->n_ctx_seq - c->seq_len[s];
+    return (int)room;
+}
+
+/* ---- pages ---- */
+
+static int pages_for(const hx_context *c, int n) { return (n + c->page - 1) / c->page; }
+
+/* Sequence s gives back its pages past the first n positions. */
+static void trim_pages(hx_context *c, int s, int n) {
+    if (!c->page) return;
+    int keep = pages_for(c, n);
+    int32_t *pg = c->seq_pg + (size_t)s * c->max_pg;
+    while (c->seq_npg[s] > keep) c->free_pg[c->n_free++] = pg[--c->seq_npg[s]];
+}
+
+/* Sequence s takes pages until it can hold n positions (n <= n_ctx_seq; the
+ * caller checked that enough are free) and the backend maps them. */
+static hx_status grow_pages(hx_context *c, int s, int n, hx_error *e) {
+    if (!c->page) return HX_OK;
+    int want = pages_for(c, n), have = c->seq_npg[s];
+    if (want <= have) return HX_OK;
+    if (want - have > c->n_free)
+        return hx_err(e, HX_ERR_KV_FULL, "sequence %d needs %d more KV pages, %d of %d are free", s, want - have,
+                      c->n_free, c->n_pages);
+    int32_t *pg = c->seq_pg + (size_t)s * c->max_pg;
+    for (int q = have; q < want; q++) pg[q] = c->free_pg[--c->n_free];
+    hx_status st = c->be->kv_map(c->bctx, s, have, want - have, pg + have, e);
+    c->seq_npg[s] = want;
+    if (st) trim_pages(c, s, c->seq_len[s]);
+    return st;
+}
 
 /* ---- batches ---- */
 
@@ -164,7 +242,7 @@ hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e) {
         }
         if (p >= c->n_ctx_seq)
             return hx_err(e, HX_ERR_RANGE, "hx_decode: sequence %d is full: batch token %d at position %d, the sequence "
-                          "holds %d positions (n_ctx %d / n_seq_max %d)", s, i, p, c->n_ctx_seq, c->p.n_ctx, c->n_seq);
+                          "holds %d positions (%s)", s, i, p, c->n_ctx_seq, c->page ? "n_ctx_seq" : "n_ctx / n_seq_max");
         c->next_pos[s] = p + 1;
     }
     for (int s = 0; s < c->n_seq; s++) {
@@ -174,6 +252,24 @@ hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e) {
             return hx_err(e, HX_ERR_RANGE, "hx_decode: sequence %d: cannot go back to position %d of %d: a sliding-window "
                           "layer no longer holds what it needs (clear the sequence and decode from 0)", s, f, c->seq_len[s]);
     }
+    /* pages for every new position, all or none: a full pool changes nothing */
+    if (c->page) {
+        int need = 0;
+        for (int s = 0; s < c->n_seq; s++)
+            if (c->first_pos[s] >= 0 && pages_for(c, c->next_pos[s]) > c->seq_npg[s])
+                need += pages_for(c, c->next_pos[s]) - c->seq_npg[s];
+        if (need > c->n_free)
+            return hx_err(e, HX_ERR_KV_FULL, "hx_decode: the KV pool is full: the batch needs %d more pages of %d "
+                          "positions, %d of %d are free", need, c->page, c->n_free, c->n_pages);
+        for (int s = 0; s < c->n_seq; s++) {
+            if (c->first_pos[s] < 0) continue;
+            hx_status st = grow_pages(c, s, c->next_pos[s], e);
+            if (st) {
+                for (int q = 0; q <= s; q++) trim_pages(c, q, c->seq_len[q]);
+                return st;
+            }
+        }
+    }
     /* output rows, in batch order */
     int n_out = 0;
     for (int i = 0; i < n; i++) c->row_of[i] = wants(b, i) ? n_out++ : -1;
@@ -181,17 +277,26 @@ hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e) {
         /* rows hold only the last decode's outputs: a fresh buffer, nothing to keep */
         size_t bytes = (size_t)n_out * (size_t)c->n_vocab * sizeof(float);
         float *lg = c->be->host_alloc ? c->be->host_alloc(c->bctx, bytes) : malloc(bytes);
-        if (!lg) return hx_err(e, HX_ERR_NOMEM, "hx_decode: out of memory for %d rows of logits", n_out);
+        if (!lg) {
+            for (int s = 0; s < c->n_seq; s++) trim_pages(c, s, c->seq_len[s]);
+            return hx_err(e, HX_ERR_NOMEM, "hx_decode: out of memory for %d rows of logits", n_out);
+        }
         if (c->be->host_free) c->be->host_free(c->bctx, c->logits);
         else free(c->logits);
         c->logits = lg;
         if (c->p.embeddings) {
             float *h = realloc(c->hidden, (size_t)n_out * (size_t)c->n_embd * sizeof *h);
-            if (!h) return hx_err(e, HX_ERR_NOMEM, "hx_decode: out of memory for %d embeddings", n_out);
+            if (!h) {
+                for (int s = 0; s < c->n_seq; s++) trim_pages(c, s, c->seq_len[s]);
+                return hx_err(e, HX_ERR_NOMEM, "hx_decode: out of memory for %d embeddings", n_out);
+            }
             c->hidden = h;
         }
         uint8_t *f = realloc(c->fetched, (size_t)n_out);
-        if (!f) return hx_err(e, HX_ERR_NOMEM, "hx_decode: out of memory for %d rows of logits", n_out);
+        if (!f) {
+            for (int s = 0; s < c->n_seq; s++) trim_pages(c, s, c->seq_len[s]);
+            return hx_err(e, HX_ERR_NOMEM, "hx_decode: out of memory for %d rows of logits", n_out);
+        }
         c->fetched = f;
         c->out_cap = (size_t)n_out;
     }
@@ -226,6 +331,7 @@ hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e) {
                 if (c->first_pos[s] < 0) continue;
                 int keep = c->orig_len[s] < c->first_pos[s] ? c->orig_len[s] : c->first_pos[s];
                 c->seq_len[s] = c->be->seq_keep(c->bctx, s, keep);
+                trim_pages(c, s, c->seq_len[s]);
             }
             return st;
         }
@@ -233,7 +339,10 @@ hx_status hx_decode(hx_context *c, const hx_batch *b, hx_error *e) {
     }
     for (int i = 0; i < n; i++) c->seq_tok[(size_t)b->seq_id[i] * (size_t)c->n_ctx_seq + (size_t)b->pos[i]] = b->token[i];
     for (int s = 0; s < c->n_seq; s++)
-        if (c->first_pos[s] >= 0) c->seq_len[s] = c->next_pos[s];
+        if (c->first_pos[s] >= 0) {
+            c->seq_len[s] = c->next_pos[s];
+            trim_pages(c, s, c->seq_len[s]);  /* a rewrite from a lower position may end short of its old pages */
+        }
     c->n_last = n;
     for (int i = n - 1; i >= 0 && c->last_row < 0; i--) c->last_row = c->row_of[i];
     c->deferred = defer;
@@ -346,7 +455,7 @@ hx_status hx_decode_greedy(hx_context *c, int seq, int32_t token, int32_t *next,
     int pos = c->seq_len[seq];
     if (pos >= c->n_ctx_seq)
         return hx_err(e, HX_ERR_RANGE, "hx_decode_greedy: sequence %d is full (%d positions)", seq, c->n_ctx_seq);
-    if (!c->be->decode_greedy) {
+    if (!c->be->decode_greedy) {   /* hx_decode takes the page */
         int32_t tk = token, ps = pos, sq = seq;
         int8_t lg = 1;
         hx_batch b = {.n_tokens = 1, .token = &tk, .pos = &ps, .seq_id = &sq, .logits = &lg, .capacity = 1};
@@ -357,9 +466,12 @@ hx_status hx_decode_greedy(hx_context *c, int seq, int32_t token, int32_t *next,
         return st;
     }
     c->n_last = 0;
-    hx_status st = c->be->decode_greedy(c->bctx, seq, token, pos, next, e);
+    hx_status st = grow_pages(c, seq, pos + 1, e);
+    if (st) return st;
+    st = c->be->decode_greedy(c->bctx, seq, token, pos, next, e);
     if (st) {   /* the sequence keeps what it held */
         c->seq_len[seq] = c->be->seq_keep(c->bctx, seq, pos);
+        trim_pages(c, seq, c->seq_len[seq]);
         return st;
     }
     c->seq_tok[(size_t)seq * (size_t)c->n_ctx_seq + (size_t)pos] = token;
@@ -388,6 +500,7 @@ int hx_seq_keep(hx_context *c, int seq, int n) {
     if (n >= c->seq_len[seq]) return c->seq_len[seq];
     c->n_last = 0;  /* the last decode's outputs may belong to dropped positions */
     c->seq_len[seq] = c->be->seq_keep(c->bctx, seq, n);
+    trim_pages(c, seq, c->seq_len[seq]);
     return c->seq_len[seq];
 }
 
@@ -400,11 +513,19 @@ hx_status hx_seq_copy(hx_context *c, int src, int dst, int n, hx_error *e) {
     if (n < 0 || n > c->seq_len[src])
         return hx_err(e, HX_ERR_RANGE, "hx_seq_copy: %d positions of sequence %d, which holds %d", n, src, c->seq_len[src]);
     if (src == dst) { hx_seq_keep(c, dst, n); return HX_OK; }
-    hx_status st = c->be->seq_copy(c->bctx, src, dst, n, e);
-    if (st) return st;
+    /* paged: dst gets pages of its own (nothing shared with src) and the rows
+     * are copied; dst's pages so far are reused, so a refused copy (KV full, or
+     * a ring that lost src's window) leaves dst as it was */
+    hx_status st = grow_pages(c, dst, n, e);
+    if (!st) st = c->be->seq_copy(c->bctx, src, dst, n, e);
+    if (st) {
+        trim_pages(c, dst, c->seq_len[dst]);
+        return st;
+    }
     memcpy(c->seq_tok + (size_t)dst * (size_t)c->n_ctx_seq, c->seq_tok + (size_t)src * (size_t)c->n_ctx_seq,
            (size_t)n * sizeof *c->seq_tok);
     c->seq_len[dst] = n;
+    trim_pages(c, dst, n);
     return HX_OK;
 }
 
@@ -525,9 +646,19 @@ hx_status hx_seq_load(hx_context *c, int seq, const char *path, hx_error *e) {
             goto out;
         }
     }
+    if (c->page && pages_for(c, (int)n) > c->n_free + c->seq_npg[seq]) {
+        st = hx_err(e, HX_ERR_KV_FULL, "%s: %llu positions need %d KV pages, %d of %d are free (and %d of sequence %d's)",
+                    path, (unsigned long long)n, pages_for(c, (int)n), c->n_free, c->n_pages, c->seq_npg[seq], seq);
+        goto out;
+    }
     c->n_last = 0;
-    if ((st = c->be->seq_write(c->bctx, seq, (int)n, ps, e))) {
+    if (c->page) { /* the old pages go first, so the file can reuse them */
         c->seq_len[seq] = c->be->seq_keep(c->bctx, seq, 0);
+        trim_pages(c, seq, 0);
+    }
+    if ((st = grow_pages(c, seq, (int)n, e)) || (st = c->be->seq_write(c->bctx, seq, (int)n, ps, e))) {
+        c->seq_len[seq] = c->be->seq_keep(c->bctx, seq, 0);
+        trim_pages(c, seq, 0);
         goto out;
     }
     int32_t *dst = c->seq_tok + (size_t)seq * (size_t)c->n_ctx_seq;

@@ -35,7 +35,12 @@ hx_status hx_dev_context_new(hx_model *m, const hx_context_params *p, const hx_d
                             .n_threads = c->p.n_threads, .kv_f32 = c->p.kv_f32, .exact = c->p.exact,
                             .gpu_index = m->api->gpu_index, .tp = m->api->tp, .layer_split = m->api->layer_split,
                             .dev = {dp->dump_dir, dp->dump_positions, dp->n_dump_positions, dp->cuda,
-                                    dp->split_one_gpu}};
+                                    dp->split_one_gpu},
+                            .kv_page = c->page, .kv_pages = c->n_pages};
+    /* a fresh context holds no sequence: every page is free again */
+    for (int q = 0; q < c->n_pages; q++) c->free_pg[q] = c->n_pages - 1 - q;
+    c->n_free = c->n_pages;
+    for (int q = 0; q < c->n_seq; q++) { c->seq_npg[q] = 0; c->seq_len[q] = 0; }
     if ((st = c->be->ctx_new(m, &bp, &c->bctx, e))) {
         c->bctx = NULL;
         hx_context_free(c);

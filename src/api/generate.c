@@ -191,7 +191,8 @@ hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_re
     bool greedy = p->sampling.temp <= 0 && !hx_sampler_penalizes(&p->sampling) && p->sampling.n_logit_bias == 0;
     bool fast = greedy && c->be->decode_greedy;
     /* sampling on the device (temp > 0, no logit bias: the device chain takes none) */
-    bool dev_sample = !greedy && p->sampling.temp > 0 && c->be->decode_sample && !hx_sampler_has_bias(smp);
+    bool dev_sample = !greedy && p->sampling.temp > 0 && c->be->decode_sample && !hx_sampler_has_bias(smp) &&
+                      !c->page;   /* it writes the cache itself: a paged backend's pages come from hx_decode */
     if (dev_sample) step_logits = malloc(sizeof *step_logits * (size_t)V);
     if (dev_sample && !step_logits) { st = hx_err(e, HX_ERR_NOMEM, "hx_generate: out of memory"); goto fail; }
     int limit = p->max_tokens < 0 ? INT_MAX : p->max_tokens, pos = n_prompt, n_dec = 0;
@@ -219,7 +220,8 @@ hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_re
         if (pos >= c->n_ctx_seq) { why = HX_STOP_CONTEXT; break; }
         int32_t next;
         if (fast) {
-            if ((st = hx_decode_greedy(c, seq, t, &next, e))) goto fail;
+            if ((st = hx_decode_greedy(c, seq, t, &next, e)) == HX_ERR_KV_FULL) { st = HX_OK; why = HX_STOP_CONTEXT; break; }
+            if (st) goto fail;
             ran_fast = true;
         } else if (dev_sample) {
             const hx_sampler_params *sp = &p->sampling;
@@ -237,7 +239,9 @@ hx_status hx_generate(hx_context *c, const hx_generate_params *p, hx_generate_re
         } else {
             hx_batch_clear(&b);
             hx_batch_add(&b, t, pos, seq, true);
-            if ((st = hx_decode(c, &b, e))) goto fail;
+            /* a shared pool with no page left ends the sequence as a full context would */
+            if ((st = hx_decode(c, &b, e)) == HX_ERR_KV_FULL) { st = HX_OK; why = HX_STOP_CONTEXT; break; }
+            if (st) goto fail;
             logits = hx_get_logits(c, 0);
             next = greedy ? hx_argmax(logits, V) : hx_sampler_sample(smp, logits);
         }
@@ -371,6 +375,10 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
      * except on a sliding-window ring, where going back within a slot may need
      * positions the ring dropped: there every group starts from an empty slot. */
     bool carry = !hx_kv_has_ring(&m->cfg, c->kv_rows, c->n_ctx_seq);
+    /* every sequence may be full at once: on a paged pool each gets its share
+     * (whole pages), as a slot would, so no decode here finds the pool full */
+    int per_seq = c->page ? c->n_pages / ns * c->page : c->n_ctx_seq;
+    if (per_seq > c->n_ctx_seq) per_seq = c->n_ctx_seq;
     for (int s = 0; s < ns; s++) hx_seq_clear(c, s);
     double t0 = hx_now_s();
     long tokens = 0, reused = 0;
@@ -382,9 +390,9 @@ hx_status hx_classify(hx_context *c, const char *const *prompts, int n_prompts, 
             if (!prompts[i]) { st = hx_err(e, HX_ERR_ARG, "hx_classify: prompt %d is NULL", i); break; }
             if ((st = hx_api_tokenize(m, prompts[i], strlen(prompts[i]), true, true, &pt[s], &pn[s], e))) break;
             if (pn[s] == 0) { st = hx_err(e, HX_ERR_ARG, "hx_classify: prompt %d has no tokens", i); break; }
-            if (pn[s] + max_l - 1 > c->n_ctx_seq) {
+            if (pn[s] + max_l - 1 > per_seq) {
                 st = hx_err(e, HX_ERR_RANGE, "hx_classify: prompt %d: %d tokens and labels of up to %d do not fit a "
-                            "sequence's %d positions", i, pn[s], max_l, c->n_ctx_seq);
+                            "sequence's %d positions", i, pn[s], max_l, per_seq);
                 break;
             }
         }

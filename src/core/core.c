@@ -28,6 +28,7 @@ const char *hx_status_str(hx_status s) {
     case HX_ERR_RANGE: return "out of range";
     case HX_ERR_DEVICE: return "device error";
     case HX_ERR_CANCELLED: return "cancelled";
+    case HX_ERR_KV_FULL: return "KV cache full";
     }
     return "unknown status";
 }

@@ -44,6 +44,7 @@ hx_status kb_llm_open(const kb_llm_opts *o, kb_llm **out, hx_error *e) {
     hx_context_params cp = hx_context_default_params();
     cp.n_seq_max = l->o.n_seq;
     cp.n_ctx = l->o.n_seq * l->o.n_ctx_seq;
+    cp.n_ctx_seq = l->o.n_ctx_seq;   /* each of n_seq classifications holds at most this (a pool: its share) */
     cp.n_threads = o->n_threads;
     cp.exact = true;   /* no llama.cpp parity needed here: plain f32 */
     if ((st = hx_context_new(l->model, &cp, &l->ctx, e))) { kb_llm_free(l); return st; }

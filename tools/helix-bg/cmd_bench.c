@@ -188,7 +188,7 @@ static void model_label(const hx_model *m, const char *path, const char *synth, 
 int cmd_bench(int argc, char **argv) {
     const char *path = NULL, *synth = NULL, *batch_arg = NULL;
     int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, kv = 0;
-    bool json = false, jsonl = false, parity = false;
+    bool json = false, jsonl = false, parity = false, kv_slots = false;
     cli_device dev = {.device = 1, .ngl = -2};
     static const char *const kv_names[] = {"f16", "f32", NULL};
     const cli_opt opts[] = {
@@ -202,6 +202,8 @@ int cmd_bench(int argc, char **argv) {
          "128 generated tokens each (aggregate tokens/s)", 0, 0, NULL},
         {CLI_INT, "-t|--threads", &threads, "N", "CPU threads, 0 = all", 0, 4096, NULL},
         {CLI_CHOICE, "--kv", &kv, NULL, "KV cache type (f32: CPU only)", 0, 0, kv_names},
+        {CLI_BOOL, "--kv-slots", &kv_slots, NULL, "--batch: fixed KV slots per sequence instead of the shared pool of "
+         "pages (to compare the two)", 0, 0, NULL},
         {CLI_BOOL, "--parity", &parity, NULL, "CPU: llama.cpp's rounding and summation order (generate's default) "
          "instead of the fast path", 0, 0, NULL},
         {CLI_CHOICE, "--device", &dev.device, NULL, "backend; auto takes CUDA when usable", 0, 0, cli_device_names},
@@ -283,6 +285,7 @@ int cmd_bench(int argc, char **argv) {
         ctx = NULL;
         cp.n_seq_max = B;
         cp.n_ctx = B * (BATCH_PROMPT + BATCH_GEN + 8);
+        cp.kv_slots = kv_slots;
         cp.n_batch = B * BATCH_PROMPT > 2048 ? B * BATCH_PROMPT : 2048;
         if (!(ctx = cli_context_new(CMD, m, &cp, NULL))) goto done;
         if (lora.n && !adapters[0] && cli_lora_apply(m, ctx, &lora, adapters, &e)) goto fail;

@@ -47,7 +47,10 @@ static void usage(FILE *f) {
         "      --ssl-cert FILE      serve HTTPS with this PEM certificate (a chain: the server's first), with\n"
         "      --ssl-key FILE       ... its unencrypted PEM private key (default: plain HTTP; llama-server's\n"
         "                           --ssl-cert-file / --ssl-key-file work too)\n"
-        "  -c, --ctx-size N         KV positions in all, shared by the slots (default: parallel x min(train, 4096))\n"
+        "  -c, --ctx-size N         KV positions in all (default: parallel x min(train, 4096)). On the CPU with\n"
+        "                           --parallel > 1 a pool of pages the slots share: one request may hold most\n"
+        "                           of it while others stay short; elsewhere --parallel fixed slots of N / parallel\n"
+        "      --ctx-seq N          most positions one request holds in the pool (default: min(ctx-size, train))\n"
         "  -np, --parallel N        sequence slots: requests decoded together (default 4)\n"
         "  -t, --threads N          CPU threads (default: all)\n"
         "      --device D           auto, cpu or cuda (default auto)\n"
@@ -63,7 +66,9 @@ static void usage(FILE *f) {
         "      --max-tokens N       ceiling on generated tokens per request (default: the context)\n"
         "      --max-prompt N       ceiling on prompt tokens (default: the context); longer: 400\n"
         "      --queue N            requests waiting for a slot (default 256); more: 503\n"
-        "      --no-queue           answer 429 when every slot is busy instead of queueing\n"
+        "      --no-queue           answer 429 when every slot is busy, or the KV pool cannot hold the prompt and\n"
+        "                           64 tokens of answer, instead of queueing (a stream that fills the pool\n"
+        "                           mid-answer ends with finish_reason \"length\")\n"
         "      --timeout S          a request's whole life, queue included (default 600)\n"
         "      --idle-timeout S     close connections idle this long (default 30)\n"
         "      --max-connections N  open connections at most (default 16384)\n"
@@ -248,6 +253,7 @@ int cmd_serve(int argc, char **argv) {
         else if ((!strcmp(a, "--ssl-cert") || !strcmp(a, "--ssl-cert-file")) && more) c.ssl_cert = argv[++i];
         else if ((!strcmp(a, "--ssl-key") || !strcmp(a, "--ssl-key-file")) && more) c.ssl_key = argv[++i];
         else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) && more) { if (!parse_int(a, argv[++i], 0, 1 << 24, &v)) goto out_cfg; c.n_ctx = (int)v; }
+        else if (!strcmp(a, "--ctx-seq") && more) { if (!parse_int(a, argv[++i], 0, 1 << 24, &v)) goto out_cfg; c.n_ctx_seq = (int)v; }
         else if ((!strcmp(a, "-np") || !strcmp(a, "--parallel")) && more) { if (!parse_int(a, argv[++i], 1, 1024, &v)) goto out_cfg; c.n_parallel = (int)v; }
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && more) { if (!parse_int(a, argv[++i], 0, 1024, &v)) goto out_cfg; c.n_threads = (int)v; }
         else if ((!strcmp(a, "-b") || !strcmp(a, "--batch")) && more) { if (!parse_int(a, argv[++i], 1, 1 << 16, &v)) goto out_cfg; c.n_batch = (int)v; }
@@ -417,10 +423,16 @@ int cmd_serve(int argc, char **argv) {
     if (s->stopping) { rc = 0; goto out; }
     if (srv_sched_start(s, &e)) { fprintf(stderr, "helix-bg serve: %s\n", e.msg); goto out; }
     s->loading = 0;
-    if (s->model)
-        fprintf(stderr, "serve: model '%s' ready in %.1fs: %s %s, %d slots x %d positions, %s, device %s\n", s->model_id,
-                util_now() - t0, hx_model_arch(s->model), hx_model_type_name(s->model), c.n_parallel, s->n_ctx_seq,
-                hx_chat_template_name(s->model), hx_model_device(s->model) == HX_DEVICE_CUDA ? "cuda" : "cpu");
+    if (s->model) {
+        char kv[128];
+        if (s->kv_page > 0)
+            snprintf(kv, sizeof kv, "%d slots sharing %d KV positions (pages of %d, at most %d a request)", c.n_parallel,
+                     s->n_ctx, s->kv_page, s->n_ctx_seq);
+        else snprintf(kv, sizeof kv, "%d slots x %d positions", c.n_parallel, s->n_ctx_seq);
+        fprintf(stderr, "serve: model '%s' ready in %.1fs: %s %s, %s, %s, device %s\n", s->model_id, util_now() - t0,
+                hx_model_arch(s->model), hx_model_type_name(s->model), kv, hx_chat_template_name(s->model),
+                hx_model_device(s->model) == HX_DEVICE_CUDA ? "cuda" : "cpu");
+    }
     if (s->emb) fprintf(stderr, "serve: embedding model '%s' ready (dim %d, %s)\n", s->emb_id, hx_embedder_dim(s->emb),
                         hx_embedder_device(s->emb));
     if (!s->model && !s->emb) fprintf(stderr, "serve: ready (the knowledge base only: /v1/kb/search)\n");

@@ -59,20 +59,20 @@ void hx_f16_to_f32_row_avx2(int n, float *dst, const uint16_t *src) {
 }
 
 /* The G query heads of one kv head against cnt cache rows (the i-th at row
- * ring(i) of kc): s[g * lds + first + i] = hx_dot_f16_avx2(hd, row, q + g * hd)
- * bit for bit: per (head, row) the same 4 accumulators over steps of 32, the
+ * (r0 + i) mod rows of kc, walked by hx_kv_next):
+ * s[g * lds + first + i] = hx_dot_f16_avx2(hd, row, q + g * hd) bit for bit: per (head, row) the same 4 accumulators over steps of 32, the
  * same reduction; each row's f16 -> f32 conversions are shared by the G heads. */
-#define RING(i) ((size_t)(r0 + (i) < rows ? r0 + (i) : r0 + (i) - rows) * ld)
 static inline float reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     const __m256 r = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
     const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
     const __m128 t1 = _mm_hadd_ps(t0, t0);
     return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
 }
-void hx_attn_scores_f16_avx2(int hd, int G, const float *q, const uint16_t *kc, size_t ld, int r0, int rows, int cnt,
+void hx_attn_scores_f16_avx2(int hd, int G, const float *q, const hx_kv_rows *kc, int r0, int rows, int cnt,
                              float *s, size_t lds) {
+    hx_kv_walk w = {0};
     for (int i = 0; i < cnt; i++) {
-        const uint16_t *k = kc + RING(i);
+        const uint16_t *k = hx_kv_next(kc, &w, i, r0, rows);
         int g = 0;
         for (; g + 2 <= G; g += 2) { /* two heads: 8 accumulators + 4 converted key vectors */
             const float *qa = q + (size_t)g * hd, *qb = qa + hd;
@@ -115,16 +115,17 @@ void hx_attn_scores_f16_avx2(int hd, int G, const float *q, const uint16_t *kc, 
  * starting from 0, each step a multiply then an add: the bits of hx_f32_axpy_f16_avx2
  * called row by row with w = s * inv. 32 dimensions of every head stay in registers
  * while the rows stream by, and each row's conversion is shared by the G heads. */
-void hx_attn_values_f16_avx2(int hd, int G, const float *s, size_t lds, const float *inv, const uint16_t *vc,
-                             size_t ld, int r0, int rows, int cnt, float *out) {
+void hx_attn_values_f16_avx2(int hd, int G, const float *s, size_t lds, const float *inv, const hx_kv_rows *vc,
+                             int r0, int rows, int cnt, float *out) {
     for (int d = 0; d < hd; d += 32)
         for (int g0 = 0; g0 < G; g0 += 2) {
             const int two = g0 + 1 < G;
             const float *sa = s + (size_t)g0 * lds, *sb = two ? sa + lds : sa;
             const float ia = inv[g0], ib = two ? inv[g0 + 1] : inv[g0];
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            hx_kv_walk w = {0};
             for (int i = 0; i < cnt; i++) {
-                const uint16_t *v = vc + RING(i) + d;
+                const uint16_t *v = hx_kv_next(vc, &w, i, r0, rows) + d;
                 const __m256 v0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)v));
                 const __m256 v1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 8)));
                 const __m256 v2 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 16)));
@@ -149,4 +150,3 @@ void hx_attn_values_f16_avx2(int hd, int G, const float *s, size_t lds, const fl
             }
         }
 }
-#undef RING

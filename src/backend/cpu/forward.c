@@ -1,12 +1,18 @@
 /* forward.c — the CPU decoder: one recipe with flags for llama / qwen2 /
  * qwen3 / gemma3, run over a batch of tokens of one or several sequences.
  *
- * KV cache: n_seq slots (sequence s in slot s) of n_ctx positions each; per
- * layer one allocation of n_seq * kv_rows[l] rows of n_head_kv*head_dim
- * elements (f16 or f32), slot s starting at row s * kv_rows[l]. Position t of
- * a sequence lives in row t % kv_rows[l] of its slot: a sliding-window layer
- * keeps a ring of window + ubatch rows (hx_kv_layer_rows), enough for every
- * query of a batch of at most ubatch tokens of that sequence.
+ * KV cache: rows of n_head_kv*head_dim elements (f16 or f32), one
+ * allocation per layer, sequences of at most n_ctx positions. Two layouts:
+ *  - slots: n_seq * kv_rows[l] rows, sequence s in the slot starting at row
+ *    s * kv_rows[l], position t in row t % kv_rows[l] of it: a sliding-window
+ *    layer keeps a ring of window + ubatch rows (hx_kv_layer_rows), enough for
+ *    every query of a batch of at most ubatch tokens of that sequence.
+ *  - pages (hx_backend_params.kv_page > 0): a layer without a ring (kv_rows[l]
+ *    == n_ctx) holds a pool of n_pages pages of `page` rows; position t of
+ *    sequence s is row t % page of page ptab[s][t / page]. The API layer
+ *    (api/context.c) hands pages out and sets the table (kv_map); every such
+ *    layer uses the same page ids. Ring layers keep their slots: a ring is
+ *    small and fixed, and only full-length layers need to share.
  *
  * Per layer (x is the residual stream, (n, n_embd) f32, n tokens of any
  * sequences; every token has its own position and sequence):
@@ -87,7 +93,10 @@ struct hx_cpu_ctx {
     int piece;            /* hx_cpu_forward runs in pieces of this many tokens: ubatch with a ring or
                              in the parity mode (llama.cpp splits the same way), else 0 = whole */
     int *kv_rows;         /* per layer: cache rows per slot */
-    void **k_cache, **v_cache; /* per layer: (n_seq * kv_rows[l], n_head_kv*head_dim) */
+    void **k_cache, **v_cache; /* per layer: (n_seq * kv_rows[l] | n_pages * page, n_head_kv*head_dim) */
+    int page, page_shift; /* rows per page (a power of two), log2 of it; 0: slots only */
+    int n_pages, max_pg;  /* pages in the pool; table entries per sequence (n_ctx / page rounded up) */
+    int32_t *ptab;        /* (n_seq, max_pg): page ids of each sequence, in position order */
     layer_vecs *lv;       /* per layer, pointing into vec_arena */
     const float *out_norm;
     float *vec_arena;
@@ -179,15 +188,36 @@ static void rope_apply(float *v, int hd, const float *cs, const float *sn, hx_ro
 
 /* ---- context ---- */
 
+/* Whether layer l's rows are paged (a pool shared by the sequences). */
+static inline bool layer_paged(const hx_cpu_ctx *c, int l) { return c->page > 0 && c->kv_rows[l] >= c->n_ctx; }
+
 static uint8_t *slot_rows(const hx_cpu_ctx *c, void *const *cache, int layer, int seq) {
     return (uint8_t *)cache[layer] + (size_t)seq * c->kv_rows[layer] * c->kv_row;
+}
+
+/* The rows of sequence seq in layer l of an f16 cache as the attention
+ * kernels address them (attn.h: row r is the ring row, = the position when
+ * paged); off: bytes into each row (a head's columns). */
+static hx_kv_rows kv_rows_of(const hx_cpu_ctx *c, void *const *cache, int layer, int seq, size_t off) {
+    if (layer_paged(c, layer))
+        return (hx_kv_rows){(const uint16_t *)((const uint8_t *)cache[layer] + off), c->kv_row / 2,
+                            c->ptab + (size_t)seq * c->max_pg, c->page_shift};
+    return (hx_kv_rows){(const uint16_t *)(slot_rows(c, cache, layer, seq) + off), c->kv_row / 2, NULL, 0};
+}
+
+/* Bytes of row r (see kv_rows_of) of sequence seq in layer l. */
+static inline uint8_t *kv_at(const hx_cpu_ctx *c, void *const *cache, int layer, int seq, int r) {
+    if (!layer_paged(c, layer)) return slot_rows(c, cache, layer, seq) + (size_t)r * c->kv_row;
+    size_t row = (size_t)c->ptab[(size_t)seq * c->max_pg + (size_t)(r >> c->page_shift)] << c->page_shift |
+                 (size_t)(r & (c->page - 1));
+    return (uint8_t *)cache[layer] + row * c->kv_row;
 }
 
 void hx_cpu_ctx_free(hx_cpu_ctx *c) {
     if (!c) return;
     if (c->k_cache)
         for (int l = 0; l < c->m->cfg.n_layer; l++) { free(c->k_cache[l]); free(c->v_cache[l]); }
-    free(c->k_cache); free(c->v_cache); free(c->kv_rows);
+    free(c->k_cache); free(c->v_cache); free(c->kv_rows); free(c->ptab);
     free(c->seq_len); free(c->seq_hw); free(c->seq_next);
     free(c->lv); free(c->vec_arena);
     free(c->dump_dir); free(c->dump_pos);
@@ -250,6 +280,7 @@ static hx_status prep_vecs(hx_cpu_ctx *c, hx_error *e) {
 
 typedef struct ctx_opts {
     int n_seq, n_ctx, kv_type, n_threads, ubatch;
+    int page, n_pages;  /* hx_backend_params.kv_page / kv_pages; page 0: slots */
     bool ggml_compat;
     const char *dump_dir;
     const int *dump_positions; int n_dump_positions;
@@ -270,6 +301,10 @@ static hx_status ctx_create(const hx_model *m, const ctx_opts *o, hx_cpu_ctx **o
     if (o->n_seq < 1 || o->n_ctx < 1 || o->ubatch < 1)
         return hx_err(e, HX_ERR_ARG, "cpu forward: %d sequences of %d positions, ubatch %d (each must be >= 1)",
                       o->n_seq, o->n_ctx, o->ubatch);
+    if (o->page < 0 || (o->page > 0 && ((o->page & (o->page - 1)) || o->n_pages < 1 || (int64_t)o->n_pages * o->page >
+                                                                  INT32_MAX)))
+        return hx_err(e, HX_ERR_ARG, "cpu forward: KV pages of %d positions, %d pages (a power of two, >= 1 page)",
+                      o->page, o->n_pages);
     if (o->kv_type != HX_TYPE_F16 && o->kv_type != HX_TYPE_F32)
         return hx_err(e, HX_ERR_ARG, "cpu forward: KV cache type %s unsupported (f16 or f32)", hx_type_name(o->kv_type));
     hx_cpu_ctx *c = calloc(1, sizeof *c);
@@ -291,6 +326,14 @@ static hx_status ctx_create(const hx_model *m, const ctx_opts *o, hx_cpu_ctx **o
     c->seq_len = calloc((size_t)c->n_seq, sizeof(int));
     c->seq_hw = calloc((size_t)c->n_seq, sizeof(int));
     c->seq_next = calloc((size_t)c->n_seq, sizeof(int));
+    if (o->page > 0) {
+        c->page = o->page;
+        while ((1 << c->page_shift) < c->page) c->page_shift++;
+        c->n_pages = o->n_pages;
+        c->max_pg = (int)(((int64_t)c->n_ctx + c->page - 1) / c->page);
+        c->ptab = calloc((size_t)c->n_seq * (size_t)c->max_pg, sizeof *c->ptab);
+        if (!c->ptab) { hx_cpu_ctx_free(c); return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory"); }
+    }
     if (!c->pool || !c->k_cache || !c->v_cache || !c->kv_rows || !c->seq_len || !c->seq_hw || !c->seq_next) {
         hx_cpu_ctx_free(c);
         return hx_err(e, HX_ERR_NOMEM, "cpu forward: out of memory");
@@ -299,8 +342,8 @@ static hx_status ctx_create(const hx_model *m, const ctx_opts *o, hx_cpu_ctx **o
     if (st) { hx_cpu_ctx_free(c); return st; }
     for (int l = 0; l < cfg->n_layer; l++) {
         c->kv_rows[l] = hx_kv_layer_rows(cfg, l, c->n_ctx, c->ubatch);
-        size_t rows = (size_t)c->n_seq * c->kv_rows[l];
-        if (rows / (size_t)c->n_seq != (size_t)c->kv_rows[l] || rows > SIZE_MAX / c->kv_row) {
+        size_t rows = layer_paged(c, l) ? (size_t)c->n_pages * c->page : (size_t)c->n_seq * c->kv_rows[l];
+        if ((!layer_paged(c, l) && rows / (size_t)c->n_seq != (size_t)c->kv_rows[l]) || rows > SIZE_MAX / c->kv_row) {
             hx_cpu_ctx_free(c);
             return hx_err(e, HX_ERR_NOMEM, "cpu forward: KV cache of %d x %d positions overflows", c->n_seq, c->n_ctx);
         }
@@ -373,8 +416,9 @@ bool hx_cpu_attn_grouped(const hx_cpu_ctx *c) { return c->attn_grouped && !c->gg
 int hx_cpu_n_ctx(const hx_cpu_ctx *c) { return c->n_ctx; }
 size_t hx_cpu_kv_bytes(const hx_cpu_ctx *c) {
     size_t rows = 0;
-    for (int l = 0; l < c->m->cfg.n_layer; l++) rows += (size_t)c->kv_rows[l];
-    return 2 * rows * (size_t)c->n_seq * c->kv_row;
+    for (int l = 0; l < c->m->cfg.n_layer; l++)
+        rows += layer_paged(c, l) ? (size_t)c->n_pages * c->page : (size_t)c->kv_rows[l] * c->n_seq;
+    return 2 * rows * c->kv_row;
 }
 
 /* Keep the first n positions of slot seq: n, or 0 when a ring no longer holds
@@ -468,8 +512,6 @@ typedef struct attn_job {
     bool grouped;         /* exact mode, f16 cache, AVX2: a task is a (token, kv head), attn_task_group */
 } attn_job;
 
-/* Cache row of the i-th position after `first`, whose row is r0 (a ring wraps at rows). */
-static inline int ring_row(int i, int r0, int rows) { return r0 + i < rows ? r0 + i : r0 + i - rows; }
 /* The position a query at p sees in row r (r <= p): the last one at or before p that maps there.
  * A row overwritten by a later position of the same batch maps to one before the window. */
 static inline int row_pos(int r, int p, int rows) { return r + (p - r) / rows * rows; }
@@ -482,20 +524,21 @@ static inline int row_pos(int r, int p, int rows) { return r + (p - r) / rows * 
  * after every update). */
 /* Rows [lo, hi) of one head's cache for the query at p (visible: positions
  * first..p): M, S and the unnormalized output in f32 (from the f16 accumulator). */
-static void ggml_fa_rows(const attn_job *j, const float *qh, const uint16_t *kc, const uint16_t *vc, int first, int p,
-                         int lo, int hi, float *Mo, float *So, float *out) {
+static void ggml_fa_rows(const attn_job *j, const float *qh, const hx_kv_rows *kc, const hx_kv_rows *vc, int first,
+                         int p, int lo, int hi, float *Mo, float *So, float *out) {
     hx_cpu_ctx *c = j->c;
     const hx_model_config *cfg = &c->m->cfg;
     int hd = cfg->head_dim;
-    size_t row = (size_t)cfg->n_head_kv * hd;
     int rows = c->kv_rows[j->layer];
     uint16_t vacc[512];
     memset(vacc, 0, sizeof(uint16_t) * hd);
     float S = 0, M = -INFINITY;
+    hx_kv_walk wk = {0}, wv = {0};
     for (int r = lo; r < hi && r < rows && r <= p; r++) {
+        const uint16_t *kr = hx_kv_next(kc, &wk, r - lo, lo, rows), *vr = hx_kv_next(vc, &wv, r - lo, lo, rows);
         if (row_pos(r, p, rows) < first) continue;
         float s;
-        j->kdot(hd, &s, kc + (size_t)r * row, qh);
+        j->kdot(hd, &s, kr, qh);
         if (!j->prescale_q) s *= j->scale;
         if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
         float Mold = M, ms = 1.0f, vs = 1.0f;
@@ -507,7 +550,6 @@ static void ggml_fa_rows(const attn_job *j, const float *qh, const uint16_t *kc,
         } else {
             vs = expf(s - M);
         }
-        const uint16_t *vr = vc + (size_t)r * row;
         if (c->f16c) hx_f16_mad_avx2(hd, vacc, vr, vs);
         else for (int d = 0; d < hd; d++)
             vacc[d] = hx_fp32_to_fp16(fmaf(hx_fp16_to_fp32(vr[d]), vs, hx_fp16_to_fp32(vacc[d])));
@@ -518,9 +560,9 @@ static void ggml_fa_rows(const attn_job *j, const float *qh, const uint16_t *kc,
     *So = S;
 }
 
-/* kc, vc: head kvh's columns of the query's slot. */
-static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int first, int p, const uint16_t *kc,
-                          const uint16_t *vc) {
+/* kc, vc: head kvh's columns of the query's sequence. */
+static void attn_f16_ggml(const attn_job *j, const float *q, float *acc, int first, int p, const hx_kv_rows *kc,
+                          const hx_kv_rows *vc) {
     hx_cpu_ctx *c = j->c;
     const hx_model_config *cfg = &c->m->cfg;
     int hd = cfg->head_dim;
@@ -614,7 +656,7 @@ static void attn_f16_ggml_tiled(const attn_job *j, const float *q, int kvh, floa
     for (int d = 0; d < hd; d++) acc[d] = vacc[d] * inv;
 }
 
-typedef struct fa_prep_job { hx_cpu_ctx *c; const uint16_t *kc, *vc; int end; } fa_prep_job;
+typedef struct fa_prep_job { hx_cpu_ctx *c; hx_kv_rows kc, vc; int end; } fa_prep_job;
 
 /* One (kv head, tile of 64 rows) of fa_prepare's copies. */
 static void fa_prep_task(void *ctx, int64_t task, int thread) {
@@ -624,7 +666,6 @@ static void fa_prep_task(void *ctx, int64_t task, int thread) {
     hx_cpu_ctx *c = j->c;
     int hd = c->m->cfg.head_dim, tiles = c->fa_tiles;
     int h = (int)(task / tiles), r0 = (int)(task % tiles) * T;
-    size_t row = (size_t)c->m->cfg.n_head_kv * hd;
     float *kt = c->fa_kt + ((size_t)h * tiles + r0 / T) * hd * T, *v = c->fa_v + ((size_t)h * tiles * T + r0) * hd;
     for (int r = r0; r < r0 + T; r++) {
         float *kd = kt + r % T, *vd = v + (size_t)(r - r0) * hd;
@@ -632,7 +673,7 @@ static void fa_prep_task(void *ctx, int64_t task, int thread) {
             for (int d = 0; d < hd; d++) kd[(size_t)d * T] = vd[d] = 0.0f;
             continue;
         }
-        const uint16_t *kr = j->kc + (size_t)r * row + (size_t)h * hd, *vr = j->vc + (size_t)r * row + (size_t)h * hd;
+        const uint16_t *kr = hx_kv_row(&j->kc, r) + (size_t)h * hd, *vr = hx_kv_row(&j->vc, r) + (size_t)h * hd;
         float kf[512];
         if (c->f16c && hd <= 512) {
             hx_f16_to_f32_row_avx2(hd, kf, kr);
@@ -665,8 +706,7 @@ static hx_status fa_prepare(hx_cpu_ctx *c, int layer, int seq, int pos, int n, h
         if (!c->fa_cap) return hx_err(e, HX_ERR_NOMEM, "forward: out of memory (attention tiles)");
     }
     c->fa_tiles = tiles;
-    fa_prep_job j = { c, (const uint16_t *)slot_rows(c, c->k_cache, layer, seq),
-                      (const uint16_t *)slot_rows(c, c->v_cache, layer, seq), end };
+    fa_prep_job j = { c, kv_rows_of(c, c->k_cache, layer, seq, 0), kv_rows_of(c, c->v_cache, layer, seq, 0), end };
     hx_pool_run(c->pool, (int64_t)nkv * tiles, fa_prep_task, &j);
     return HX_OK;
 }
@@ -697,22 +737,23 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     int first = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
     const float *q = c->q + ((size_t)i * nh + h) * hd;
     float *acc = c->vacc + (size_t)thread * hd;
-    const uint8_t *kc = slot_rows(c, c->k_cache, j->layer, j->seq[i]) + (size_t)kvh * hd * c->kv_elem;
-    const uint8_t *vc = slot_rows(c, c->v_cache, j->layer, j->seq[i]) + (size_t)kvh * hd * c->kv_elem;
+    /* head kvh's columns; an f32 cache is addressed through the same rows (ld in 2-byte units) */
+    const hx_kv_rows kc = kv_rows_of(c, c->k_cache, j->layer, j->seq[i], (size_t)kvh * hd * c->kv_elem);
+    const hx_kv_rows vc = kv_rows_of(c, c->v_cache, j->layer, j->seq[i], (size_t)kvh * hd * c->kv_elem);
     if (c->kv_type == HX_TYPE_F16 && c->ggml_compat && hd <= 512) {
         if (j->tiled) attn_f16_ggml_tiled(j, q, kvh, acc, first, p);
-        else attn_f16_ggml(j, q, acc, first, p, (const uint16_t *)kc, (const uint16_t *)vc);
+        else attn_f16_ggml(j, q, acc, first, p, &kc, &vc);
         memcpy(c->att + ((size_t)i * nh + h) * hd, acc, sizeof(float) * hd);
         return;
     }
     /* exact two-pass softmax in f32 over the f16 or f32 cache */
     float *sc = c->scores + (size_t)thread * c->n_ctx;
-    size_t row = c->kv_row;
     int rows = c->kv_rows[j->layer], r0 = first % rows;
     float mx = -INFINITY;
+    hx_kv_walk wk = {0}, wv = {0};
     for (int t = first; t <= p; t++) {
         float s;
-        j->kdot(hd, &s, kc + (size_t)ring_row(t - first, r0, rows) * row, q);
+        j->kdot(hd, &s, hx_kv_next(&kc, &wk, t - first, r0, rows), q);
         s *= j->scale;
         if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
         sc[t] = s;
@@ -724,12 +765,13 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     memset(acc, 0, sizeof(float) * hd);
     for (int t = first; t <= p; t++) {
         float w = sc[t] * inv;
+        const uint16_t *vrow = hx_kv_next(&vc, &wv, t - first, r0, rows);
         if (c->kv_type == HX_TYPE_F16) {
-            const uint16_t *vr = (const uint16_t *)(vc + (size_t)ring_row(t - first, r0, rows) * row);
+            const uint16_t *vr = vrow;
             if (c->f16c) hx_f32_axpy_f16_avx2(hd, acc, vr, w);
             else for (int d = 0; d < hd; d++) acc[d] += w * hx_fp16_to_fp32(vr[d]);
         } else {
-            const float *vr = (const float *)(vc + (size_t)ring_row(t - first, r0, rows) * row);
+            const float *vr = (const float *)vrow;
             for (int d = 0; d < hd; d++) acc[d] += w * vr[d];
         }
     }
@@ -750,12 +792,11 @@ static void attn_task_group(void *ctx, int64_t task, int thread) {
     int p = j->pos[i];
     int first = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
     const float *q = c->q + ((size_t)i * nh + h0) * hd;
-    const uint16_t *kc = (const uint16_t *)slot_rows(c, c->k_cache, j->layer, j->seq[i]) + (size_t)kvh * hd;
-    const uint16_t *vc = (const uint16_t *)slot_rows(c, c->v_cache, j->layer, j->seq[i]) + (size_t)kvh * hd;
-    size_t ld = c->kv_row / sizeof(uint16_t);
+    const hx_kv_rows kc = kv_rows_of(c, c->k_cache, j->layer, j->seq[i], (size_t)kvh * hd * sizeof(uint16_t));
+    const hx_kv_rows vc = kv_rows_of(c, c->v_cache, j->layer, j->seq[i], (size_t)kvh * hd * sizeof(uint16_t));
     int rows = c->kv_rows[j->layer], r0 = first % rows, cnt = p - first + 1;
     float *sc = c->scores + (size_t)thread * G * c->n_ctx, inv[HX_ATTN_GROUP_MAX];
-    hx_attn_scores_f16_avx2(hd, G, q, kc, ld, r0, rows, cnt, sc + first, (size_t)c->n_ctx);
+    hx_attn_scores_f16_avx2(hd, G, q, &kc, r0, rows, cnt, sc + first, (size_t)c->n_ctx);
     for (int g = 0; g < G; g++) {
         float *s = sc + (size_t)g * c->n_ctx, mx = -INFINITY;
         for (int t = first; t <= p; t++) {
@@ -768,7 +809,7 @@ static void attn_task_group(void *ctx, int64_t task, int thread) {
         for (int t = first; t <= p; t++) { s[t] = expf(s[t] - mx); sum += s[t]; }
         inv[g] = (float)(1.0 / sum);
     }
-    hx_attn_values_f16_avx2(hd, G, sc + first, (size_t)c->n_ctx, inv, vc, ld, r0, rows, cnt,
+    hx_attn_values_f16_avx2(hd, G, sc + first, (size_t)c->n_ctx, inv, &vc, r0, rows, cnt,
                             c->att + ((size_t)i * nh + h0) * hd);
     if (c->probe)
         for (int g = 0; g < G; g++) probe_row(c, j, i, h0 + g, first, p, sc + (size_t)g * c->n_ctx, inv[g]);
@@ -921,7 +962,7 @@ static void norm_rows(float *out, const float *x, int n, int dim, const float *w
 static void store_kv(hx_cpu_ctx *c, int layer, int seq, int pos, const float *src, void **cache) {
     const hx_model_config *cfg = &c->m->cfg;
     size_t nkv = (size_t)cfg->n_head_kv * cfg->head_dim;
-    uint8_t *dst = slot_rows(c, cache, layer, seq) + (size_t)(pos % c->kv_rows[layer]) * c->kv_row;
+    uint8_t *dst = kv_at(c, cache, layer, seq, pos % c->kv_rows[layer]);
     if (c->kv_type == HX_TYPE_F16 && c->f16c)
         hx_f32_to_f16_row_avx2((int)nkv, (uint16_t *)dst, src);
     else if (c->kv_type == HX_TYPE_F16)
@@ -1223,6 +1264,8 @@ static hx_status cpu_ctx_new(const hx_model *m, const hx_backend_params *p, void
         .kv_type = p->kv_f32 ? HX_TYPE_F32 : HX_TYPE_F16,
         .n_threads = p->n_threads,
         .ubatch = p->n_ubatch,
+        .page = p->kv_page,
+        .n_pages = p->kv_pages,
         .ggml_compat = !p->exact,
         .dump_dir = p->dev.dump_dir,
         .dump_positions = p->dev.dump_positions,
@@ -1273,9 +1316,8 @@ static hx_status cpu_seq_copy(void *ctx, int src, int dst, int n, hx_error *e) {
     for (int l = 0; l < c->m->cfg.n_layer; l++) {
         int lo, cnt = prefix_rows(c, l, n, &lo), rows = c->kv_rows[l];
         for (int q = lo; q < lo + cnt; q++) {
-            size_t off = (size_t)(q % rows) * c->kv_row;
-            memcpy(slot_rows(c, c->k_cache, l, dst) + off, slot_rows(c, c->k_cache, l, src) + off, c->kv_row);
-            memcpy(slot_rows(c, c->v_cache, l, dst) + off, slot_rows(c, c->v_cache, l, src) + off, c->kv_row);
+            memcpy(kv_at(c, c->k_cache, l, dst, q % rows), kv_at(c, c->k_cache, l, src, q % rows), c->kv_row);
+            memcpy(kv_at(c, c->v_cache, l, dst, q % rows), kv_at(c, c->v_cache, l, src, q % rows), c->kv_row);
         }
     }
     /* dst's rings now hold what src's held for those positions (the ones at or
@@ -1312,7 +1354,7 @@ static hx_status cpu_seq_read(void *ctx, int seq, int n, void *buf, hx_error *e)
         int lo, cnt = prefix_rows(c, l, n, &lo), rows = c->kv_rows[l];
         for (int kv = 0; kv < 2; kv++)
             for (int q = lo; q < lo + cnt; q++) {
-                memcpy(at, slot_rows(c, kv ? c->v_cache : c->k_cache, l, seq) + (size_t)(q % rows) * c->kv_row, c->kv_row);
+                memcpy(at, kv_at(c, kv ? c->v_cache : c->k_cache, l, seq, q % rows), c->kv_row);
                 at += c->kv_row;
             }
     }
@@ -1343,7 +1385,7 @@ static hx_status cpu_seq_write(void *ctx, int seq, int n, const void *buf, hx_er
         int lo, cnt = prefix_rows(c, l, n, &lo), rows = c->kv_rows[l];
         for (int kv = 0; kv < 2; kv++)
             for (int q = lo; q < lo + cnt; q++) {
-                memcpy(slot_rows(c, kv ? c->v_cache : c->k_cache, l, seq) + (size_t)(q % rows) * c->kv_row, at, c->kv_row);
+                memcpy(kv_at(c, kv ? c->v_cache : c->k_cache, l, seq, q % rows), at, c->kv_row);
                 at += c->kv_row;
             }
     }
@@ -1353,6 +1395,18 @@ static hx_status cpu_seq_write(void *ctx, int seq, int n, const void *buf, hx_er
 }
 
 static size_t cpu_kv_bytes(void *ctx) { return hx_cpu_kv_bytes(ctx); }
+
+static hx_status cpu_kv_map(void *ctx, int seq, int page0, int n, const int32_t *pages, hx_error *e) {
+    hx_cpu_ctx *c = ctx;
+    if (!c->page) return hx_err(e, HX_ERR_ARG, "kv_map: this context has slots, not pages");
+    if (seq < 0 || seq >= c->n_seq || page0 < 0 || n < 0 || page0 + n > c->max_pg || (n > 0 && !pages))
+        return hx_err(e, HX_ERR_ARG, "kv_map: sequence %d, pages %d+%d (table of %d)", seq, page0, n, c->max_pg);
+    for (int i = 0; i < n; i++)
+        if (pages[i] < 0 || pages[i] >= c->n_pages)
+            return hx_err(e, HX_ERR_ARG, "kv_map: page %d outside the pool of %d", pages[i], c->n_pages);
+    memcpy(c->ptab + (size_t)seq * c->max_pg + page0, pages, sizeof *pages * (size_t)n);
+    return HX_OK;
+}
 
 hx_status hx_cpu_set_adapters(void *ctx, struct hx_adapter *const *adapters, const float *scales, int n,
                               hx_error *e) {
@@ -1398,4 +1452,5 @@ const hx_backend hx_backend_cpu = {
     .decode_greedy = NULL,
     .finish = NULL,
     .device_bytes_in_use = NULL,
+    .kv_map = cpu_kv_map,
 };

@@ -1992,4 +1992,5 @@ extern "C" const hx_backend hx_backend_cuda = {
     be_logits_get,
     be_logits_argmax,
     be_logits_logprob,
+    NULL, /* kv_map: fixed slots (paged KV is CPU only for now) */
 };

@@ -701,4 +701,5 @@ extern "C" const hx_backend hx_backend_cuda_tp = {
     tp_logits_get,
     tp_logits_argmax,
     tp_logits_logprob,
+    NULL, /* kv_map: fixed slots (paged KV is CPU only for now) */
 };

@@ -1118,7 +1118,7 @@ char *oai_metrics(srv *s) {
     pthread_mutex_lock(&s->mu);
     srv_stats st = s->st;
     pthread_mutex_unlock(&s->mu);
-    int n_ctx = s->n_ctx_seq * (s->cfg.n_parallel > 0 ? s->cfg.n_parallel : 1);
+    int n_ctx = s->n_ctx, pages = s->kv_page > 0 ? s->n_ctx / s->kv_page : 0;
     sbuf b = {0};
 #define COUNTER(name, help, v) sbuf_printf(&b, "# HELP helix_" name " " help "\n# TYPE helix_" name " counter\nhelix_" name " %llu\n", (unsigned long long)(v))
 #define GAUGE(name, help, fmt, v) sbuf_printf(&b, "# HELP helix_" name " " help "\n# TYPE helix_" name " gauge\nhelix_" name " " fmt "\n", v)
@@ -1143,6 +1143,10 @@ char *oai_metrics(srv *s) {
     GAUGE("kv_used_positions", "KV positions held by all slots.", "%d", st.kv_used);
     GAUGE("kv_capacity_positions", "KV positions in all.", "%d", n_ctx);
     GAUGE("kv_usage_ratio", "KV positions held / capacity.", "%.4f", n_ctx ? (double)st.kv_used / n_ctx : 0.0);
+    GAUGE("kv_page_positions", "Positions per KV page (0: fixed slots of capacity / slots).", "%d", s->kv_page);
+    GAUGE("kv_pages_used", "KV pages held by all slots, running and cached (0 with fixed slots).", "%d",
+          st.kv_pages_used);
+    GAUGE("kv_pages_total", "KV pages in the pool (0 with fixed slots).", "%d", pages);
     GAUGE("decode_busy_seconds", "Seconds spent in decode steps.", "%.3f", st.busy_s);
     GAUGE("model_loaded", "1 once the model is ready.", "%d", s->loading ? 0 : 1);
 #undef COUNTER

@@ -21,6 +21,16 @@
  * switching between the two loses or repeats nothing.
  * A slot's KV stays after its request ends: the next request with the same
  * prefix (a system prompt, the earlier turns of a chat) starts from there.
+ *
+ * KV pool (a paged context, hx_context_kv_page > 0: the CPU with --parallel
+ * > 1): the slots share --ctx-size positions in pages. A queued request is
+ * admitted, in queue order, when the pool can hold its prompt and
+ * ADMIT_ROOM positions of its answer (counting idle slots' cached prefixes,
+ * which are evicted least recently used first when pages run out, and what
+ * admitted prompts still have to prefill); else it waits, or with
+ * --no-queue gets 429. A decoding stream that needs a page when none is
+ * left ends with finish_reason "length" and gives its pages back; a prompt
+ * that finds none waits a step.
  */
 #include "serve.h"
 
@@ -108,6 +118,38 @@ void req_cancel(srv *s, srv_req *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* ---- the KV pool ---- */
+
+/* Positions of its answer a request reserves at admission besides its prompt. */
+#define ADMIT_ROOM 64
+
+/* Positions a request needs to start: its prompt and up to ADMIT_ROOM of its
+ * answer; decoder embeddings: the longest text (each is run alone). */
+static int req_need(const srv_req *r) {
+    if (r->kind == REQ_EMBED) {
+        int m = 0;
+        for (int i = 0; r->n_text_ids && i < r->n_texts; i++) if (r->n_text_ids[i] > m) m = r->n_text_ids[i];
+        return m;
+    }
+    return r->n_prompt + (r->max_tokens < ADMIT_ROOM ? r->max_tokens : ADMIT_ROOM);
+}
+
+static int pages_of(int page, int n) { return page > 0 ? (n + page - 1) / page : 0; }
+
+/* Pages a request waits for: req_need's, at most the whole pool (n_ctx). */
+static int need_pages(int page, int n_ctx, const srv_req *r) {
+    int need = pages_of(page, req_need(r)), all = page > 0 ? n_ctx / page : 0;
+    return need < all ? need : all;
+}
+
+/* --no-queue on a paged pool: whether r fits beside the requests already
+ * queued, by the pool figure of the scheduler's last step. Caller holds s->mu. */
+static bool kv_room_locked(const srv *s, const srv_req *r) {
+    int need = need_pages(s->kv_page, s->n_ctx, r);
+    for (int i = 0; i < s->n_queue; i++) need += need_pages(s->kv_page, s->n_ctx, s->queue[i]);
+    return need <= s->st.kv_admit_pages;
+}
+
 static bool push(srv_req ***q, int *n, int *cap, srv_req *r) {
     if (*n == *cap) {
         int nc = *cap ? *cap * 2 : 16;
@@ -132,6 +174,9 @@ int srv_submit(srv *s, srv_req *r, const char **why) {
         if (s->cfg.no_queue && s->st.slots_busy + s->n_queue >= s->cfg.n_parallel) {
             st = 429;
             *why = "all slots are busy (the server runs with --no-queue); retry later";
+        } else if (s->cfg.no_queue && s->kv_page > 0 && !kv_room_locked(s, r)) {
+            st = 429;
+            *why = "the KV cache is full (the server runs with --no-queue); retry later";
         } else if (s->n_queue >= s->cfg.max_queue) {
             st = 503;
             *why = "the request queue is full; retry later";
@@ -235,6 +280,7 @@ typedef struct sched {
     int win_n, win_head;
     double last_poll;
     int lora;             /* the adapter set on the context: 1 + index into cfg.lora_name, 0: none */
+    int page;             /* positions per KV page (hx_context_kv_page); 0: fixed slots */
 } sched;
 
 static void slot_release(srv *s, sched *sc, slot *sl) {
@@ -259,6 +305,40 @@ static void slot_release(srv *s, sched *sc, slot *sl) {
     sl->state = S_FREE;
     sl->n_past = hx_seq_pos(sc->ctx, sl->seq);
     sl->last_used = util_now();
+}
+
+/* Pages of the pool a new request could have now: the free ones and those of
+ * idle slots' cached prefixes (evictable), less what admitted requests still
+ * need to reach req_need (a prompt is prefilled in pieces). */
+static int pool_avail(sched *sc) {
+    int pages = hx_context_kv_free(sc->ctx) / sc->page;
+    for (int i = 0; i < sc->n_slots; i++) {
+        const slot *sl = &sc->slots[i];
+        int held = pages_of(sc->page, hx_seq_pos(sc->ctx, sl->seq));
+        if (sl->state == S_FREE) pages += held;
+        else if (sl->state == S_PREFILL || sl->state == S_EMBED) {
+            int more = pages_of(sc->page, req_need(sl->req)) - held;
+            if (more > 0) pages -= more;
+        }
+    }
+    return pages;
+}
+
+/* Clears idle slots' cached prefixes, least recently used first, until at
+ * least `pages` pages are free; false when they are too few. */
+static bool evict_idle(sched *sc, int pages) {
+    while (hx_context_kv_free(sc->ctx) / sc->page < pages) {
+        slot *lru = NULL;
+        for (int i = 0; i < sc->n_slots; i++) {
+            slot *sl = &sc->slots[i];
+            if (sl->state == S_FREE && hx_seq_pos(sc->ctx, sl->seq) > 0 && (!lru || sl->last_used < lru->last_used))
+                lru = sl;
+        }
+        if (!lru) return false;
+        hx_seq_clear(sc->ctx, lru->seq);
+        lru->n_past = 0;
+    }
+    return true;
 }
 
 /* Longest common prefix of a and b. */
@@ -639,6 +719,10 @@ static void update_stats(srv *s, sched *sc, int seqs, int tokens) {
     double now = util_now();
     pthread_mutex_lock(&s->mu);
     s->st.kv_used = kv;
+    if (sc->page) {
+        s->st.kv_pages_used = (hx_context_n_ctx(sc->ctx) - hx_context_kv_free(sc->ctx)) / sc->page;
+        s->st.kv_admit_pages = pool_avail(sc);
+    }
     s->st.queue_depth = s->n_queue;
     if (tokens) { s->st.last_batch_seqs = seqs; s->st.last_batch_tokens = tokens; }
     /* tokens/s over a window of about 10 s, sampled at most every 0.25 s */
@@ -662,6 +746,7 @@ static void update_stats(srv *s, sched *sc, int seqs, int tokens) {
 static bool lone_step(srv *s, sched *sc, slot *sl, double *tok_s) {
     hx_error e = {0};
     int32_t tok = -1;
+    if (sc->page && sl->n_past % sc->page == 0) evict_idle(sc, 1);   /* a new page: idle caches give way */
     double t0 = util_now();
     hx_status st = hx_decode_greedy(sc->ctx, sl->seq, sl->next_tok, &tok, &e);
     double t1 = util_now();
@@ -671,6 +756,11 @@ static bool lone_step(srv *s, sched *sc, slot *sl, double *tok_s) {
     s->st.single_steps++;
     s->st.busy_s += t1 - t0;
     pthread_mutex_unlock(&s->mu);
+    if (st == HX_ERR_KV_FULL) {   /* the stream ends as at a full context, its pages back */
+        hx_seq_clear(sc->ctx, sl->seq);
+        slot_finish(s, sc, sl, FIN_LENGTH);
+        return false;
+    }
     if (st != HX_OK) {
         fprintf(stderr, "serve: decode of 1 token failed: %s\n", e.msg);
         srv_req *r = sl->req;
@@ -705,13 +795,18 @@ static void *sched_main(void *arg) {
          * another, admission stops until the running ones finish, then the context switches to it. */
         int want = n_free < sc->n_slots ? sc->lora : -1;
         int w = 0;
+        /* a paged pool: requests in queue order while the pool holds their prompt and some room */
+        int avail = sc->page && s->n_queue ? pool_avail(sc) : 0;
         for (int i = 0; i < s->n_queue; i++) {
             srv_req *r = s->queue[i];
+            int need = need_pages(sc->page, s->n_ctx, r);
             if ((r->cancelled || now > r->deadline) && n_drop < 64) dropped[n_drop++] = r;
-            else if (n_free > 0 && n_admit < 64 && w == 0 && (want < 0 || r->lora == want)) {
+            else if (n_free > 0 && n_admit < 64 && w == 0 && (want < 0 || r->lora == want) &&
+                     (!sc->page || need <= avail)) {
                 want = r->lora;
                 admitted[n_admit++] = r;
                 n_free--;
+                avail -= need;
             }
             else s->queue[w++] = r;
         }
@@ -818,10 +913,21 @@ static void *sched_main(void *arg) {
         hx_batch *b = &sc->batch;
         hx_batch_clear(b);
         int seqs = 0, n_dec = 0;
+        /* a paged pool: pages this batch takes (hx_decode takes them all or none) */
+        int taken = 0, ended = 0;
+        slot *stuck = NULL;
         for (int i = 0; i < sc->n_slots; i++) {
             slot *sl = &sc->slots[i];
             sl->batch_n = 0;
             if (sl->state != S_DECODE) continue;
+            if (sc->page && sl->n_past % sc->page == 0 && !evict_idle(sc, taken + 1)) {
+                /* the stream needs a page and the pool has none: it ends here, its pages back */
+                hx_seq_clear(sc->ctx, sl->seq);
+                slot_finish(s, sc, sl, FIN_LENGTH);
+                ended++;
+                continue;
+            }
+            if (sc->page && sl->n_past % sc->page == 0) taken++;
             sl->batch_first = b->n_tokens;
             hx_batch_add(b, sl->next_tok, sl->n_past, sl->seq, true);
             sl->batch_n = 1;
@@ -856,6 +962,14 @@ static void *sched_main(void *arg) {
             else { toks = r->text_ids[pick->emb_text]; done = pick->emb_fed; todo = r->n_text_ids[pick->emb_text] - done; }
             int take = todo < budget ? todo : budget;
             if (take > room) take = room;
+            if (sc->page && take > 0) {   /* as much as the pool holds now; the rest waits */
+                int in_last = pages_of(sc->page, pick->n_past) * sc->page - pick->n_past;
+                if (take > in_last) evict_idle(sc, taken + pages_of(sc->page, take - in_last));
+                int can = in_last + (hx_context_kv_free(sc->ctx) / sc->page - taken) * sc->page;
+                if (take > can) take = can > 0 ? can : 0;
+                if (take == 0 && (!stuck || pick->req->serial > stuck->req->serial)) stuck = pick;
+                taken += pages_of(sc->page, pick->n_past + take) - pages_of(sc->page, pick->n_past);
+            }
             pick->batch_first = b->n_tokens;
             for (int k = 0; k < take; k++) {
                 bool want = pick->state == S_EMBED || (k == take - 1 && take == todo);
@@ -864,6 +978,14 @@ static void *sched_main(void *arg) {
             pick->batch_n = take > 0 ? take : -1;   /* -1: nothing this step, but not picked again */
             budget -= take;
             seqs++;
+        }
+        if (b->n_tokens == 0 && stuck && !ended) {
+            /* nothing can run and no page will come back: prompts hold the whole pool. The
+             * youngest gives way (admission counts pages so that this stays rare). */
+            srv_req *r = stuck->req;
+            hx_seq_clear(sc->ctx, stuck->seq);
+            slot_release(s, sc, stuck);
+            req_fail(s, r, 503, "kv_cache_full", "the KV cache is full; retry later", FIN_CANCELLED);
         }
         if (b->n_tokens == 0) { update_stats(s, sc, 0, 0); continue; }
 
@@ -878,6 +1000,19 @@ static void *sched_main(void *arg) {
         s->st.decode_steps++;
         s->st.busy_s += t1 - t0;
         pthread_mutex_unlock(&s->mu);
+        if (st == HX_ERR_KV_FULL) {
+            /* the pages counted above fell short (nothing was written): the streams in the
+             * batch end as at a full context, the prompts wait for the pages they give back */
+            if (s->cfg.verbose) fprintf(stderr, "serve: %s\n", e.msg);
+            for (int i = 0; i < sc->n_slots; i++) {
+                slot *sl = &sc->slots[i];
+                if (sl->state != S_DECODE || sl->batch_n <= 0) continue;
+                hx_seq_clear(sc->ctx, sl->seq);
+                slot_finish(s, sc, sl, FIN_LENGTH);
+            }
+            update_stats(s, sc, 0, 0);
+            continue;
+        }
         if (st != HX_OK) {
             fprintf(stderr, "serve: decode of %d tokens failed: %s\n", b->n_tokens, e.msg);
             for (int i = 0; i < sc->n_slots; i++) {
@@ -1013,6 +1148,7 @@ int srv_sched_start(srv *s, hx_error *e) {
         hx_context_params cp = hx_context_default_params();
         cp.n_seq_max = s->cfg.n_parallel;
         cp.n_ctx = s->cfg.n_ctx;
+        cp.n_ctx_seq = s->cfg.n_ctx_seq;
         cp.n_threads = s->cfg.n_threads;
         int nb = s->cfg.n_batch;
         if (nb < s->cfg.n_parallel + s->cfg.prefill_chunk) nb = s->cfg.n_parallel + s->cfg.prefill_chunk;
@@ -1030,6 +1166,9 @@ int srv_sched_start(srv *s, hx_error *e) {
         if (!sc->slots || !sc->pick_at || !sc->pick_slot || !sc->pick_tok || sc->batch.capacity == 0) { snprintf(e->msg, sizeof e->msg, "out of memory"); return 1; }
         for (int i = 0; i < sc->n_slots; i++) sc->slots[i].seq = i;
         s->n_ctx_seq = hx_context_n_ctx_seq(sc->ctx);
+        s->n_ctx = hx_context_n_ctx(sc->ctx);
+        s->kv_page = sc->page = hx_context_kv_page(sc->ctx);
+        s->st.kv_admit_pages = sc->page ? s->n_ctx / sc->page : 0;
         s->n_vocab = sc->n_vocab;
         if (pthread_create(&s->sched_thread, NULL, sched_main, s)) {
             snprintf(e->msg, sizeof e->msg, "cannot start the scheduler thread: %s", strerror(errno));

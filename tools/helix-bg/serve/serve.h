@@ -53,6 +53,7 @@ typedef struct srv_config {
     int n_api_keys;
     const char *cors_origin;   /* NULL: no CORS headers */
     int n_ctx;                 /* -c: KV positions in all (0: library default) */
+    int n_ctx_seq;             /* --ctx-seq: most positions of one request (paged pool; 0: library default) */
     int n_parallel;            /* --parallel: sequence slots */
     int n_threads;             /* -t */
     int n_batch;               /* most tokens per hx_decode */
@@ -166,6 +167,9 @@ typedef struct srv_stats {
     uint64_t single_steps;     /* of decode_steps: one stream alone, hx_decode_greedy */
     int queue_depth, slots_busy, last_batch_seqs, last_batch_tokens;
     int kv_used;               /* positions held by all sequences (busy and cached) */
+    int kv_pages_used;         /* paged pool: pages held (busy and cached) */
+    int kv_admit_pages;        /* paged pool: pages a new request could get now (free, idle caches, less what
+                                  admitted prompts still need): --no-queue decides on it */
     double tok_per_s;          /* generated tokens per second over the last seconds */
     double busy_s;             /* time spent in hx_decode */
 } srv_stats;
@@ -191,7 +195,9 @@ struct srv {
     hx_embedder *emb;          /* -e */
     hx_model *emb_model;       /* -e opened as a model too, for token counts (may be NULL) */
     char emb_id[256];
-    int n_ctx_seq;             /* positions per slot */
+    int n_ctx_seq;             /* most positions of one request (a slot's, or its share of the pool) */
+    int n_ctx;                 /* KV positions in all */
+    int kv_page;               /* positions per KV page; 0: fixed slots */
     int n_vocab;
 
     struct MHD_Daemon *httpd;
