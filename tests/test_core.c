@@ -59,6 +59,59 @@ static void test_pool(void) {
     }
 }
 
+/* The pool's hand-off under churn: many tiny jobs back to back, jobs after
+ * the workers fell asleep, a caller that must sleep until a slow worker is
+ * done, jobs that run jobs on other pools, and shutdown in every state. */
+typedef struct { atomic_long sum; int slow_us; hx_pool **inner; } churn_ctx;
+static void churn_task(void *ctx, int64_t t, int thread) {
+    churn_ctx *c = ctx;
+    if (c->slow_us && thread != 0) usleep((useconds_t)c->slow_us);
+    atomic_fetch_add(&c->sum, t + 1);
+}
+static void nested_task(void *ctx, int64_t t, int thread) {
+    churn_ctx *c = ctx;
+    churn_ctx in = { 0, 0, NULL };
+    hx_pool_run(c->inner[thread], 7 + t % 5, churn_task, &in); /* one inner pool per outer thread */
+    int64_t n = 7 + t % 5;
+    atomic_fetch_add(&c->sum, atomic_load(&in.sum) == n * (n + 1) / 2 ? 1 : 1000000);
+}
+
+static void test_pool_churn(void) {
+    for (int nt = 2; nt <= 3; nt++) {
+        hx_pool *p = hx_pool_create(nt);
+        CHECK(p != NULL && hx_pool_threads(p) == nt);
+        long bad = 0;
+        for (int rep = 0; rep < 20000; rep++) {
+            if (rep % 2500 == 1) usleep(3000); /* past the spin: workers sleep, the next job wakes them */
+            churn_ctx c = { 0, rep % 4000 == 7 ? 3000 : 0, NULL }; /* a slow worker: the caller sleeps on it */
+            int64_t n = 2 + rep % 4;
+            hx_pool_run(p, n, churn_task, &c);
+            bad += atomic_load(&c.sum) != n * (n + 1) / 2; /* every task done when run returns */
+        }
+        CHECKF(bad == 0, "threads=%d: %ld of 20000 small jobs returned before all their tasks were done", nt, bad);
+        hx_pool *inner[3];
+        for (int i = 0; i < nt; i++) inner[i] = hx_pool_create(2);
+        churn_ctx c = { 0, 0, inner };
+        hx_pool_run(p, 64, nested_task, &c);
+        CHECKF(atomic_load(&c.sum) == 64, "threads=%d: nested jobs on inner pools (sum %ld, want 64)", nt,
+               atomic_load(&c.sum));
+        for (int i = 0; i < nt; i++) hx_pool_free(inner[i]);
+        hx_pool_free(p);
+    }
+    /* shutdown right after creation, right after a job, and with the workers asleep */
+    for (int rep = 0; rep < 60; rep++) {
+        hx_pool *p = hx_pool_create(2 + rep % 3);
+        CHECK(p != NULL);
+        if (rep % 3 >= 1) {
+            churn_ctx c = { 0, 0, NULL };
+            hx_pool_run(p, 16, churn_task, &c);
+            CHECK(atomic_load(&c.sum) == 16 * 17 / 2);
+        }
+        if (rep % 3 == 2) usleep(2000);
+        hx_pool_free(p);
+    }
+}
+
 static void test_atomic_write(void) {
     char dir[] = "/tmp/hx_core_XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -124,6 +177,7 @@ int main(void) {
     test_rng();
     test_fnv();
     test_pool();
+    test_pool_churn();
     test_atomic_write();
     return t_done("test_core");
 }

@@ -5,6 +5,7 @@
  * (or, with HX_MM_ROUND_F16_ACT, rounded to f16/bf16) the way the kernels see them — must agree to ~1e-5 relative (only float
  * summation order differs); (2) with the original f32 activations — must agree
  * within the activation quantization error (1% of sum |w x|). */
+#include <math.h>
 #include "test_util.h"
 
 #include "backend/cpu/matmul.h"
@@ -230,6 +231,55 @@ static void check_split(hx_pool *pool1, hx_pool *pool16, int type, unsigned flag
     free(wq); free(f); free(x); free(y1); free(y16);
 }
 
+/* hx_matvec_pair == hx_matmul_multi then the hook over all rows, bit for bit:
+ * every row visited once, the hook's ranges cover [0, rows) exactly, on 1, 2
+ * and 16 threads (16 shares the rows far more finely); refused for matrices
+ * of different heights. */
+typedef struct { float *g; const float *u; int64_t rows; int *seen; } pair_ctx;
+static void pair_post(void *ctx, int64_t r0, int64_t r1) {
+    pair_ctx *c = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        c->seen[r]++; /* distinct r per task: no two tasks write one slot */
+        c->g[r] = c->g[r] / (1.0f + expf(-c->g[r])) * c->u[r];
+    }
+}
+static void check_pair(hx_pool *const *pools, int n_pools, int type, int64_t rows, int64_t cols, hx_rng *rng) {
+    size_t rb = hx_row_size(type, cols);
+    uint8_t *w = malloc(rb * rows * 2);
+    float *tmp = malloc(sizeof(float) * cols), *x = malloc(sizeof(float) * cols);
+    float *ga = malloc(sizeof(float) * rows), *ua = malloc(sizeof(float) * rows);
+    float *gb = malloc(sizeof(float) * rows), *ub = malloc(sizeof(float) * rows);
+    int *seen = calloc((size_t)rows, sizeof(int));
+    for (int64_t r = 0; r < 2 * rows; r++) {
+        for (int64_t k = 0; k < cols; k++) tmp[k] = hx_rng_normal(rng);
+        hx_quantize_row(type, tmp, w + r * rb, cols);
+    }
+    for (int64_t k = 0; k < cols; k++) x[k] = hx_rng_normal(rng);
+    hx_tensor W[2] = { { "gate", type, { cols, rows, 1, 1 }, w }, { "up", type, { cols, rows, 1, 1 }, w + rb * rows } };
+    const hx_tensor *Wp[2] = { &W[0], &W[1] };
+    float *Ya[2] = { ga, ua };
+    hx_error e = {0};
+    CHECK(hx_matmul_multi(pools[0], 2, Wp, x, 1, Ya, 0, &e) == HX_OK);
+    for (int64_t r = 0; r < rows; r++) ga[r] = ga[r] / (1.0f + expf(-ga[r])) * ua[r];
+    for (int p = 0; p < n_pools; p++) {
+        memset(seen, 0, sizeof(int) * (size_t)rows);
+        pair_ctx c = { gb, ub, rows, seen };
+        CHECK(hx_matvec_pair(pools[p], &W[0], &W[1], x, gb, ub, 0, pair_post, &c, &e) == HX_OK);
+        int64_t diff = 0, bad = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            diff += memcmp(&ga[r], &gb[r], 4) != 0 || memcmp(&ua[r], &ub[r], 4) != 0;
+            bad += seen[r] != 1;
+        }
+        CHECKF(!diff && !bad, "matvec pair %s %lld x %lld, %d threads: %lld rows differ from matmul_multi, %lld rows "
+               "not hooked exactly once", hx_type_name(type), (long long)rows, (long long)cols,
+               hx_pool_threads(pools[p]), (long long)diff, (long long)bad);
+    }
+    hx_tensor Wshort = W[1];
+    Wshort.ne[1] = rows - 1;
+    if (rows > 1) CHECK(hx_matvec_pair(pools[0], &W[0], &Wshort, x, gb, ub, 0, pair_post, NULL, &e) == HX_ERR_ARG);
+    free(w); free(tmp); free(x); free(ga); free(ua); free(gb); free(ub); free(seen);
+}
+
 int main(void) {
     hx_rng rng;
     hx_rng_seed(&rng, 1234);
@@ -289,6 +339,17 @@ int main(void) {
         CHECK(hx_matmul_multi(pool, 2, mixed, X, 1, Ya, 0, &e) == HX_ERR_ARG);
         for (int m = 0; m < 3; m++) { free(Ya[m]); free(Yb[m]); }
         free(w); free(tmp); free(X);
+    }
+    {
+        hx_pool *pools[3] = { hx_pool_create(1), pool, hx_pool_create(16) };
+        const int pair_types[] = { HX_TYPE_Q8_0, HX_TYPE_Q4_0, HX_TYPE_Q4_K, HX_TYPE_Q6_K, HX_TYPE_F32, HX_TYPE_Q4_1 };
+        for (size_t i = 0; i < sizeof pair_types / sizeof pair_types[0]; i++) {
+            int64_t cols = hx_type_get(pair_types[i])->block_size == 256 ? 1024 : 576;
+            const int64_t rows_list[] = { 1, 37, 1536, 3072 }; /* 1536/3072: enough work to use the pool */
+            for (int b = 0; b < 4; b++) check_pair(pools, 3, pair_types[i], rows_list[b], cols, &rng);
+        }
+        hx_pool_free(pools[0]);
+        hx_pool_free(pools[2]);
     }
     /* a type without a dot kernel is an error, not a crash */
     hx_tensor W = { "w", HX_TYPE_I32, { 32, 2, 1, 1 }, NULL };

@@ -989,6 +989,8 @@ typedef struct tok_job {
     bool avx2;            /* hx_swiglu_ggml's vector path */
 } tok_job;
 
+static void glu_span(hx_act act, float *g, const float *u, int64_t d0, int64_t d1);
+
 static void tok_one(const tok_job *j, int i, int thread) {
     hx_cpu_ctx *c = j->c;
     const hx_model_config *cfg = &c->m->cfg;
@@ -1032,10 +1034,8 @@ static void tok_one(const tok_job *j, int i, int thread) {
         if (c->ggml_compat) { /* ggml's rounding of the gated activation (glu.h) */
             if (cfg->act == HX_ACT_SILU) hx_swiglu_ggml(ff, g, u, j->avx2);
             else hx_geglu_ggml(ff, g, u);
-        } else if (cfg->act == HX_ACT_SILU) {
-            for (int d = 0; d < ff; d++) g[d] = silu(g[d]) * u[d];
         } else {
-            for (int d = 0; d < ff; d++) g[d] = gelu_tanh(g[d]) * u[d];
+            glu_span(cfg->act, g, u, 0, ff);
         }
         break;
     }
@@ -1044,6 +1044,15 @@ static void tok_one(const tok_job *j, int i, int thread) {
         for (int d = 0; d < D; d++) x[d] += o[d];
         break;
     }
+}
+
+/* The exact mode's gated activation over g[d0, d1) (one element at a time,
+ * so any split of the rows gives the same bits). */
+static void glu_span(hx_act act, float *g, const float *u, int64_t d0, int64_t d1) {
+    if (act == HX_ACT_SILU)
+        for (int64_t d = d0; d < d1; d++) g[d] = silu(g[d]) * u[d];
+    else
+        for (int64_t d = d0; d < d1; d++) g[d] = gelu_tanh(g[d]) * u[d];
 }
 
 static void tok_task(void *ctx, int64_t task, int thread) {
@@ -1062,6 +1071,24 @@ static void run_tokens(hx_cpu_ctx *c, const hx_ubatch *ub, int layer, tok_stage 
     int chunk = n / (4 * nth) > 1 ? n / (4 * nth) : 1;
     tok_job j = { c, ub, layer, stage, chunk, hx_isa_current() >= HX_ISA_AVX2 };
     hx_pool_run(n >= 32 ? c->pool : NULL, (n + chunk - 1) / chunk, tok_task, &j);
+}
+
+/* Decode (one token), exact mode: gate and up in one pool run whose tasks
+ * apply the gated activation to the rows they made (hx_matvec_pair), instead
+ * of the activation running on the calling thread after the products. Not
+ * with LoRA (its deltas come between the products and the activation), an up
+ * bias, or the llama.cpp rounding mode (hx_swiglu_ggml works on whole
+ * vectors). False: not taken (or the pair was refused), use the plain path. */
+typedef struct { float *g; const float *u; hx_act act; } glu_rows_job;
+static void glu_rows(void *ctx, int64_t r0, int64_t r1) {
+    const glu_rows_job *j = ctx;
+    glu_span(j->act, j->g, j->u, r0, r1);
+}
+static bool glu_fused(hx_cpu_ctx *c, const hx_layer_weights *L, const layer_vecs *V, int n) {
+    if (n != 1 || c->ggml_compat || c->n_lora || V->ffn_up_b) return false;
+    glu_rows_job gj = { c->gate, c->up, c->m->cfg.act };
+    hx_error e2 = {0};
+    return hx_matvec_pair(c->pool, &L->ffn_gate, &L->ffn_up, c->h, c->gate, c->up, 0, glu_rows, &gj, &e2) == HX_OK;
 }
 
 /* Tokens, sequences and positions of a ubatch: each sequence's tokens at
@@ -1176,14 +1203,14 @@ static hx_status forward_ub(hx_cpu_ctx *c, const hx_ubatch *ub, float *logits, f
 
         /* llama.cpp keeps only the rows that give logits before the last layer's FFN */
         const int ffn_cols = l == cfg->n_layer - 1 && ub->n_out > 0 && !ub->embd_out ? ub->n_out : n;
-        {
+        if (!glu_fused(c, L, V, n)) {
             const hx_tensor *W[2] = { &L->ffn_gate, &L->ffn_up };
             const float *B[2] = { NULL, V->ffn_up_b };
             float *Y[2] = { c->gate, c->up };
             TRY(linear_group(c, 2, W, c->h, n, Y, B, e));
             for (int j = 0; j < 2 && c->n_lora; j++) TRY(lora_add(c, l, HX_LORA_GATE + j, c->h, n, ffn_cols, Y[j], e));
+            run_tokens(c, ub, l, TOK_GLU);
         }
-        run_tokens(c, ub, l, TOK_GLU);
         TRY(linear(c, &L->ffn_down, c->gate, n, c->o, V->ffn_down_b, e));
         if (c->n_lora) TRY(lora_add(c, l, HX_LORA_DOWN, c->gate, n, ffn_cols, c->o, e));
         run_tokens(c, ub, l, TOK_FFN_OUT); /* [post-norm], residual */

@@ -106,19 +106,11 @@ typedef struct mm_job {
     int64_t cols, n, tok_block;
 } mm_job;
 
-/* One task: rows [r0, r1) of one matrix for tokens [n0, n1) (all n unless
- * the rows alone give too few tasks), token blocks outermost inside the task
- * so a row block (a few KiB) is reused from L1 across the token block. Every
- * output is one kernel call's, so the split does not change any bit. */
-static void mm_task(void *ctx, int64_t task, int thread) {
-    (void)thread;
-    const mm_job *j = ctx;
-    int m = 0;
-    while (task >= j->task0[m + 1]) m++;
-    int64_t rb = (task - j->task0[m]) / j->n_tc, tc = (task - j->task0[m]) % j->n_tc;
-    int64_t r0 = rb * j->rpt[m];
-    int64_t r1 = r0 + j->rpt[m] < j->rows[m] ? r0 + j->rpt[m] : j->rows[m];
-    int64_t n0 = tc * j->tpt, n1 = n0 + j->tpt < j->n ? n0 + j->tpt : j->n;
+/* Rows [r0, r1) of matrix m for tokens [n0, n1), token blocks outermost so a
+ * row block (a few KiB) is reused from L1 across the token block. Every
+ * output is one kernel call's, so how rows and tokens are split into tasks
+ * does not change any bit. */
+static void mm_rows(const mm_job *j, int m, int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
     hx_vec_dot_fn dot = j->dot[m];
     const uint8_t *w = j->w[m];
     size_t wr = j->w_row[m];
@@ -152,13 +144,31 @@ static void mm_task(void *ctx, int64_t task, int thread) {
     }
 }
 
+/* One task: rows [r0, r1) of one matrix for tokens [n0, n1) (all n unless
+ * the rows alone give too few tasks). */
+static void mm_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const mm_job *j = ctx;
+    int m = 0;
+    while (task >= j->task0[m + 1]) m++;
+    int64_t rb = (task - j->task0[m]) / j->n_tc, tc = (task - j->task0[m]) % j->n_tc;
+    int64_t r0 = rb * j->rpt[m];
+    int64_t r1 = r0 + j->rpt[m] < j->rows[m] ? r0 + j->rpt[m] : j->rows[m];
+    int64_t n0 = tc * j->tpt, n1 = n0 + j->tpt < j->n ? n0 + j->tpt : j->n;
+    mm_rows(j, m, r0, r1, n0, n1);
+}
+
 /* Activation handling of a weight type: dot type, and whether X can be used as is. */
 static bool x_as_is(const hx_type_info *ti, int wtype, unsigned flags) {
     return ti->dot_type == HX_TYPE_F32 && (wtype == HX_TYPE_F32 || !(flags & HX_MM_ROUND_F16_ACT));
 }
 
-hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, const float *X, int64_t n,
-                          float *const *Ys, unsigned flags, hx_error *e) {
+/* The job of count matrices on the same activations: kernels, the quantized
+ * activations, the split into tasks; *pool becomes NULL when the work is too
+ * small to share. */
+static hx_status mm_prepare(hx_pool **poolp, int count, const hx_tensor *const *Ws, const float *X, int64_t n,
+                            float *const *Ys, unsigned flags, mm_job *out, hx_error *e) {
+    hx_pool *pool = *poolp;
     if (count < 1 || count > MM_MAX) return hx_err(e, HX_ERR_ARG, "matmul: %d matrices (1..%d)", count, MM_MAX);
     mm_job j = { .count = count, .n = n };
     const hx_type_info *ti0 = NULL;
@@ -256,7 +266,46 @@ hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, 
     /* token block: keep the quantized activations of a block in L2 (~256 KiB) */
     int64_t tb = (int64_t)(262144 / j.x_row);
     j.tok_block = tb < 1 ? 1 : tb;
+    *out = j;
+    *poolp = pool;
+    return HX_OK;
+}
+
+hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, const float *X, int64_t n,
+                          float *const *Ys, unsigned flags, hx_error *e) {
+    mm_job j;
+    hx_status st = mm_prepare(&pool, count, Ws, X, n, Ys, flags, &j, e);
+    if (st != HX_OK) return st;
     hx_pool_run(pool, j.task0[count], mm_task, &j);
+    return HX_OK;
+}
+
+/* hx_matvec_pair: a task is the same rows of both matrices, then the hook. */
+typedef struct pair_job { const mm_job *j; int64_t rpt; hx_rows_fn post; void *post_ctx; } pair_job;
+static void pair_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const pair_job *pj = ctx;
+    int64_t rows = pj->j->rows[0], r0 = task * pj->rpt, r1 = r0 + pj->rpt < rows ? r0 + pj->rpt : rows;
+    mm_rows(pj->j, 0, r0, r1, 0, 1);
+    mm_rows(pj->j, 1, r0, r1, 0, 1);
+    pj->post(pj->post_ctx, r0, r1);
+}
+
+hx_status hx_matvec_pair(hx_pool *pool, const hx_tensor *W0, const hx_tensor *W1, const float *x, float *y0,
+                         float *y1, unsigned flags, hx_rows_fn post, void *post_ctx, hx_error *e) {
+    if (W0->ne[1] != W1->ne[1])
+        return hx_err(e, HX_ERR_ARG, "matvec pair: tensors '%s' and '%s' have %lld and %lld rows",
+                      W0->name ? W0->name : "?", W1->name ? W1->name : "?", (long long)W0->ne[1],
+                      (long long)W1->ne[1]);
+    const hx_tensor *Ws[2] = { W0, W1 };
+    float *Ys[2] = { y0, y1 };
+    mm_job j;
+    hx_status st = mm_prepare(&pool, 2, Ws, x, 1, Ys, flags, &j, e);
+    if (st != HX_OK) return st;
+    /* the shorter of the two matrices' task heights (both whole tiles), so a
+     * task holds about as many weight bytes as a matvec task of either */
+    pair_job pj = { &j, j.rpt[0] < j.rpt[1] ? j.rpt[0] : j.rpt[1], post, post_ctx };
+    hx_pool_run(pool, (j.rows[0] + pj.rpt - 1) / pj.rpt, pair_task, &pj);
     return HX_OK;
 }
 

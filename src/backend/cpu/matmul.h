@@ -37,4 +37,14 @@ hx_status hx_matmul_ex(hx_pool *pool, const hx_tensor *W, const float *X, int64_
 hx_status hx_matmul_multi(hx_pool *pool, int count, const hx_tensor *const *Ws, const float *X, int64_t n,
                           float *const *Ys, unsigned flags, hx_error *e);
 
+/* Gate/up with the gated activation in the same pool run: y0 = W0 x and
+ * y1 = W1 x (one token, two matrices with the same rows and row length, as
+ * hx_matmul_multi), a task computing rows [r0, r1) of both and then calling
+ * post(post_ctx, r0, r1) on them, so an element-wise step over those rows
+ * runs on the threads that made them, with no second pool run. Each output
+ * row is the same kernel call as hx_matmul_multi's: the same bits. */
+typedef void (*hx_rows_fn)(void *ctx, int64_t r0, int64_t r1);
+hx_status hx_matvec_pair(hx_pool *pool, const hx_tensor *W0, const hx_tensor *W1, const float *x, float *y0,
+                         float *y1, unsigned flags, hx_rows_fn post, void *post_ctx, hx_error *e);
+
 #endif
