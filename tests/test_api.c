@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "t_synth.h"
+
 static int fails = 0, checks = 0;
 #define CHECK(c) do { checks++; if (!(c)) { fails++; fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); } } while (0)
 #define CHECKF(c, ...) do { checks++; if (!(c)) { fails++; fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #c); \
@@ -974,14 +976,6 @@ static void test_shared(const char *shared) {
     }
 }
 
-static bool synth(const char *out, const char *preset, const char *type, const char *extra) {
-    const char *bin = getenv("HX_BIN");
-    if (!bin || access(bin, X_OK)) return false;
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s synth --preset %s --type %s %s -o %s -t 2 > /dev/null 2>&1", bin, preset, type, extra, out);
-    return system(cmd) == 0;
-}
-
 int main(int argc, char **argv) {
     hx_set_log_level(1);
     snprintf(g_tmp, sizeof g_tmp, "/tmp/hx_test_api.XXXXXX");
@@ -991,12 +985,12 @@ int main(int argc, char **argv) {
     snprintf(model2, sizeof model2, "%s/smollm-b.gguf", g_tmp);
     snprintf(model32, sizeof model32, "%s/smollm-f32.gguf", g_tmp);
     if (argc > 1) snprintf(model, sizeof model, "%s", argv[1]);
-    else if (!synth(model, "smollm-135m", "q8_0", "--layers 2 --vocab 1024")) {
+    else if (!t_synth(model, "smollm-135m", "q8_0", "--layers 2 --vocab 1024")) {
         printf("SKIP: no model: give one as argv[1] or set HX_BIN to helix-bg (ctest does)\n");
         return 77;
     }
-    bool have2 = synth(model2, "smollm-135m", "q8_0", "--layers 2 --vocab 1024 --seed 7");
-    bool have32 = synth(model32, "smollm-135m", "f32", "--layers 2 --vocab 1024");
+    bool have2 = t_synth(model2, "smollm-135m", "q8_0", "--layers 2 --vocab 1024 --seed 7");
+    bool have32 = t_synth(model32, "smollm-135m", "f32", "--layers 2 --vocab 1024");
     test_open(model);
     hx_model *m = open_model(model), *m2 = have2 ? open_model(model2) : NULL;
     if (m) {
