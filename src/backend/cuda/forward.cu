@@ -1910,18 +1910,25 @@ static hx_status be_logits_get(void *ctx, int row, float *host, hx_error *e) {
     return HX_OK;
 }
 
+// Where output rows rows[0..m) of the last forward (defer_logits) lie on the device, m <= HX_ROWS_MAX.
+static hx_status dev_rows(const hx_cuda_ctx *c, const int *rows, int m, hx_rows_arg *ra, hx_error *e) {
+    for (int j = 0; j < m; j++) {
+        int r = rows[j];
+        if (!c->deferred || r < 0 || r >= (int)c->dev_row.size() || c->dev_row[r] < 0)
+            return hx_err(e, HX_ERR_ARG, "cuda: logits row %d is not on the device", r);
+        ra->r[j] = c->dev_row[r];
+    }
+    return HX_OK;
+}
+
 // ids[j] = argmax of output row rows[j] of the last forward (defer_logits), picked on the device.
 static hx_status be_logits_argmax(void *ctx, int n, const int *rows, int32_t *ids, hx_error *e) {
     hx_cuda_ctx *c = (hx_cuda_ctx *)ctx;
     for (int j0 = 0; j0 < n; j0 += HX_ROWS_MAX) {
         int m = n - j0 < HX_ROWS_MAX ? n - j0 : HX_ROWS_MAX;
         hx_rows_arg ra;
-        for (int j = 0; j < m; j++) {
-            int r = rows[j0 + j];
-            if (!c->deferred || r < 0 || r >= (int)c->dev_row.size() || c->dev_row[r] < 0)
-                return hx_err(e, HX_ERR_ARG, "cuda: logits row %d is not on the device", r);
-            ra.r[j] = c->dev_row[r];
-        }
+        hx_status s = dev_rows(c, rows + j0, m, &ra, e);
+        if (s) return s;
         CK(hx_k_argmax_rows(c->st, c->logits, c->cfg.n_vocab, &ra, m, c->d_amax));
         CK(cudaMemcpyAsync(c->h_amax, c->d_amax, sizeof(int) * m, cudaMemcpyDeviceToHost, c->st));
         CK(cudaStreamSynchronize(c->st));
@@ -1949,12 +1956,8 @@ static hx_status be_logits_logprob(void *ctx, int n, const int *rows, int k, con
     for (int j0 = 0; j0 < n; j0 += HX_ROWS_MAX) {
         int m = n - j0 < HX_ROWS_MAX ? n - j0 : HX_ROWS_MAX;
         hx_rows_arg ra;
-        for (int j = 0; j < m; j++) {
-            int r = rows[j0 + j];
-            if (!c->deferred || r < 0 || r >= (int)c->dev_row.size() || c->dev_row[r] < 0)
-                return hx_err(e, HX_ERR_ARG, "cuda: logits row %d is not on the device", r);
-            ra.r[j] = c->dev_row[r];
-        }
+        hx_status s = dev_rows(c, rows + j0, m, &ra, e);
+        if (s) return s;
         const size_t cnt = (size_t)m * (size_t)k;
         CK(cudaMemcpyAsync(c->d_lpi, ids + (size_t)j0 * k, sizeof(int) * cnt, cudaMemcpyHostToDevice, c->st));
         CK(hx_k_logprob_rows(c->st, c->logits, c->cfg.n_vocab, &ra, m, k, c->d_lpi, d_out));
