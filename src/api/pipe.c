@@ -281,33 +281,29 @@ static size_t pipe_seq_state_size(void *ctx, int n) {
     return sz;
 }
 
-static hx_status pipe_seq_read(void *ctx, int seq, int n, void *buf, hx_error *e) {
-    pipe_ctx *p = ctx;
-    if (!buf) return hx_err(e, HX_ERR_ARG, "layer split: seq_read: no buffer");
-    uint8_t *at = buf;
+/* Each part's state of seq's first n positions, in part order, from (write)
+ * or into buf. */
+static hx_status pipe_state_io(pipe_ctx *p, int seq, int n, uint8_t *buf, bool write, hx_error *e) {
     for (int k = 0; k < p->n; k++) {
         hx_status st = use(p, k, e);
-        if (!st) st = p->child->seq_read(p->part[k].ctx, seq, n, at, e);
+        if (!st) st = write ? p->child->seq_write(p->part[k].ctx, seq, n, buf, e)
+                            : p->child->seq_read(p->part[k].ctx, seq, n, buf, e);
         if (st) { home(p); return st; }
-        at += p->child->seq_state_size(p->part[k].ctx, n);
+        buf += p->child->seq_state_size(p->part[k].ctx, n);
     }
     home(p);
     return HX_OK;
 }
 
+static hx_status pipe_seq_read(void *ctx, int seq, int n, void *buf, hx_error *e) {
+    if (!buf) return hx_err(e, HX_ERR_ARG, "layer split: seq_read: no buffer");
+    return pipe_state_io(ctx, seq, n, buf, false, e);
+}
+
 /* On failure the caller empties seq (seq_keep 0 on every part). */
 static hx_status pipe_seq_write(void *ctx, int seq, int n, const void *buf, hx_error *e) {
-    pipe_ctx *p = ctx;
     if (!buf) return hx_err(e, HX_ERR_ARG, "layer split: seq_write: no buffer");
-    const uint8_t *at = buf;
-    for (int k = 0; k < p->n; k++) {
-        hx_status st = use(p, k, e);
-        if (!st) st = p->child->seq_write(p->part[k].ctx, seq, n, at, e);
-        if (st) { home(p); return st; }
-        at += p->child->seq_state_size(p->part[k].ctx, n);
-    }
-    home(p);
-    return HX_OK;
+    return pipe_state_io(ctx, seq, n, (uint8_t *)buf, true, e); /* only read through on write */
 }
 
 static size_t pipe_kv_bytes(void *ctx) {
